@@ -1,0 +1,7 @@
+"""DualMem: long-term memory for role-playing agents, written through their persona."""
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError, DatasetError, DualMemError
+
+__version__ = "0.1.0"
+__all__ = ["ConfigurationError", "DatasetError", "DualMemError", "Settings", "__version__"]

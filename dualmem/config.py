@@ -1,0 +1,146 @@
+"""One settings object for every run.
+
+Precedence is per-run > environment > default, resolved here and nowhere
+else: each field's default reads ``DUALMEM_<FIELD>`` (upper case) from the
+environment when the object is made, and keyword arguments override both.
+``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are read under their usual names.
+
+>>> Settings(retrieval_k=5).retrieval_k
+5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from dualmem.errors import ConfigurationError
+
+ENV_PREFIX = "DUALMEM_"
+# fields read from a non-prefixed, conventional environment variable
+ENV_ALIASES = {"openai_base_url": "OPENAI_BASE_URL", "openai_api_key": "OPENAI_API_KEY"}
+
+
+def _env(name: str, default: Any, kind: type) -> Any:
+    var = ENV_ALIASES.get(name, ENV_PREFIX + name.upper())
+    raw = os.environ.get(var)
+    if raw is None or raw == "":
+        return default
+    try:
+        if kind is bool:
+            return raw.strip().lower() in {"1", "true", "yes", "on"}
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{var}={raw!r} is not a valid {kind.__name__}; fix or unset it") from exc
+    return raw
+
+
+def _setting(default: Any, help: str, kind: type = str) -> Any:
+    """Declare a field whose default is overridden by its environment variable."""
+    holder: dict[str, str] = {}
+
+    def factory() -> Any:
+        return _env(holder["name"], default, kind)
+
+    return field(default_factory=factory, metadata={"help": help, "default": default, "holder": holder})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Run settings for models, store, chunking and retrieval."""
+
+    chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
+    writer_model: str = _setting("", "model of the memory writer; empty = chat_model")
+    judge_model: str = _setting("", "model of the LLM judges; empty = chat_model")
+    openai_base_url: str = _setting("", "base URL of an OpenAI-compatible endpoint (vLLM, DeepSeek…)")
+    openai_api_key: str = _setting("", "API key for that endpoint")
+    embedder: str = _setting(
+        "bundled:all-MiniLM-L6-v2",
+        "embedder: bundled:all-MiniLM-L6-v2, a sentence-transformers path, or provider:model",
+    )
+    store_uri: str = _setting(".dualmem/lancedb", "LanceDB directory or URI (s3://…, gs://…)")
+    checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
+    user_id: str = _setting("user", "user id: second part of every memory namespace")
+    chunk_tokens: int = _setting(1024, "writer chunk size in tokens (cut at turn boundaries)", int)
+    view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
+    view_recent: int = _setting(4, "most recent items always shown in the working view", int)
+    retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
+    retrieval_mode: str = _setting("dual", "dual (k facts + k insights) or merged (one top-k pool)")
+    search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
+    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty")
+    framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
+    max_retries: int = _setting(2, "repair retries for malformed structured output", int)
+    temperature: float = _setting(0.0, "sampling temperature of chat models", float)
+    max_new_tokens: int = _setting(512, "generation limit of the bundled local model", int)
+    concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
+    dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
+
+    def __post_init__(self) -> None:
+        choices = {
+            "retrieval_mode": ("dual", "merged"),
+            "search_mode": ("hybrid", "vector", "fts"),
+            "emotion_strategy": ("", "C-A", "C-M", "S-S", "S-E"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigurationError(
+                    f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
+                    f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
+                )
+        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def writer(self) -> str:
+        """Return the writer model spec (falls back to ``chat_model``)."""
+        return self.writer_model or self.chat_model
+
+    @property
+    def judge(self) -> str:
+        """Return the judge model spec (falls back to ``chat_model``)."""
+        return self.judge_model or self.chat_model
+
+    def replace(self, **changes: Any) -> Settings:
+        """Return a copy with ``changes`` applied (unknown names raise)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ConfigurationError(f"unknown settings {sorted(unknown)}; see `dualmem --help` or the README table")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def resolve(cls, settings: Settings | dict[str, Any] | None = None, **overrides: Any) -> Settings:
+        """Build settings from an object, a dict (e.g. a graph's context) or overrides."""
+        if isinstance(settings, Settings):
+            base = settings
+        else:
+            base = cls()
+            if settings:
+                overrides = {**{k: v for k, v in settings.items() if v is not None}, **overrides}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return base.replace(**overrides) if overrides else base
+
+
+def _bind_field_names() -> None:
+    for f in fields(Settings):
+        holder = f.metadata.get("holder")
+        if holder is not None:
+            holder["name"] = f.name
+
+
+_bind_field_names()
+
+
+def settings_table() -> list[tuple[str, str, str, str]]:
+    """Return (field, env var, default, help) rows, as documented in the README."""
+    rows = []
+    for f in fields(Settings):
+        var = ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper())
+        rows.append((f.name, var, repr(f.metadata["default"]), f.metadata["help"]))
+    return rows
+

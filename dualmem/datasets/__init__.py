@@ -1,0 +1,1 @@
+"""Datasets of DualMem."""

@@ -1,0 +1,30 @@
+"""Exception types: each names what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class DualMemError(Exception):
+    """Base class of every error DualMem raises on purpose."""
+
+
+class ConfigurationError(DualMemError):
+    """A setting, model name or path is wrong; the message says the fix."""
+
+
+class DatasetError(DualMemError):
+    """A data file does not match its format.
+
+    The message is one line: ``file: $.json.path: expected X, found Y``.
+    """
+
+    def __init__(self, file: str, path: str, expected: str, found: str) -> None:
+        self.file, self.path, self.expected, self.found = file, path, expected, found
+        super().__init__(f"{file}: {path}: expected {expected}, found {found}")
+
+
+class StructuredOutputError(DualMemError):
+    """A model's answer could not be parsed into the schema after all retries."""
+
+    def __init__(self, message: str, *, raw: str | None = None, attempts: int = 0) -> None:
+        self.raw, self.attempts = raw, attempts
+        super().__init__(message)

@@ -1,0 +1,1 @@
+"""Evals of DualMem."""

@@ -1,0 +1,55 @@
+"""Registry of memory frameworks: every name selectable by ``--framework`` and settings.
+
+Entries are imported lazily so that a framework's optional dependencies are
+only needed when it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+
+# name -> "module:Class"
+REGISTRY: dict[str, str] = {
+    "dualmem": "dualmem.frameworks.dualmem:DualMemFramework",
+}
+
+
+def available() -> list[str]:
+    """Return the registered framework names."""
+    return list(REGISTRY)
+
+
+def framework_class(name: str) -> type[MemoryFramework]:
+    """Return the class registered under ``name``."""
+    try:
+        target = REGISTRY[name]
+    except KeyError:
+        raise ConfigurationError(f"unknown framework {name!r}; choose one of {', '.join(REGISTRY)} (see `dualmem frameworks`)") from None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def open_framework(name: str | None = None, context: FrameworkContext | None = None, **context_kwargs: Any) -> MemoryFramework:
+    """Build the framework ``name`` (default: ``settings.framework``) for one namespace."""
+    if context is None:
+        context_kwargs.setdefault("settings", Settings())
+        context_kwargs.setdefault("namespace", ("persona", context_kwargs["settings"].user_id))
+        context = FrameworkContext(**context_kwargs)
+    return framework_class(name or context.settings.framework)(context)
+
+
+__all__ = [
+    "REGISTRY",
+    "FrameworkContext",
+    "IngestReport",
+    "MemoryFramework",
+    "RetrievedItem",
+    "available",
+    "framework_class",
+    "open_framework",
+]

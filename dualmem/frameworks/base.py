@@ -1,0 +1,122 @@
+"""The one interface every memory framework implements (DualMem and the baselines).
+
+A framework instance serves one memory namespace (persona, user). It ingests
+sessions incrementally and retrieves ranked items; ``respond`` is optional
+(the default answers in character from what ``retrieve`` returns).
+The sync methods are the core; the async ones run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+
+from dualmem.config import Settings
+from dualmem.schema import Persona, Session
+
+
+@dataclass
+class RetrievedItem:
+    """A ranked memory item, whatever the framework stores."""
+
+    text: str
+    kind: str
+    score: float
+    source_session: str | None = None
+    id: str | None = None
+    source_sessions: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def sessions(self) -> list[str]:
+        """Return every session this item comes from (first the main one)."""
+        out = [self.source_session] if self.source_session else []
+        return out + [s for s in self.source_sessions if s not in out]
+
+
+@dataclass
+class IngestReport:
+    """What one ``ingest`` call did."""
+
+    session_id: str
+    items_written: int = 0
+    failed_chunks: list[str] = field(default_factory=list)
+    llm_calls: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FrameworkContext:
+    """Everything a framework needs: namespace, persona, settings and shared models."""
+
+    namespace: tuple[str, str]
+    settings: Settings = field(default_factory=Settings)
+    persona: Persona | None = None
+    chat_model: BaseChatModel | None = None
+    embeddings: Embeddings | None = None
+    store_uri: str | None = None
+
+    def chat(self) -> BaseChatModel:
+        """Return the shared chat model (built from the settings if not given)."""
+        from dualmem.models import load_chat_model
+
+        if self.chat_model is None:
+            self.chat_model = load_chat_model(None, self.settings)
+        return self.chat_model
+
+    def embedder(self) -> Embeddings:
+        """Return the shared embedder (built from the settings if not given)."""
+        from dualmem.models import load_embeddings
+
+        if self.embeddings is None:
+            self.embeddings = load_embeddings(None, self.settings)
+        return self.embeddings
+
+    @property
+    def uri(self) -> str:
+        """Return the LanceDB URI this framework writes to."""
+        return self.store_uri or self.settings.store_uri
+
+
+class MemoryFramework(ABC):
+    """Incremental ingest per session; ranked retrieval; optional in-character reply."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def __init__(self, context: FrameworkContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def ingest(self, session: Session) -> IngestReport:
+        """Add one session to memory (sessions arrive in time order)."""
+
+    @abstractmethod
+    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+        """Return the ``k`` best memory items for ``query``, best first."""
+
+    def respond(self, query: str, k: int = 10) -> str:
+        """Answer ``query`` in character from retrieved memory."""
+        from dualmem.frameworks.respond import answer_from_items
+
+        return answer_from_items(self.context, query, self.retrieve(query, k))
+
+    def reset(self) -> None:
+        """Forget everything of this namespace (optional)."""
+        raise NotImplementedError(f"{self.name} cannot reset its memory")
+
+    async def aingest(self, session: Session) -> IngestReport:
+        """Async ``ingest`` (same core, in a worker thread)."""
+        return await asyncio.to_thread(self.ingest, session)
+
+    async def aretrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+        """Async ``retrieve`` (same core, in a worker thread)."""
+        return await asyncio.to_thread(self.retrieve, query, k)
+
+    async def arespond(self, query: str, k: int = 10) -> str:
+        """Async ``respond`` (same core, in a worker thread)."""
+        return await asyncio.to_thread(self.respond, query, k)

@@ -1,0 +1,1 @@
+"""Prompts of DualMem."""

@@ -1,0 +1,263 @@
+"""Pydantic data model: dialogues, memory items, writer updates, queries.
+
+Pydantic lives at the boundaries only (files, stored values, LLM structured
+output); graph state stays a ``TypedDict``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TaskType = Literal[
+    "Decision Guidance",
+    "Interpretive Attribution",
+    "Value Judgment",
+    "Contradiction Revelation",
+]
+TASK_TYPES: tuple[TaskType, ...] = (
+    "Decision Guidance",
+    "Interpretive Attribution",
+    "Value Judgment",
+    "Contradiction Revelation",
+)
+MemoryKind = Literal["fact", "insight"]
+Status = Literal["active", "superseded"]
+Role = Literal["user", "assistant"]
+OpName = Literal["ADD", "UPDATE", "DELETE"]
+EMOTIONS: tuple[str, ...] = (
+    "joy",
+    "acceptance",
+    "fear",
+    "surprise",
+    "sadness",
+    "disgust",
+    "anger",
+    "anticipation",
+)
+
+
+def utcnow() -> datetime:
+    """Return the current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+def stable_id(*parts: object, prefix: str = "") -> str:
+    """Return a deterministic 16-hex id from ``parts`` (same parts, same id)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:16]
+    return f"{prefix}{digest}"
+
+
+# --------------------------------------------------------------------------- dialogue
+
+
+class Persona(BaseModel):
+    """A role-play character. Free-form extra keys are kept in ``extra``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    name: str
+    description: str = ""
+    core_values: list[str] = Field(default_factory=list)
+    traits: list[str] = Field(default_factory=list)
+    background: str = ""
+    expertise: list[str] = Field(default_factory=list)
+    goals: list[str] = Field(default_factory=list)
+    user_profile: str | dict[str, Any] | None = None
+
+    def render(self) -> str:
+        """Render the persona as prompt text."""
+        lines = [f"Name: {self.name}"]
+        if self.description:
+            lines.append(f"Role: {self.description}")
+        for label, values in (
+            ("Core values", self.core_values),
+            ("Traits", self.traits),
+            ("Expertise", self.expertise),
+            ("Goals", self.goals),
+        ):
+            if values:
+                lines.append(f"{label}: {', '.join(values)}")
+        if self.background:
+            lines.append(f"Background: {self.background}")
+        for key, value in (self.model_extra or {}).items():
+            lines.append(f"{key.replace('_', ' ').capitalize()}: {value}")
+        return "\n".join(lines)
+
+
+class Turn(BaseModel):
+    """One message of a dialogue."""
+
+    id: str
+    role: Role
+    speaker: str = ""
+    text: str
+    is_query: bool = False
+    query_id: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class MemoryPoint(BaseModel):
+    """A gold memory point of a session (RealMem ``extracted_memory``)."""
+
+    id: str
+    type: str = ""
+    content: str
+    source_turn: int | None = None
+    session_id: str | None = None
+
+
+class Session(BaseModel):
+    """A dated conversation made of turns."""
+
+    id: str
+    time: str | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    memory_points: list[MemoryPoint] = Field(default_factory=list)
+    filler: bool = False
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Dialogue(BaseModel):
+    """A persona's whole multi-session history with one user."""
+
+    id: str
+    persona: Persona | None = None
+    user_id: str = "user"
+    sessions: list[Session] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class SourceRef(BaseModel):
+    """Where a memory item came from."""
+
+    session_id: str | None = None
+    turn_ids: list[str] = Field(default_factory=list)
+    chunk_id: str | None = None
+
+
+class MemoryItem(BaseModel):
+    """A stored fact or insight (the store contract of DESIGN.md)."""
+
+    id: str
+    namespace: tuple[str, ...]
+    kind: MemoryKind
+    text: str
+    source: SourceRef = Field(default_factory=SourceRef)
+    event_time: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    grounding: list[str] = Field(default_factory=list)
+    emotion: list[float] | None = None
+    status: Status = "active"
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("emotion")
+    @classmethod
+    def _eight_emotions(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and len(value) != len(EMOTIONS):
+            raise ValueError(f"emotion needs {len(EMOTIONS)} values {EMOTIONS}, got {len(value)}")
+        return value
+
+
+class Fact(MemoryItem):
+    """An objective event the user revealed."""
+
+    kind: Literal["fact"] = "fact"
+
+
+class Insight(MemoryItem):
+    """The persona's interpretation of facts, grounded in fact ids."""
+
+    kind: Literal["insight"] = "insight"
+
+    @model_validator(mode="after")
+    def _grounded(self) -> Insight:
+        if not self.grounding:
+            raise ValueError("an insight must cite at least one fact id in `grounding`")
+        return self
+
+
+# --------------------------------------------------------------------------- writer output
+
+
+class FactOp(BaseModel):
+    """One operation on the fact stream.
+
+    ``ADD`` takes a new label (``N1``, ``N2`` …) that insights of the same update
+    may cite; ``UPDATE`` / ``DELETE`` take an id shown in the working view (``F3``).
+    """
+
+    op: OpName
+    id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE")
+    text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)")
+    turn_ids: list[str] = Field(default_factory=list, description="ids of the turns it comes from")
+
+
+class InsightOp(BaseModel):
+    """One operation on the insight stream; ``fact_ids`` cite view or new fact labels."""
+
+    op: OpName
+    id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE")
+    text: str = Field(default="", description="the persona's interpretation (empty for DELETE)")
+    fact_ids: list[str] = Field(
+        default_factory=list, description="fact ids it rests on: view ids (F3) or new labels (N1)"
+    )
+
+
+class MemoryUpdate(BaseModel):
+    """The writer model's answer for one chunk."""
+
+    facts: list[FactOp] = Field(default_factory=list)
+    insights: list[InsightOp] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+class GoldEvidence(BaseModel):
+    """What a correct memory must hold to answer a query."""
+
+    facts: list[str] = Field(default_factory=list)
+    insight: str | None = None
+    session_ids: list[str] = Field(default_factory=list)
+    turn_ids: list[str] = Field(default_factory=list)
+    memory_points: list[str] = Field(default_factory=list)
+
+
+class Query(BaseModel):
+    """A test question with its gold evidence."""
+
+    id: str
+    text: str
+    task_type: TaskType | None = None
+    category: str | None = None
+    answer: str | None = None
+    gold: GoldEvidence = Field(default_factory=GoldEvidence)
+    session_id: str | None = None
+    turn_index: int | None = None
+    time: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class DatasetItem(BaseModel):
+    """One history and the queries asked about it."""
+
+    dialogue: Dialogue
+    queries: list[Query] = Field(default_factory=list)
+
+
+class Dataset(BaseModel):
+    """A loaded benchmark: several histories with their queries."""
+
+    name: str
+    source: str = ""
+    items: list[DatasetItem] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)

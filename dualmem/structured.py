@@ -1,0 +1,196 @@
+"""Structured output with repair: one core shared by the sync and async paths.
+
+Models that implement ``with_structured_output`` (OpenAI-compatible endpoints,
+the bundled local model, the test fakes) are asked for the schema directly;
+others get JSON-mode prompting. Either way a malformed answer is fed back with
+its error and retried; after ``retries`` repairs the result says it failed —
+callers record that, never drop it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from collections.abc import Generator
+from typing import Any, Generic, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+JSON_INSTRUCTION = (
+    "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
+)
+REPAIR_INSTRUCTION = (
+    "Your previous answer could not be used: {error}\n"
+    "Answer again with one valid JSON object matching the schema, nothing else."
+)
+
+
+@dataclass
+class Structured(Generic[T]):
+    """The outcome of a structured call: a value, or the error after all attempts."""
+
+    value: T | None
+    error: str | None = None
+    attempts: int = 0
+    raw: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Return True when a valid value was produced."""
+        return self.value is not None
+
+
+def extract_json(text: str) -> Any:
+    """Return the first JSON object found in ``text`` (fenced or bare)."""
+    fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.S)
+    candidates = [fenced.group(1)] if fenced else []
+    start = text.find("{")
+    if start >= 0:
+        candidates.append(text[start : text.rfind("}") + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError:
+            decoder = json.JSONDecoder()
+            try:
+                return decoder.raw_decode(candidate)[0]
+            except json.JSONDecodeError:
+                continue
+    raise ValueError("no JSON object found in the answer")
+
+
+def _raw_text(raw: Any) -> str:
+    if isinstance(raw, AIMessage):
+        if raw.tool_calls:
+            return json.dumps(raw.tool_calls[0].get("args", {}))
+        return raw.content if isinstance(raw.content, str) else json.dumps(raw.content)
+    return str(raw)
+
+
+def _supports_schema(model: BaseChatModel) -> bool:
+    return type(model).bind_tools is not BaseChatModel.bind_tools or (
+        type(model).with_structured_output is not BaseChatModel.with_structured_output
+    )
+
+
+def _prepare(model: BaseChatModel, schema: type[T], messages: list[BaseMessage], method: str | None) -> tuple[Any, list[BaseMessage], bool]:
+    """Return (runnable, first messages, native) for ``schema``."""
+    if _supports_schema(model):
+        kwargs = {"method": method} if method else {}
+        try:
+            return model.with_structured_output(schema, include_raw=True, **kwargs), list(messages), True
+        except NotImplementedError:
+            pass
+    hint = JSON_INSTRUCTION.format(schema=json.dumps(schema.model_json_schema()))
+    msgs = list(messages)
+    if msgs and isinstance(msgs[0], SystemMessage):
+        msgs[0] = SystemMessage(content=f"{msgs[0].content}\n\n{hint}")
+    else:
+        msgs.insert(0, SystemMessage(content=hint))
+    return model, msgs, False
+
+
+def _parse(schema: type[T], result: Any, native: bool) -> tuple[T | None, str | None, str]:
+    """Return (value, error, raw text) from one model answer."""
+    if native:
+        raw = result.get("raw")
+        text = _raw_text(raw)
+        parsed = result.get("parsed")
+        if parsed is not None:
+            try:
+                value = parsed if isinstance(parsed, schema) else schema.model_validate(parsed)
+                return value, None, text
+            except ValidationError as exc:
+                return None, _short(exc), text
+        error = result.get("parsing_error")
+        if error is None and isinstance(raw, AIMessage) and not raw.tool_calls:
+            try:  # some endpoints answer in content even when asked for a tool
+                return schema.model_validate(extract_json(text)), None, text
+            except (ValueError, ValidationError) as exc:
+                return None, _short(exc), text
+        return None, _short(error) if error else "the model returned no structured answer", text
+    text = _raw_text(result)
+    try:
+        return schema.model_validate(extract_json(text)), None, text
+    except (ValueError, ValidationError) as exc:
+        return None, _short(exc), text
+
+
+def _short(error: Any) -> str:
+    return " ".join(str(error).split())[:600]
+
+
+def _repair(messages: list[BaseMessage], raw: str, error: str) -> list[BaseMessage]:
+    return [*messages, AIMessage(content=raw[:4000]), HumanMessage(content=REPAIR_INSTRUCTION.format(error=error))]
+
+
+def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) -> Generator[list[BaseMessage], Any, Structured[T]]:
+    """Yield the messages of each attempt, receive the answer (or the exception)."""
+    out: Structured[T] = Structured(value=None)
+    for _ in range(retries + 1):
+        out.attempts += 1
+        result = yield msgs
+        if isinstance(result, Exception):
+            value, error, raw = None, _short(result), ""
+        else:
+            value, error, raw = _parse(schema, result, native)
+        out.raw.append(raw)
+        if value is not None:
+            out.value, out.error = value, None
+            return out
+        out.error = error
+        msgs = _repair(msgs, raw, error or "invalid answer")
+    return out
+
+
+def invoke_structured(
+    model: BaseChatModel,
+    messages: list[BaseMessage],
+    schema: type[T],
+    *,
+    retries: int = 2,
+    method: str | None = None,
+    config: Any = None,
+) -> Structured[T]:
+    """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output."""
+    runnable, msgs, native = _prepare(model, schema, messages, method)
+    core = _core(schema, native, msgs, retries)
+    request = next(core)
+    while True:
+        try:
+            result: Any = runnable.invoke(request, config=config)
+        except (ValueError, ValidationError) as exc:  # parser errors raised by some providers
+            result = exc
+        try:
+            request = core.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def ainvoke_structured(
+    model: BaseChatModel,
+    messages: list[BaseMessage],
+    schema: type[T],
+    *,
+    retries: int = 2,
+    method: str | None = None,
+    config: Any = None,
+) -> Structured[T]:
+    """Async twin of :func:`invoke_structured`, driving the same ``_core``."""
+    runnable, msgs, native = _prepare(model, schema, messages, method)
+    core = _core(schema, native, msgs, retries)
+    request = next(core)
+    while True:
+        try:
+            result: Any = await runnable.ainvoke(request, config=config)
+        except (ValueError, ValidationError) as exc:
+            result = exc
+        try:
+            request = core.send(result)
+        except StopIteration as stop:
+            return stop.value

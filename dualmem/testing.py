@@ -1,0 +1,125 @@
+"""Offline fakes for tests and docs: a structured-output chat model and hash embeddings.
+
+>>> from dualmem.schema import MemoryUpdate
+>>> model = FakeChatModel(responses=[MemoryUpdate()])
+>>> model.with_structured_output(MemoryUpdate).invoke("hi")
+MemoryUpdate(facts=[], insights=[])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, Field, PrivateAttr
+
+Response = Any  # BaseModel | dict | str | Exception | Callable[[list[BaseMessage]], Any]
+
+
+class FakeChatModel(BaseChatModel):
+    """A scripted chat model that supports tool calls and structured output.
+
+    ``responses`` are consumed in order (the last one repeats when
+    ``cycle=False`` runs out; with ``cycle=True`` they wrap around). A response
+    may be a pydantic object or dict (returned as a tool call when a tool is
+    bound, else as JSON text), a string (plain content), an exception (raised)
+    or a callable taking the messages and returning any of these. ``calls``
+    records every message list the model received.
+    """
+
+    responses: list[Any] = Field(default_factory=list)
+    cycle: bool = False
+    bound_tool: str | None = None
+    _state: dict[str, Any] = PrivateAttr(default_factory=lambda: {"i": 0, "calls": []})
+
+    @property
+    def _llm_type(self) -> str:
+        return "dualmem-fake"
+
+    @property
+    def calls(self) -> list[list[BaseMessage]]:
+        """Return every message list received so far."""
+        return self._state["calls"]
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
+        """Return a copy that answers with a call of the first tool."""
+        name = convert_to_openai_tool(tools[0])["function"]["name"] if tools else None
+        clone = self.model_copy(update={"bound_tool": name})
+        clone._state = self._state  # share the script and the call log
+        return clone
+
+    def _next(self, messages: list[BaseMessage]) -> Any:
+        self._state["calls"].append(list(messages))
+        if not self.responses:
+            return "ok"
+        i = self._state["i"]
+        self._state["i"] = i + 1
+        item = self.responses[i % len(self.responses)] if self.cycle else self.responses[min(i, len(self.responses) - 1)]
+        if callable(item) and not isinstance(item, (BaseModel, type)):
+            item = item(messages)
+        return item
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        item = self._next(messages)
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, BaseModel):
+            item = item.model_dump(mode="json")
+        if isinstance(item, dict):
+            if self.bound_tool:
+                call = {"name": self.bound_tool, "args": item, "id": f"call_{self._state['i']}", "type": "tool_call"}
+                message = AIMessage(content="", tool_calls=[call])
+            else:
+                message = AIMessage(content=json.dumps(item))
+        else:
+            message = AIMessage(content=str(item))
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class HashEmbeddings(Embeddings):
+    """Deterministic bag-of-words embeddings: texts sharing words are close.
+
+    >>> e = HashEmbeddings(dims=32)
+    >>> len(e.embed_query("night shifts"))
+    32
+    """
+
+    def __init__(self, dims: int = 64) -> None:
+        self.dims = dims
+
+    def _embed(self, text: str) -> list[float]:
+        vec = [0.0] * self.dims
+        for token in re.findall(r"\w+", text.lower()) or [text]:
+            h = int(hashlib.md5(token.encode()).hexdigest(), 16)
+            vec[h % self.dims] += 1.0 if (h >> 64) & 1 else -1.0
+        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+        return [v / norm for v in vec]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed several texts."""
+        return [self._embed(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one text."""
+        return self._embed(text)
+
+
+def scripted(fn: Callable[[list[BaseMessage]], Any]) -> FakeChatModel:
+    """Return a fake model whose every answer is ``fn(messages)``."""
+    return FakeChatModel(responses=[fn], cycle=True)

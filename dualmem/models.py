@@ -90,6 +90,10 @@ def _build_chat_model(spec: str, base_url: str, api_key: str, temperature: float
         from dualmem.local_llm import load_local_chat_model
 
         return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens)
+    if provider == "fake":  # offline scripted model for servers and CLI tests
+        from dualmem.testing import make_fake
+
+        return make_fake(name)
     if provider in OPENAI_COMPATIBLE or (provider == "openai" and base_url):
         if provider in OPENAI_COMPATIBLE and not base_url:
             raise ConfigurationError(
@@ -102,6 +106,7 @@ def _build_chat_model(spec: str, base_url: str, api_key: str, temperature: float
             base_url=base_url or None,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",  # type: ignore[arg-type]
             temperature=temperature,
+            max_completion_tokens=max_new_tokens,
         )
     from langchain.chat_models import init_chat_model
 

@@ -9,6 +9,7 @@ MemoryUpdate(facts=[], insights=[])
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -66,7 +67,8 @@ class FakeChatModel(BaseChatModel):
         self._state["i"] = i + 1
         item = self.responses[i % len(self.responses)] if self.cycle else self.responses[min(i, len(self.responses) - 1)]
         if callable(item) and not isinstance(item, (BaseModel, type)):
-            item = item(messages)
+            takes_tool = len(inspect.signature(item).parameters) >= 2
+            item = item(messages, self.bound_tool) if takes_tool else item(messages)
         return item
 
     def _generate(
@@ -123,3 +125,28 @@ class HashEmbeddings(Embeddings):
 def scripted(fn: Callable[[list[BaseMessage]], Any]) -> FakeChatModel:
     """Return a fake model whose every answer is ``fn(messages)``."""
     return FakeChatModel(responses=[fn], cycle=True)
+
+
+def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
+    """Answer MemoryUpdate requests with one fact and one insight taken from the chunk."""
+    text = str(messages[-1].content) if messages else ""
+    if tool == "MemoryUpdate":
+        lines = [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
+        user = next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
+        return {
+            "facts": [{"op": "ADD", "id": "N1", "text": f"User said: {user[:160]}", "turn_ids": []}],
+            "insights": [{"op": "ADD", "id": "M1", "text": f"I read this as telling: {user[:80]}", "fact_ids": ["N1"]}],
+        }
+    if tool:
+        return {}
+    return f"(fake reply) {text[-200:]}"
+
+
+def make_fake(name: str) -> FakeChatModel:
+    """Return a named offline fake for ``fake:NAME`` specs (servers and CLI tests).
+
+    ``fake:memory`` writes one fact and one insight per chunk and echoes replies.
+    """
+    if name in {"memory", "echo", ""}:
+        return FakeChatModel(responses=[_echo_memory], cycle=True)
+    raise ValueError(f"unknown fake model {name!r}; use fake:memory")

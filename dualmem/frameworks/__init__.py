@@ -16,6 +16,15 @@ from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramew
 # name -> "module:Class"
 REGISTRY: dict[str, str] = {
     "dualmem": "dualmem.frameworks.dualmem:DualMemFramework",
+    "full-context": "dualmem.frameworks.full_context:FullContextFramework",
+    "mem0-classic": "dualmem.frameworks.mem0_classic:Mem0ClassicFramework",
+    "langmem": "dualmem.frameworks.langmem_fw:LangMemFramework",
+    "memagent": "dualmem.frameworks.memagent:MemAgentFramework",
+    "memorybank": "dualmem.frameworks.memorybank:MemoryBankFramework",
+    "amem": "dualmem.frameworks.amem:AMemFramework",
+    "emotional-rag": "dualmem.frameworks.emotional_rag:EmotionalRAGFramework",
+    "bookmarks": "dualmem.frameworks.bookmarks:BookmarksFramework",
+    "raw-turns": "dualmem.frameworks.raw_turns:RawTurnsFramework",
 }
 
 

@@ -2,21 +2,45 @@
 
 Every other view of the store (LangGraph ``BaseStore``, LangChain retriever,
 agent tools) is a thin shell over this class.
+
+Layout at ``uri``: tables ``facts`` and ``insights`` (one row per
+``MemoryItem``; namespace stored as its JSON array string, vectors as
+fixed-size float32 lists, ``meta`` as JSON) and ``chunk_ledger`` (chunks a
+writer already applied). Indexes: BTREE on ``id``, BITMAP on ``namespace`` and
+``status``, native full-text on ``text``, and an IVF vector index once a table
+holds ``vector_index_min_rows`` rows. Rows written after an index was built are
+still searched (LanceDB scans unindexed rows); ``optimize()`` folds them into
+the indexes and runs by itself before a full-text search once enough accumulate.
+Hybrid search fuses the vector and full-text rankings with reciprocal-rank
+fusion (``1 / (60 + rank)``). ``event_time`` is an ISO-8601 string, so
+``since``/``until`` compare it as text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
 from dualmem.config import Settings
-from dualmem.schema import MemoryItem, MemoryKind
+from dualmem.errors import ConfigurationError
+from dualmem.schema import MemoryItem, MemoryKind, stable_id, utcnow
+from dualmem.stores import _lance as L
+from dualmem.stores._rows import (
+    ITEM_COLUMNS,
+    LEDGER_SCHEMA,
+    item_schema,
+    item_to_row,
+    row_to_item,
+)
 
 SearchMode = Literal["hybrid", "vector", "fts"]
 Namespace = tuple[str, ...]
+TABLES: dict[str, str] = {"fact": "facts", "insight": "insights"}
+LEDGER = "chunk_ledger"
+RRF_K = 60
 
 
 @dataclass
@@ -58,23 +82,126 @@ class DualStore:
     - ``drop_namespace(namespace)``
     - chunk ledger for idempotent writers: ``chunk_applied(namespace, chunk_id) -> bool``,
       ``mark_chunk_applied(namespace, chunk_id, payload: str)``
+
+    Additions (backward compatible): ``upsert(items, vectors=None)`` takes
+    precomputed vectors; ``search(..., vector=None)`` a precomputed query vector;
+    ``optimize()`` folds new rows into the indexes; ``search_vectors(...)`` returns
+    ids and scores only (no item parsing), for bulk callers and benchmarks.
     """
 
-    def __init__(self, uri: str, embeddings: Embeddings) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        uri: str,
+        embeddings: Embeddings,
+        *,
+        dims: int | None = None,
+        vector_index_min_rows: int = 100_000,
+        flat_search_max_rows: int = 50_000,
+        fts_reindex_rows: int = 5_000,
+    ) -> None:
+        if embeddings is None:
+            raise ConfigurationError("DualStore needs an embeddings object; use DualStore.from_settings(settings)")
+        self.uri = str(uri)
+        self.embeddings = embeddings
+        self.dims = dims or _dims_of(embeddings)
+        self.vector_index_min_rows = vector_index_min_rows
+        self.flat_search_max_rows = flat_search_max_rows
+        self.fts_reindex_rows = fts_reindex_rows
+        self._db = L.connect(self.uri)
+        schema = item_schema(self.dims)
+        self._tables = {kind: L.open_or_create(self._db, name, schema) for kind, name in TABLES.items()}
+        for table in self._tables.values():
+            L.check_dims(table, "vector", self.dims, self.uri)
+            L.ensure_base_indexes(table)
+        self._ledger = L.open_or_create(self._db, LEDGER, LEDGER_SCHEMA)
+        self._dirty = {kind: True for kind in TABLES}
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None) -> DualStore:
         """Open the store at ``settings.store_uri`` with the settings' embedder."""
-        raise NotImplementedError
+        from dualmem.models import load_embeddings
 
-    def upsert(self, items: Sequence[MemoryItem]) -> None:
+        settings = Settings.resolve(settings)
+        return cls(settings.store_uri, load_embeddings(embeddings, settings))
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, items: Sequence[MemoryItem], vectors: Sequence[Sequence[float]] | None = None) -> None:
         """Insert or replace items by id."""
-        raise NotImplementedError
+        if vectors is not None and len(vectors) != len(items):
+            raise ValueError(f"upsert got {len(items)} items but {len(vectors)} vectors; pass one vector per item")
+        latest: dict[str, tuple[MemoryItem, Sequence[float] | None]] = {}
+        for i, item in enumerate(items):
+            latest[item.id] = (item, None if vectors is None else vectors[i])
+        now = utcnow()
+        for kind, table in self._tables.items():
+            group = [(it, vec) for it, vec in latest.values() if it.kind == kind]
+            if not group:
+                continue
+            ids = [it.id for it, _ in group]
+            old = {r["id"]: r for r in L.query_rows(table, L.sql_in("id", ids), ["id", "text", "created_at", "vector"])}
+            need = [it.text for it, vec in group if vec is None and (it.id not in old or old[it.id]["text"] != it.text)]
+            fresh = iter(self.embeddings.embed_documents(need) if need else [])
+            rows = []
+            for it, vec in group:
+                if vec is None:
+                    prev = old.get(it.id)
+                    vec = prev["vector"] if prev is not None and prev["text"] == it.text else next(fresh)
+                created = old[it.id]["created_at"] if it.id in old else it.created_at
+                rows.append(item_to_row(it, vec, created_at=created, updated_at=now, dims=self.dims))
+            self._merge(table, rows)
+            self._dirty[kind] = True
+            other = self._tables["insight" if kind == "fact" else "fact"]
+            moved = L.sql_in("id", ids)
+            if other.count_rows(moved):
+                other.delete(moved)
+
+    def _merge(self, table: Any, rows: list[dict[str, Any]]) -> None:
+        import pyarrow as pa
+
+        data = pa.Table.from_pylist(rows, schema=table.schema)
+        table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+    def supersede(self, ids: Sequence[str]) -> None:
+        """Mark items superseded (kept for history, hidden from search)."""
+        if not ids:
+            return
+        for table in self._tables.values():
+            table.update(where=L.sql_in("id", ids), values={"status": "superseded", "updated_at": utcnow()})
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete items for good."""
+        if not ids:
+            return
+        for table in self._tables.values():
+            table.delete(L.sql_in("id", ids))
+
+    def drop_namespace(self, namespace: Namespace) -> None:
+        """Delete every item and ledger row of a namespace."""
+        where = L.ns_eq_sql(namespace)
+        for table in (*self._tables.values(), self._ledger):
+            table.delete(where)
+
+    def optimize(self) -> None:
+        """Fold new rows into the indexes, build the vector index once tables are large enough."""
+        for kind, table in self._tables.items():
+            rows = table.count_rows()
+            if rows >= self.vector_index_min_rows and not L.has_index(table, "vector"):
+                L.build_vector_index(table, rows)
+            table.optimize()
+            self._dirty[kind] = False
+
+    # ------------------------------------------------------------------ reads
 
     def get(self, ids: Sequence[str]) -> list[MemoryItem]:
         """Return the items with these ids."""
-        raise NotImplementedError
+        if not ids:
+            return []
+        found: dict[str, MemoryItem] = {}
+        for table in self._tables.values():
+            for row in L.query_rows(table, L.sql_in("id", list(ids)), ITEM_COLUMNS):
+                found[row["id"]] = row_to_item(row)
+        return [found[i] for i in ids if i in found]
 
     def list(
         self,
@@ -85,7 +212,26 @@ class DualStore:
         newest_first: bool = True,
     ) -> list[MemoryItem]:
         """List a namespace's items."""
-        raise NotImplementedError
+        where = L.and_all(L.ns_eq_sql(namespace), _status_sql(status))
+        rows = [r for table in self._pick(kind) for r in L.query_rows(table, where, ITEM_COLUMNS)]
+        rows.sort(key=lambda r: (r["created_at"], r["updated_at"], r["id"]), reverse=newest_first)
+        return [row_to_item(r) for r in (rows if limit is None else rows[:limit])]
+
+    def count(self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active") -> int:
+        """Count a namespace's items."""
+        where = L.and_all(L.ns_eq_sql(namespace), _status_sql(status))
+        return sum(table.count_rows(where) for table in self._pick(kind))
+
+    def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
+        """List the namespaces holding items."""
+        keys: set[str] = set()
+        for table in self._tables.values():
+            query = table.search()
+            where = L.ns_prefix_sql(prefix)
+            if where:
+                query = query.where(where)
+            keys.update(query.select(["namespace"]).limit(None).to_arrow().column("namespace").unique().to_pylist())
+        return sorted(L.ns_parse(k) for k in keys)
 
     def search(
         self,
@@ -98,9 +244,39 @@ class DualStore:
         where: str | None = None,
         since: str | None = None,
         until: str | None = None,
+        vector: Sequence[float] | None = None,
     ) -> list[ScoredItem]:
         """Search one namespace."""
-        raise NotImplementedError
+        if mode not in ("hybrid", "vector", "fts"):
+            raise ConfigurationError(f"search mode {mode!r} is not one of hybrid, vector, fts")
+        filt = L.and_all(
+            L.ns_eq_sql(namespace),
+            _status_sql(status),
+            where,
+            f"event_time >= {L.sql_str(since)}" if since else None,
+            f"event_time <= {L.sql_str(until)}" if until else None,
+        )
+        if mode != "fts" and vector is None:
+            vector = self.embeddings.embed_query(query)
+        hits: list[ScoredItem] = []
+        for kd in ["fact", "insight"] if kind is None else [kind]:
+            rows = self._search_rows(kd, query, vector, k, mode, filt, namespace)
+            hits.extend(ScoredItem(row_to_item(r), s) for r, s in rows)
+        hits.sort(key=lambda h: -h.score)
+        return hits[:k]
+
+    def search_vectors(
+        self,
+        namespace: Namespace,
+        vector: Sequence[float],
+        k: int = 10,
+        kind: MemoryKind = "fact",
+        where: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """Return ``(id, cosine score)`` of the ``k`` nearest active items, without parsing items."""
+        filt = L.and_all(L.ns_eq_sql(namespace), _status_sql("active"), where)
+        rows = self._vector_rows(self._tables[kind], vector, k, filt, namespace, ["id"])
+        return [(r["id"], 1.0 - r["_distance"]) for r in rows]
 
     def dual_search(
         self,
@@ -113,32 +289,118 @@ class DualStore:
         expand: bool = True,
     ) -> DualResult:
         """Search facts and insights; expand insights with their cited facts."""
-        raise NotImplementedError
+        vector = None if mode == "fts" else self.embeddings.embed_query(query)
+        if merged:
+            k = max(k_facts, k_insights)
+            pool = self.search(namespace, query, k=k, mode=mode, vector=vector)
+            result = DualResult(merged=pool)
+            result.facts = [h for h in pool if h.item.kind == "fact"]
+            result.insights = [h for h in pool if h.item.kind == "insight"]
+        else:
+            facts = self.search(namespace, query, kind="fact", k=k_facts, mode=mode, vector=vector)
+            insights = self.search(namespace, query, kind="insight", k=k_insights, mode=mode, vector=vector)
+            result = DualResult(facts=facts, insights=insights)
+        if expand and result.insights:
+            cited = [fid for h in result.insights for fid in h.item.grounding]
+            by_id = {f.id: f for f in self.get(list(dict.fromkeys(cited)))}
+            result.grounding = {h.item.id: [by_id[f] for f in h.item.grounding if f in by_id] for h in result.insights}
+        return result
 
-    def supersede(self, ids: Sequence[str]) -> None:
-        """Mark items superseded (kept for history, hidden from search)."""
-        raise NotImplementedError
-
-    def delete(self, ids: Sequence[str]) -> None:
-        """Delete items for good."""
-        raise NotImplementedError
-
-    def count(self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active") -> int:
-        """Count a namespace's items."""
-        raise NotImplementedError
-
-    def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
-        """List the namespaces holding items."""
-        raise NotImplementedError
-
-    def drop_namespace(self, namespace: Namespace) -> None:
-        """Delete every item and ledger row of a namespace."""
-        raise NotImplementedError
+    # ------------------------------------------------------------------ ledger
 
     def chunk_applied(self, namespace: Namespace, chunk_id: str) -> bool:
         """Return True if the writer already applied ``chunk_id``."""
-        raise NotImplementedError
+        return self._ledger.count_rows(f"id = {L.sql_str(_ledger_id(namespace, chunk_id))}") > 0
 
     def mark_chunk_applied(self, namespace: Namespace, chunk_id: str, payload: str = "") -> None:
         """Record that ``chunk_id`` was applied (payload: the update JSON)."""
-        raise NotImplementedError
+        row = {
+            "id": _ledger_id(namespace, chunk_id),
+            "namespace": L.ns_key(namespace),
+            "chunk_id": chunk_id,
+            "payload": payload,
+            "applied_at": utcnow(),
+        }
+        self._merge(self._ledger, [row])
+
+    def ledger_payload(self, namespace: Namespace, chunk_id: str) -> str | None:
+        """Return the payload recorded for ``chunk_id`` (None if it was not applied)."""
+        rows = L.query_rows(self._ledger, f"id = {L.sql_str(_ledger_id(namespace, chunk_id))}", ["payload"], 1)
+        return rows[0]["payload"] if rows else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _pick(self, kind: MemoryKind | None) -> list[Any]:
+        if kind is None:
+            return list(self._tables.values())
+        if kind not in self._tables:
+            raise ConfigurationError(f"memory kind {kind!r} is not one of fact, insight")
+        return [self._tables[kind]]
+
+    def _search_rows(
+        self, kind: str, query: str, vector: Any, k: int, mode: str, filt: str | None, namespace: Namespace
+    ) -> list[tuple[dict[str, Any], float]]:
+        table = self._tables[kind]
+        if mode == "vector":
+            return [(r, 1.0 - r.pop("_distance")) for r in self._vector_rows(table, vector, k, filt, namespace)]
+        if self._dirty[kind]:
+            self._refresh_fts(kind)
+        if mode == "fts":
+            return [(r, float(r.pop("_score"))) for r in self._fts_rows(table, query, k, filt)]
+        fetch = max(2 * k, 20)
+        vec_rows = self._vector_rows(table, vector, fetch, filt, namespace)
+        fts_rows = self._fts_rows(table, query, fetch, filt)
+        fused: dict[str, float] = {}
+        rows: dict[str, dict[str, Any]] = {}
+        for ranked in (vec_rows, fts_rows):
+            for rank, row in enumerate(ranked, start=1):
+                fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (RRF_K + rank)
+                rows.setdefault(row["id"], row)
+        order = sorted(fused, key=lambda i: -fused[i])[:k]
+        for row in rows.values():
+            row.pop("_distance", None)
+            row.pop("_score", None)
+        return [(rows[i], fused[i]) for i in order]
+
+    def _vector_rows(
+        self, table: Any, vector: Any, k: int, filt: str | None, namespace: Namespace, columns: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        query = table.search(list(vector), vector_column_name="vector").distance_type("cosine")
+        if filt:
+            query = query.where(filt, prefilter=True)
+        if L.has_index(table, "vector"):
+            if table.count_rows(L.ns_eq_sql(namespace)) <= self.flat_search_max_rows:
+                query = query.bypass_vector_index()
+            else:
+                query = query.nprobes(32).refine_factor(5)
+        return query.select([*(columns or ITEM_COLUMNS), "_distance"]).limit(k).to_arrow().to_pylist()
+
+    def _fts_rows(self, table: Any, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
+        if not query.strip():
+            return []
+        search = table.search(query, query_type="fts", fts_columns="text")
+        if filt:
+            search = search.where(filt, prefilter=True)
+        return search.select([*ITEM_COLUMNS, "_score"]).limit(k).to_arrow().to_pylist()
+
+    def _refresh_fts(self, kind: str) -> None:
+        table = self._tables[kind]
+        if not L.has_index(table, "text"):
+            L.ensure_base_indexes(table)
+        elif L.unindexed_rows(table, "text") >= self.fts_reindex_rows:
+            table.optimize()
+        self._dirty[kind] = False
+
+
+def _dims_of(embeddings: Embeddings) -> int:
+    from dualmem.models import embedding_dims
+
+    return embedding_dims(embeddings)
+
+
+def _status_sql(status: str | None) -> str | None:
+    return f"status = {L.sql_str(status)}" if status else None
+
+
+def _ledger_id(namespace: Namespace, chunk_id: str) -> str:
+    return stable_id(L.ns_key(namespace), chunk_id, prefix="chunk-")

@@ -1,0 +1,305 @@
+"""The `dualmem` command: ingest, ask, chat, inspect, demo, frameworks, eval, generate, train."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError, DatasetError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(
+    help="DualMem: long-term memory for role-playing agents, written through their persona (facts + insights).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+generate_app = typer.Typer(help="Generate benchmark data (RoleMemo-style weaving, RealMem-style simulation).", no_args_is_help=True)
+app.add_typer(generate_app, name="generate")
+console = Console()
+err_console = Console(stderr=True)
+
+DATASETS = ("rolememo", "realmem", "locomo")
+ModelOpt = typer.Option(None, "--model", "-m", help="chat model as provider:model (default: settings.chat_model, local:smollm2)")
+StoreOpt = typer.Option(None, "--store", help="LanceDB directory or URI (default: settings.store_uri)")
+PersonaOpt = typer.Option(..., "--persona", "-p", help="persona id (as ingested) or a persona .json file")
+
+
+def _mount_train() -> None:
+    try:
+        from dualmem.training.cli import train_app
+    except ImportError:  # training extras not installed
+        return
+    app.add_typer(train_app, name="train", help="Train the writer model: SFT export, SFT, GRPO (TRL / VeRL).")
+
+
+def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn configuration and data errors into one red line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigurationError, DatasetError) as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _settings(model: str | None = None, store: str | None = None, **extra: Any) -> Settings:
+    return Settings.resolve(None, chat_model=model, store_uri=store, **extra)
+
+
+def _print_memory(reply: Any) -> None:
+    facts = Table(title="retrieved facts", show_lines=False)
+    for col in ("score", "fact", "session", "turns"):
+        facts.add_column(col)
+    for hit in reply.facts:
+        facts.add_row(f"{hit.score:.3f}", hit.item.text, hit.item.source.session_id or "", ",".join(hit.item.source.turn_ids))
+    console.print(facts)
+    insights = Table(title="retrieved insights (with the facts they cite)")
+    for col in ("score", "insight", "grounding"):
+        insights.add_column(col)
+    for hit in reply.insights:
+        cited = reply.grounding.get(hit.item.id, [])
+        insights.add_row(f"{hit.score:.3f}", hit.item.text, "\n".join(f"- {f.text}" for f in cited) or "(cited facts missing)")
+    console.print(insights)
+
+
+@app.command()
+@friendly
+def ingest(
+    path: Path = typer.Argument(..., exists=True, help="dataset file (or folder for rolememo)"),
+    dataset: str = typer.Option("rolememo", "--dataset", "-d", help=f"format: {', '.join(DATASETS)}"),
+    persona: Path | None = typer.Option(None, "--persona", "-p", help="persona .json to write through (else the dataset's)"),
+    sessions: int | None = typer.Option(None, "--sessions", help="ingest only the first N sessions"),
+    model: str | None = ModelOpt,
+    store: str | None = StoreOpt,
+    thread: str | None = typer.Option(None, "--thread", help="checkpoint thread id (re-run the same id to resume)"),
+) -> None:
+    """Write facts and insights from a dialogue history into the store (resumable)."""
+    from dualmem.datasets import load_dataset
+    from dualmem.graphs.write import write_history
+    from dualmem.stores.personas import load_persona_file, save_persona
+
+    settings = _settings(model, store)
+    data = load_dataset(dataset, path)
+    for item in data.items:
+        who = load_persona_file(persona) if persona else item.dialogue.persona
+        if who is None:
+            raise ConfigurationError(f"{path} has no persona; pass --persona FILE.json")
+        dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
+        save_persona(settings.store_uri, who)
+        report = write_history(dialogue, who, settings=settings, thread_id=thread)
+        _print_report(report, who.id)
+    console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}")
+
+
+def _print_report(report: Any, persona_id: str) -> None:
+    failed = getattr(report, "failed_chunks", [])
+    console.print(
+        f"[green]{persona_id}[/]: {len(getattr(report, 'chunks', []))} chunks, "
+        f"{getattr(report, 'facts_written', '?')} facts, {getattr(report, 'insights_written', '?')} insights, "
+        f"{len(failed)} failed chunk(s)"
+    )
+    for chunk in failed:
+        console.print(f"  [yellow]failed[/] {chunk}")
+
+
+@app.command()
+@friendly
+def ask(
+    question: str = typer.Argument(..., help="the user's message"),
+    persona: str = PersonaOpt,
+    k: int | None = typer.Option(None, "--k", help="facts and insights retrieved (default settings.retrieval_k)"),
+    mode: str | None = typer.Option(None, "--mode", help="dual or merged"),
+    model: str | None = ModelOpt,
+    store: str | None = StoreOpt,
+    show_memory: bool = typer.Option(True, "--show-memory/--no-show-memory", help="print retrieved memory"),
+) -> None:
+    """Answer one message in character from memory."""
+    from dualmem.graphs.respond import respond
+    from dualmem.stores.personas import find_persona
+
+    settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode)
+    who = find_persona(settings.store_uri, persona)
+    reply = respond(question, who, settings=settings)
+    if show_memory:
+        _print_memory(reply)
+    console.print(f"[bold]{who.name}:[/] {reply.text}")
+
+
+@app.command()
+@friendly
+def chat(
+    persona: str = PersonaOpt,
+    model: str | None = ModelOpt,
+    store: str | None = StoreOpt,
+    remember: bool = typer.Option(True, "--remember/--no-remember", help="write each exchange back into memory"),
+) -> None:
+    """Chat in character; memory is retrieved every turn and (by default) written back."""
+    from dualmem.graphs.respond import respond
+    from dualmem.stores.personas import find_persona
+
+    settings = _settings(model, store)
+    who = find_persona(settings.store_uri, persona)
+    console.print(f"Chatting with [bold]{who.name}[/] (empty line or Ctrl-D to stop).")
+    history: list[tuple[str, str]] = []
+    while True:
+        try:
+            message = console.input("[bold cyan]you>[/] ")
+        except EOFError:
+            break
+        if not message.strip():
+            break
+        reply = respond(message, who, settings=settings, history=history, remember=remember)
+        history.append((message, reply.text))
+        console.print(f"[bold]{who.name}>[/] {reply.text}")
+
+
+@app.command()
+@friendly
+def inspect(
+    persona: str = PersonaOpt,
+    kind: str | None = typer.Option(None, "--kind", help="fact or insight (default both)"),
+    search: str | None = typer.Option(None, "--search", "-s", help="hybrid search instead of listing"),
+    limit: int = typer.Option(20, "--limit", help="rows to show"),
+    store: str | None = StoreOpt,
+    all_status: bool = typer.Option(False, "--all", help="include superseded items"),
+) -> None:
+    """List or search a persona's facts and insights."""
+    from dualmem.models import load_embeddings
+    from dualmem.stores import DualStore
+    from dualmem.stores.personas import find_persona
+
+    settings = _settings(None, store)
+    who = find_persona(settings.store_uri, persona)
+    db = DualStore(settings.store_uri, load_embeddings(None, settings))
+    namespace = (who.id, settings.user_id)
+    status = None if all_status else "active"
+    if kind not in (None, "fact", "insight"):
+        raise ConfigurationError(f"--kind {kind!r}: use fact or insight")
+    if search:
+        rows = [(h.item, f"{h.score:.3f}") for h in db.search(namespace, search, kind=kind, k=limit, status=status)]  # type: ignore[arg-type]
+    else:
+        rows = [(i, "") for i in db.list(namespace, kind=kind, status=status, limit=limit)]  # type: ignore[arg-type]
+    table = Table(title=f"{who.name}: {db.count(namespace, 'fact')} facts, {db.count(namespace, 'insight')} insights in {settings.store_uri}")
+    for col in ("kind", "id", "text", "source", "grounding", "status", "score"):
+        table.add_column(col)
+    for item, score in rows:
+        source = f"{item.source.session_id or ''} {','.join(item.source.turn_ids)}".strip()
+        table.add_row(item.kind, item.id, item.text, source, ",".join(item.grounding), item.status, score)
+    console.print(table)
+
+
+@app.command()
+@friendly
+def demo(
+    store: str | None = typer.Option(None, "--store", help="where to write (default .dualmem/demo)"),
+    model: str | None = ModelOpt,
+    realmem_sessions: int = typer.Option(2, "--realmem-sessions", help="prefix of RealMem Sophie_Dubois to ingest too, if ../shared/data exists"),
+) -> None:
+    """Run the whole pipeline offline on the bundled sample with the bundled tiny model."""
+    from dualmem.demo import run_demo
+
+    run_demo(store=store or ".dualmem/demo", model=model, realmem_sessions=realmem_sessions, console=console)
+
+
+@app.command()
+def frameworks() -> None:
+    """List the memory frameworks selectable with --framework."""
+    from dualmem.frameworks import REGISTRY, framework_class
+
+    table = Table(title="memory frameworks")
+    table.add_column("name")
+    table.add_column("what it is")
+    for name in REGISTRY:
+        try:
+            desc = framework_class(name).description
+        except Exception as exc:  # noqa: BLE001 - show broken entries instead of hiding them
+            desc = f"[red]unavailable: {exc}[/]"
+        table.add_row(name, desc)
+    console.print(table)
+
+
+@app.command(name="eval", context_settings={"allow_interspersed_args": True})
+@friendly
+def eval_(
+    args: list[str] = typer.Argument(..., help="PATH of the dataset, or `compare RUN_DIR...`"),
+    dataset: str = typer.Option("rolememo", "--dataset", "-d", help=f"format: {', '.join(DATASETS)}"),
+    framework: str | None = typer.Option(None, "--framework", "-f", help="memory framework (see `dualmem frameworks`)"),
+    judge: str | None = typer.Option(None, "--judge", help="judge model provider:model (default: no LLM judges)"),
+    limit: int | None = typer.Option(None, "--limit", help="evaluate only the first N queries"),
+    out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<dataset>-<framework>-<time>)"),
+    model: str | None = ModelOpt,
+    store: str | None = StoreOpt,
+    no_respond: bool = typer.Option(False, "--no-respond", help="retrieval metrics only, no in-character answers"),
+) -> None:
+    """Evaluate a framework on a dataset (`dualmem eval -d realmem FILE -f NAME`), or `dualmem eval compare RUN...`."""
+    if args[0] == "compare":
+        from dualmem.evals.run import compare
+
+        if len(args) < 2:
+            raise ConfigurationError("`dualmem eval compare` needs one or more run directories")
+        compare([Path(a) for a in args[1:]], out=out)
+        return
+    if dataset not in DATASETS:
+        raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
+    from dualmem.evals.run import run_eval
+
+    settings = _settings(model, store, framework=framework, judge_model=judge)
+    run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge, limit=limit, out=out, settings=settings, respond=not no_respond)
+    console.print(f"report: [bold]{run_dir}[/]")
+
+
+@generate_app.command("rolememo")
+@friendly
+def generate_rolememo(
+    personas: Path = typer.Option(..., "--personas", exists=True, help="folder of persona .json files"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    lengths: str = typer.Option("32k,64k,128k,256k", "--lengths", help="history lengths in tokens, e.g. 32k,128k"),
+    model: str | None = ModelOpt,
+    thread: str | None = typer.Option(None, "--thread", help="checkpoint thread (re-run to resume)"),
+) -> None:
+    """Generate a RoleMemo-style dataset: insights, fragments, woven dialogues, checks, long histories."""
+    from dualmem.generate import generate_rolememo as run
+
+    sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
+    run(personas, out, lengths=sizes, settings=_settings(model), thread_id=thread)
+
+
+@generate_app.command("realmem")
+@friendly
+def generate_realmem(
+    persona: Path = typer.Option(..., "--persona", exists=True, help="persona .json file"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    sessions: int = typer.Option(10, "--sessions", help="number of sessions"),
+    model: str | None = ModelOpt,
+) -> None:
+    """Simulate a RealMem-style multi-session history with a user agent, assistant and memory manager."""
+    from dualmem.generate import generate_realmem as run
+
+    run(persona, out, sessions=sessions, settings=_settings(model))
+
+
+_mount_train()
+
+
+def main() -> None:  # pragma: no cover - console entry
+    """Run the CLI."""
+    app(prog_name="dualmem")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

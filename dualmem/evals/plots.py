@@ -1,0 +1,131 @@
+"""Report figures (matplotlib, Agg backend): recall by group, judge radar, recall@k curves.
+
+Every function takes ``{label: summary}`` (one summary per framework/run) and
+returns PNG bytes, or None when the summaries hold nothing to draw.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dualmem.evals.judges import ROLEPLAY_KEYS  # noqa: E402
+
+Summaries = Mapping[str, Mapping[str, Any]]
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def data_uri(png: bytes) -> str:
+    """Return a base64 ``data:`` URI of PNG bytes, for self-contained HTML."""
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not math.isnan(float(x))
+
+
+def group_series(summary: Mapping[str, Any]) -> tuple[str, dict[str, dict[str, float]]]:
+    """Return (title, {group: {metric: value}}) that the recall-by-group chart shows for a summary."""
+    protocol = summary.get("protocol")
+    if protocol == "rolememo":
+        groups = {g: {k: v for k, v in row.items() if k in ("fact_recall@10", "insight_recall@10")}
+                  for g, row in summary.get("by_task_type", {}).items()}
+        return "Recall@10 by task type", groups
+    if protocol == "locomo":
+        return "Evidence recall@10 by category", {
+            f"cat {g}": {"evidence_recall@10": row.get("evidence_recall@10", float("nan"))}
+            for g, row in summary.get("by_category", {}).items()}
+    return "Session recall_any@10 per persona", {
+        p: {"recall_any@10": row.get("recall_any@10", float("nan"))} for p, row in summary.get("per_persona", {}).items()}
+
+
+def recall_by_group(summaries: Summaries) -> bytes | None:
+    """Return grouped bars of recall per task type / category / persona, one colour per run and metric."""
+    series: dict[str, dict[str, float]] = {}
+    title = ""
+    groups: list[str] = []
+    for label, summary in summaries.items():
+        title, by_group = group_series(summary)
+        for g, row in by_group.items():
+            if g not in groups:
+                groups.append(g)
+            for metric, value in row.items():
+                series.setdefault(f"{label} · {metric}", {})[g] = value
+    if not groups or not any(_finite(v) for row in series.values() for v in row.values()):
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 4))
+    width = 0.8 / max(1, len(series))
+    for i, (name, row) in enumerate(series.items()):
+        xs = [j + i * width for j in range(len(groups))]
+        ax.bar(xs, [row.get(g, 0.0) if _finite(row.get(g)) else 0.0 for g in groups], width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, rotation=20, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def judge_radar(summaries: Summaries, keys: tuple[str, ...] = ROLEPLAY_KEYS, scale: float = 5.0) -> bytes | None:
+    """Return a radar chart of the four role-play judge dimensions, one polygon per run."""
+    rows = {label: [s.get("judges", {}).get(k, {}).get("mean") for k in keys] for label, s in summaries.items()}
+    rows = {label: vals for label, vals in rows.items() if any(_finite(v) for v in vals)}
+    if not rows:
+        return None
+    angles = [2 * math.pi * i / len(keys) for i in range(len(keys))]
+    fig = plt.figure(figsize=(5, 5))
+    ax = fig.add_subplot(111, polar=True)
+    for label, vals in rows.items():
+        ys = [float(v) if _finite(v) else 0.0 for v in vals]
+        ax.plot([*angles, angles[0]], [*ys, ys[0]], label=label)
+        ax.fill([*angles, angles[0]], [*ys, ys[0]], alpha=0.15)
+    ax.set_xticks(angles, [k.replace("_", "\n") for k in keys], fontsize=8)
+    ax.set_ylim(0, scale)
+    ax.set_title("Role-play judge (0-5)")
+    ax.legend(loc="lower right", fontsize=7, bbox_to_anchor=(1.3, -0.1))
+    return _png(fig)
+
+
+def _at_k(overall: Mapping[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for key, value in overall.items():
+        found = re.fullmatch(r"(.+)@(\d+)", key)
+        if found and _finite(value):
+            curves.setdefault(found.group(1), []).append((int(found.group(2)), float(value)))
+    return {name: sorted(pts) for name, pts in curves.items() if len(pts) > 1}
+
+
+def recall_at_k(summaries: Summaries) -> bytes | None:
+    """Return recall@k curves (every ``metric@k`` family with several k) of each run's overall metrics."""
+    lines = {(label, name): pts for label, s in summaries.items() for name, pts in _at_k(s.get("overall", {})).items()}
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (label, name), pts in lines.items():
+        ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=f"{label} · {name}")
+    ax.set_xlabel("k")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Recall@k")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def all_plots(summaries: Summaries) -> dict[str, bytes]:
+    """Return every drawable figure as ``{name: png}``."""
+    figures = {"recall_by_group": recall_by_group(summaries), "judge_radar": judge_radar(summaries),
+               "recall_at_k": recall_at_k(summaries)}
+    return {k: v for k, v in figures.items() if v is not None}

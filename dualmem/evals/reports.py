@@ -1,0 +1,235 @@
+"""Run reports: per-query JSONL, ``summary.json``, ``report.md``, self-contained ``report.html``, run comparison.
+
+A run folder holds ``records.jsonl`` (one query per line), ``summary.json``
+(the :func:`dualmem.evals.summary.summarize` output plus ``meta``: dataset,
+framework, models, similarity embedder, limits), ``report.md`` and
+``report.html`` (plots embedded as base64 PNG, no external files).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dualmem.evals import plots
+
+RECORDS = "records.jsonl"
+SUMMARY = "summary.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+HEADLINE = {
+    "rolememo": ("fact_recall@10", "insight_recall@10"),
+    "realmem": ("recall_any@5", "recall_any@10", "recall_all@10", "ndcg_any@10", "memory_point_recall"),
+    "locomo": ("evidence_recall@5", "evidence_recall@10", "evidence_recall@20", "id_context_precision"),
+}
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
+def _clean(value: Any) -> Any:
+    """Replace NaN by None so that files are strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Write records as JSON lines; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(_clean(rec), ensure_ascii=False, default=_json_default) + "\n")
+    return path
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines records file."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """Read ``summary.json`` of a run folder (clear error when it is not one)."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: pass a folder written by `dualmem eval` (it holds {SUMMARY})")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def fmt(value: Any) -> str:
+    """Format a metric value for tables (3 decimals, '–' when missing)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Return a GitHub-markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _metric_table(block: Mapping[str, Mapping[str, Any]], first: str) -> str:
+    keys: list[str] = []
+    for row in block.values():
+        keys += [k for k in row if k not in keys and not k.startswith("n_")]
+    return md_table([first, *keys], [[g, *(row.get(k) for k in keys)] for g, row in block.items()])
+
+
+def _judge_table(judges: Mapping[str, Mapping[str, float]]) -> str:
+    return md_table(["judge", "mean", "n", "errors"], [[k, v.get("mean"), int(v.get("n", 0)), int(v.get("errors", 0))]
+                                                        for k, v in judges.items()])
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    """Return ``report.md`` text of one run summary."""
+    meta = summary.get("meta", {})
+    protocol = summary.get("protocol", "")
+    parts = [f"# DualMem evaluation — {protocol} × {meta.get('framework', '?')}", ""]
+    parts += [f"- {k}: `{v}`" for k, v in meta.items() if not isinstance(v, (dict, list))]
+    parts += [f"- queries: {summary.get('n_queries')} over {summary.get('n_personas')} persona(s); "
+              f"queries with errors: {summary.get('n_query_errors')}", ""]
+    parts += ["## Overall", "", _metric_table({"overall": summary.get("overall", {})}, "scope"), ""]
+    for key, title, first in (("by_task_type", "By task type", "task type"), ("by_category", "By category", "category"),
+                              ("per_persona", "Per persona", "persona")):
+        if summary.get(key):
+            parts += [f"## {title}", "", _metric_table(summary[key], first), ""]
+    if protocol == "locomo":
+        adv = summary.get("adversarial", {})
+        parts += ["## Category 5 (adversarial, reported apart)", "", f"{adv.get('n', 0)} queries", "",
+                  _metric_table({"cat 5": adv.get("metrics", {})}, "scope"), ""]
+    if summary.get("judges"):
+        parts += ["## LLM judges", "", _judge_table(summary["judges"]), ""]
+    if summary.get("ingest"):
+        parts += ["## Ingest", "", md_table(list(summary["ingest"]), [list(summary["ingest"].values())]), ""]
+    return "\n".join(parts)
+
+
+def _md_to_html(md: str) -> str:
+    """Convert the small markdown subset used by reports (headings, bullets, tables) to HTML."""
+    out: list[str] = []
+    table: list[list[str]] = []
+
+    def flush() -> None:
+        if table:
+            head, *body = table
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
+                       + "</table>")
+            table.clear()
+
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not all(set(c) <= {"-"} for c in cells):
+                table.append(cells)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<li>{html.escape(line[2:]).replace('`', '')}</li>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}")
+
+
+def render_html(markdown: str, figures: Mapping[str, bytes], title: str = "DualMem evaluation") -> str:
+    """Return a self-contained HTML page: the markdown report and the figures as base64 PNG."""
+    imgs = "\n".join(f'<figure><img alt="{html.escape(name)}" id="{html.escape(name)}" src="{plots.data_uri(png)}">'
+                     f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, png in figures.items())
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>{_md_to_html(markdown)}<h2>Figures</h2>{imgs}</body></html>")
+
+
+def write_report(run_dir: str | Path, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]] | None = None) -> Path:
+    """Write records (if given), ``summary.json``, ``report.md`` and ``report.html`` into ``run_dir``; return it."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if records is not None:
+        write_records(run_dir / RECORDS, records)
+    (run_dir / SUMMARY).write_text(json.dumps(_clean(summary), indent=2, ensure_ascii=False, default=_json_default),
+                                   encoding="utf-8")
+    markdown = render_markdown(summary)
+    (run_dir / REPORT_MD).write_text(markdown, encoding="utf-8")
+    label = str(summary.get("meta", {}).get("framework", run_dir.name))
+    figures = plots.all_plots({label: summary})
+    (run_dir / REPORT_HTML).write_text(render_html(markdown, figures), encoding="utf-8")
+    return run_dir
+
+
+@dataclass
+class Comparison:
+    """Several runs side by side: one row per run, one column per headline metric and judge."""
+
+    headers: list[str]
+    rows: list[list[Any]]
+    summaries: dict[str, dict[str, Any]]
+
+    def markdown(self) -> str:
+        """Return the comparison as a markdown table."""
+        return md_table(self.headers, self.rows)
+
+    def rich_table(self) -> Any:
+        """Return the comparison as a ``rich.table.Table``."""
+        from rich.table import Table
+
+        table = Table(title="DualMem runs")
+        for h in self.headers:
+            table.add_column(h, justify="left" if h in ("run", "framework", "dataset") else "right")
+        for row in self.rows:
+            table.add_row(*(fmt(c) for c in row))
+        return table
+
+
+def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
+    """Put several run folders side by side (headline metrics of their protocols, then judge means)."""
+    summaries = {str(Path(d)): read_summary(d) for d in run_dirs}
+    metric_keys: list[str] = []
+    judge_keys: list[str] = []
+    for s in summaries.values():
+        for k in HEADLINE.get(s.get("protocol", ""), ()):
+            if k not in metric_keys:
+                metric_keys.append(k)
+        judge_keys += [k for k in s.get("judges", {}) if k not in judge_keys]
+    headers = ["run", "framework", "dataset", "queries", *metric_keys, *judge_keys]
+    rows = []
+    for path, s in summaries.items():
+        meta = s.get("meta", {})
+        rows.append([Path(path).name, meta.get("framework"), s.get("protocol"), s.get("n_queries"),
+                     *(s.get("overall", {}).get(k) for k in metric_keys),
+                     *(s.get("judges", {}).get(k, {}).get("mean") for k in judge_keys)])
+    return Comparison(headers=headers, rows=rows, summaries=summaries)
+
+
+def write_comparison(comparison: Comparison, out: str | Path) -> Path:
+    """Write ``comparison.md`` and ``comparison.html`` (with radar and recall@k across runs) into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = {f"{Path(p).name} ({s.get('meta', {}).get('framework', '?')})": s for p, s in comparison.summaries.items()}
+    md = "# DualMem run comparison\n\n" + comparison.markdown() + "\n"
+    (out / "comparison.md").write_text(md, encoding="utf-8")
+    (out / "comparison.html").write_text(render_html(md, plots.all_plots(labels), "DualMem run comparison"), encoding="utf-8")
+    return out

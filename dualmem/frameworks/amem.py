@@ -1,0 +1,206 @@
+"""``amem``: A-MEM (Xu et al. 2025, "A-MEM: Agentic Memory for LLM Agents") on LanceDB.
+
+Every session is cut into notes of ``note_tokens`` tokens (default
+``Settings.chunk_tokens``, whole turns). For each new note:
+
+1. *note construction* — the chat model writes its keywords, a one-sentence
+   context and tags; the note is embedded as content + context + keywords + tags;
+2. *link generation* — the ``link_k`` nearest existing notes are shown to the
+   model, which picks the ones to link (links are kept both ways);
+3. *memory evolution* — in the same answer the model may refine the new note's
+   tags and rewrite the context and tags of neighbours, which are re-embedded.
+
+``retrieve(query, k)`` ranks notes by cosine similarity and returns each hit
+followed by its linked neighbours (``meta["via"]`` names the hit), cut to ``k``.
+A failed analysis keeps the note (content only) and a failed evolution keeps it
+unlinked; both are listed in ``IngestReport.failed_chunks``. Notes are written
+one by one into ``{uri}/amem``: an interrupted ingest resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
+from tqdm.auto import tqdm
+
+from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks
+from dualmem.nodes.emotion import cosines
+from dualmem.prompts.amem import AMEM_ANALYSE, AMEM_EVOLVE, AMEM_NEIGHBOUR, AMEM_SYSTEM
+from dualmem.schema import Session, stable_id
+from dualmem.structured import invoke_structured
+
+
+class NoteAnalysis(BaseModel):
+    """Keywords, context and tags of a new note."""
+
+    keywords: list[str] = Field(default_factory=list, description="3-7 salient keywords")
+    context: str = Field(default="", description="one sentence: what the note is about and why it matters")
+    tags: list[str] = Field(default_factory=list, description="3-6 broad category tags")
+
+
+class NeighbourUpdate(BaseModel):
+    """A neighbour's new context and tags."""
+
+    label: str = Field(description="the neighbour's label, like M2")
+    context: str = Field(description="its new context sentence")
+    tags: list[str] = Field(default_factory=list, description="its new tags")
+
+
+class Evolution(BaseModel):
+    """Which neighbours to link, and how the neighbourhood evolves."""
+
+    links: list[str] = Field(default_factory=list, description="labels of the related neighbours (M1, M2…)")
+    tags: list[str] = Field(default_factory=list, description="the new note's refined tags (empty: keep)")
+    should_evolve: bool = Field(default=False, description="true if some neighbours should change")
+    updates: list[NeighbourUpdate] = Field(default_factory=list, description="new context and tags of neighbours")
+
+
+def embed_text(note: dict[str, Any]) -> str:
+    """Return the text a note is embedded from: content, context, keywords and tags."""
+    parts = [note["content"], note.get("context", "")]
+    if note.get("keywords"):
+        parts.append("Keywords: " + ", ".join(note["keywords"]))
+    if note.get("tags"):
+        parts.append("Tags: " + ", ".join(note["tags"]))
+    return "\n".join(p for p in parts if p)
+
+
+class AMemFramework(MemoryFramework):
+    """Keep a linked network of LLM-annotated notes that evolve as new notes arrive."""
+
+    name = "amem"
+    description = "A-MEM: notes with keywords/tags/context, links to nearest notes, neighbour evolution"
+
+    def __init__(self, context: FrameworkContext, link_k: int = 5, note_tokens: int | None = None) -> None:
+        super().__init__(context)
+        self.link_k = link_k
+        self.note_tokens = note_tokens or context.settings.chunk_tokens
+        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.namespace = tuple(context.namespace)
+
+    def notes(self) -> list[dict[str, Any]]:
+        """Return every note, oldest first."""
+        return [value for _, value in self.state.items(self.namespace, "note:")]
+
+    def _ask(self, schema: type[BaseModel], prompt: str) -> Any:
+        messages = [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)]
+        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+
+    def ingest(self, session: Session) -> IngestReport:
+        """Add the session as notes: annotate, link to nearest notes, evolve neighbours."""
+        report = IngestReport(session_id=session.id)
+        notes = {n["id"]: n for n in self.notes()}
+        chunks = session_chunks(session, self.note_tokens)
+        for index, turns in enumerate(tqdm(chunks, desc=f"amem {session.id}", disable=len(chunks) < 4, leave=False)):
+            note_id = stable_id(session.id, index, prefix="n")
+            if note_id in notes:  # written by an earlier (maybe interrupted) run
+                continue
+            note = {
+                "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
+                "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
+                "links": [], "seq": len(notes), "evolved": 0,
+            }
+            changed = self._add_note(note, notes, report)
+            notes[note_id] = note
+            for n in changed:
+                notes[n["id"]] = n
+            self.state.put(self.namespace, {f"note:{n['id']}": n for n in [note, *changed]})
+            report.items_written += 1
+        return report
+
+    def _add_note(self, note: dict[str, Any], notes: dict[str, dict[str, Any]], report: IngestReport) -> list[dict[str, Any]]:
+        """Annotate ``note``, link it and evolve its neighbours; return the neighbours changed."""
+        when = f" ({note['time']})" if note["time"] else ""
+        analysis = self._ask(NoteAnalysis, AMEM_ANALYSE.format(time=when, content=note["content"]))
+        report.llm_calls += analysis.attempts
+        if analysis.ok:
+            note.update(keywords=analysis.value.keywords, context=analysis.value.context, tags=analysis.value.tags)
+        else:
+            report.failed_chunks.append(f"{note['id']}:analyse")
+            report.meta.setdefault("errors", {})[f"{note['id']}:analyse"] = analysis.error
+        embedder = self.context.embedder()
+        note["vector"] = list(embedder.embed_documents([embed_text(note)])[0])
+        existing = list(notes.values())
+        if not existing:
+            return []
+        sims = cosines(note["vector"], [n["vector"] for n in existing])
+        order = sorted(range(len(existing)), key=lambda i: -sims[i])[: self.link_k]
+        labels = {f"M{j + 1}": existing[i] for j, i in enumerate(order)}
+        shown = "\n".join(
+            AMEM_NEIGHBOUR.format(label=label, content=n["content"], context=n["context"],
+                                  keywords=", ".join(n["keywords"]), tags=", ".join(n["tags"]))
+            for label, n in labels.items()
+        )
+        prompt = AMEM_EVOLVE.format(content=note["content"], context=note["context"],
+                                    keywords=", ".join(note["keywords"]), tags=", ".join(note["tags"]), neighbours=shown)
+        evolution = self._ask(Evolution, prompt)
+        report.llm_calls += evolution.attempts
+        if not evolution.ok:
+            report.failed_chunks.append(f"{note['id']}:evolve")
+            report.meta.setdefault("errors", {})[f"{note['id']}:evolve"] = evolution.error
+            return []
+        decision = evolution.value
+        unknown = [lb for lb in [*decision.links, *(u.label for u in decision.updates)] if lb.strip() not in labels]
+        if unknown:
+            report.meta.setdefault("unknown_labels", []).extend(unknown)
+        changed: dict[str, dict[str, Any]] = {}
+        for label in decision.links:
+            target = labels.get(label.strip())
+            if target is None or target["id"] in note["links"]:
+                continue
+            note["links"].append(target["id"])
+            neighbour = changed.get(target["id"], dict(target))
+            neighbour["links"] = [*neighbour["links"], note["id"]] if note["id"] not in neighbour["links"] else neighbour["links"]
+            changed[target["id"]] = neighbour
+        if decision.tags:
+            note["tags"] = decision.tags
+        if decision.should_evolve:
+            for update in decision.updates:
+                target = labels.get(update.label.strip())
+                if target is None:
+                    continue
+                neighbour = changed.get(target["id"], dict(target))
+                neighbour.update(context=update.context, tags=update.tags or neighbour["tags"],
+                                 evolved=neighbour["evolved"] + 1)
+                neighbour["reembed"] = True
+                changed[target["id"]] = neighbour
+        if decision.tags:
+            note["vector"] = list(embedder.embed_documents([embed_text(note)])[0])
+        redo = [n for n in changed.values() if n.pop("reembed", False)]
+        if redo:
+            for n, vector in zip(redo, embedder.embed_documents([embed_text(n) for n in redo]), strict=True):
+                n["vector"] = list(vector)
+        return list(changed.values())
+
+    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+        """Return the best notes, each followed by its linked neighbours, ``k`` in all."""
+        notes = self.notes()
+        if not notes:
+            return []
+        by_id = {n["id"]: n for n in notes}
+        sims = cosines(self.context.embedder().embed_query(query), [n["vector"] for n in notes])
+        order = sorted(range(len(notes)), key=lambda i: -sims[i])[:k]
+        out: list[RetrievedItem] = []
+        seen: set[str] = set()
+        for i in order:
+            hit = notes[i]
+            for note, via in [(hit, None), *((by_id[link], hit["id"]) for link in hit["links"] if link in by_id)]:
+                if note["id"] in seen or len(out) >= k:
+                    continue
+                seen.add(note["id"])
+                out.append(self._item(note, sims[i], via))
+        return out
+
+    @staticmethod
+    def _item(note: dict[str, Any], score: float, via: str | None) -> RetrievedItem:
+        text = note["content"] + (f"\nContext: {note['context']}" if note["context"] else "")
+        meta = {"keywords": note["keywords"], "tags": note["tags"], "context": note["context"], "links": note["links"],
+                "turn_ids": note["turn_ids"], "time": note["time"], "via": via}
+        return RetrievedItem(text=text, kind="fact", score=float(score), source_session=note["session"], id=note["id"], meta=meta)
+
+    def reset(self) -> None:
+        """Forget every note of this namespace."""
+        self.state.drop(self.namespace)

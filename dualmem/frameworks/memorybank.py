@@ -1,0 +1,226 @@
+"""``memorybank``: MemoryBank (Zhong et al., AAAI 2024) on LanceDB.
+
+Every session is cut into chunks of ``Settings.chunk_tokens`` tokens. Each
+chunk is stored verbatim as a *memory piece*, and the chat model summarises it
+into an *event summary* (stored as a memory too) and a note on the user's
+personality. After each session the model folds the session's events and
+personality notes into a *global summary* and a *user portrait*.
+
+Forgetting curve (Ebbinghaus, as in MemoryBank): a memory's retention is
+``R = exp(-t / (S * time_scale))`` where ``t`` is the story time since it was
+last recalled and ``S`` its strength (1 when written). Story time is the
+session date in days when ``Session.time`` parses (it must hold a year), else one
+day per session.
+``retrieve`` ranks memories by ``(1 + cosine) / 2 * R``; every memory it returns
+is *recalled*: its strength grows by one and its clock resets, so recalled
+memories decay slower and old unrecalled ones fall below newer ones.
+``profile()`` returns the global summary and the portrait, which ``respond``
+always puts in front of the retrieved memories.
+
+State (memories with their vectors, strengths and clocks, the summary and the
+portrait, the sessions done) lives in ``{uri}/memorybank`` and survives
+restarts; re-ingesting a session already done does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
+from tqdm.auto import tqdm
+
+from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
+from dualmem.nodes.emotion import cosines
+from dualmem.prompts.memorybank import MEMORYBANK_GLOBAL, MEMORYBANK_SESSION, MEMORYBANK_SYSTEM
+from dualmem.schema import Session, stable_id
+from dualmem.structured import invoke_structured
+
+
+class SessionDigest(BaseModel):
+    """What one chunk of a session says: its events and the user's personality."""
+
+    events: str = Field(description="the events and facts of this part of the session, a few sentences")
+    personality: str = Field(default="", description="what it shows about the user's personality and needs")
+
+
+class GlobalMemory(BaseModel):
+    """The updated global summary and user portrait."""
+
+    summary: str = Field(description="global summary of all sessions so far")
+    portrait: str = Field(description="the user's overall personality, traits, preferences and needs")
+
+
+def parse_days(time: str | None) -> float | None:
+    """Return ``time`` as days since 1970-01-01 (None when it does not parse)."""
+    if not time or not re.search(r"\d{4}", time):  # a year is needed; "Session 3" is no date
+        return None
+    from dateutil import parser
+
+    try:
+        moment = parser.parse(time, fuzzy=True, default=parser.parse("2000-01-01"))
+    except (ValueError, OverflowError):
+        return None
+    return moment.replace(tzinfo=None).timestamp() / 86400.0
+
+
+def retention(elapsed: float, strength: float, time_scale: float = 1.0) -> float:
+    """Return the forgetting-curve retention ``exp(-t / (S * time_scale))``."""
+    return math.exp(-max(elapsed, 0.0) / (max(strength, 1e-9) * time_scale))
+
+
+class MemoryBankFramework(MemoryFramework):
+    """Store event summaries and raw pieces with a forgetting curve; keep a global summary and a user portrait."""
+
+    name = "memorybank"
+    description = "MemoryBank: event summaries, global summary, user portrait; forgetting-curve retention"
+
+    def __init__(
+        self,
+        context: FrameworkContext,
+        time_scale: float = 1.0,
+        reinforce: bool = True,
+        summary_words: int = 200,
+    ) -> None:
+        super().__init__(context)
+        self.time_scale = time_scale
+        self.reinforce = reinforce
+        self.summary_words = summary_words
+        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.namespace = tuple(context.namespace)
+
+    # ------------------------------------------------------------------ state
+
+    def meta(self) -> dict[str, Any]:
+        """Return the global state: story clock, summary, portrait, sessions done."""
+        default = {"clock": 0.0, "summary": "", "portrait": "", "sessions": []}
+        return {**default, **(self.state.get(self.namespace, "meta") or {})}
+
+    def memories(self) -> list[dict[str, Any]]:
+        """Return every stored memory (pieces and event summaries), oldest first."""
+        return [value for _, value in self.state.items(self.namespace, "mem:")]
+
+    def _advance_clock(self, session: Session, clock: float, first: bool) -> float:
+        days = parse_days(session.time)
+        if days is None:
+            return clock + 1.0
+        return days if first else max(clock, days)
+
+    # ------------------------------------------------------------------ ingest
+
+    def _structured(self, schema: type[BaseModel], prompt: str) -> Any:
+        messages = [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)]
+        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+
+    def ingest(self, session: Session) -> IngestReport:
+        """Store the session's pieces and event summaries; update the global summary and portrait."""
+        meta = self.meta()
+        report = IngestReport(session_id=session.id)
+        if session.id in meta["sessions"]:
+            report.meta["skipped"] = "session already ingested"
+            return report
+        clock = self._advance_clock(session, meta["clock"], first=not meta["sessions"])
+        when = f" ({session.time})" if session.time else ""
+        chunks = session_chunks(session, self.context.settings.chunk_tokens)
+        records: list[dict[str, Any]] = []
+        digests: list[SessionDigest] = []
+        for index, turns in enumerate(tqdm(chunks, desc=f"memorybank {session.id}", disable=len(chunks) < 4, leave=False)):
+            chunk_id = stable_id(session.id, index, prefix="c")
+            transcript = "\n".join(render_turn(t) for t in turns)
+            base = {"session": session.id, "time": session.time, "clock": clock, "strength": 1.0, "last_recall": clock}
+            records.append({**base, "id": stable_id(chunk_id, "piece"), "unit": "piece", "text": transcript,
+                            "turn_ids": [t.id for t in turns]})
+            result = self._structured(SessionDigest, MEMORYBANK_SESSION.format(time=when, transcript=transcript))
+            report.llm_calls += result.attempts
+            if not result.ok:
+                report.failed_chunks.append(chunk_id)
+                report.meta.setdefault("errors", {})[chunk_id] = result.error
+                continue
+            digests.append(result.value)
+            records.append({**base, "id": stable_id(chunk_id, "event"), "unit": "event", "text": result.value.events,
+                            "turn_ids": [t.id for t in turns]})
+        if records:
+            vectors = self.context.embedder().embed_documents([r["text"] for r in records])
+            for record, vector in zip(records, vectors, strict=True):
+                record["vector"] = list(vector)
+        updates: dict[str, Any] = {f"mem:{r['id']}": r for r in records}
+        if digests:
+            budget = 4 * self.context.settings.chunk_tokens
+            prompt = MEMORYBANK_GLOBAL.format(
+                summary=meta["summary"],
+                portrait=meta["portrait"],
+                time=when,
+                events=truncate_tokens(" ".join(d.events for d in digests), budget),
+                personality=truncate_tokens(" ".join(d.personality for d in digests if d.personality), budget),
+                budget=self.summary_words,
+            )
+            result = self._structured(GlobalMemory, prompt)
+            report.llm_calls += result.attempts
+            if result.ok:
+                meta["summary"], meta["portrait"] = result.value.summary, result.value.portrait
+            else:
+                report.failed_chunks.append(f"{session.id}:global")
+                report.meta.setdefault("errors", {})[f"{session.id}:global"] = result.error
+        meta["clock"] = clock
+        meta["sessions"] = [*meta["sessions"], session.id]
+        updates["meta"] = meta
+        self.state.put(self.namespace, updates)
+        report.items_written = len(records)
+        return report
+
+    # ------------------------------------------------------------------ retrieve
+
+    def score_all(self, query: str) -> list[tuple[dict[str, Any], float, float, float]]:
+        """Return ``(memory, score, similarity, retention)`` for every memory, best first (no recall)."""
+        memories = self.memories()
+        if not memories:
+            return []
+        clock = self.meta()["clock"]
+        sims = cosines(self.context.embedder().embed_query(query), [m["vector"] for m in memories])
+        scored = []
+        for memory, sim in zip(memories, sims, strict=True):
+            kept = retention(clock - memory["last_recall"], memory["strength"], self.time_scale)
+            scored.append((memory, (1.0 + sim) / 2.0 * kept, sim, kept))
+        return sorted(scored, key=lambda row: -row[1])
+
+    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+        """Return the ``k`` memories with the best similarity × retention; recall (strengthen) them."""
+        top = self.score_all(query)[:k]
+        items = [
+            RetrievedItem(
+                text=m["text"], kind="fact", score=score, source_session=m["session"], id=m["id"],
+                meta={"unit": m["unit"], "similarity": sim, "retention": kept, "strength": m["strength"],
+                      "turn_ids": m.get("turn_ids", []), "time": m.get("time")},
+            )
+            for m, score, sim, kept in top
+        ]
+        if self.reinforce and top:
+            clock = self.meta()["clock"]
+            self.state.put(
+                self.namespace,
+                {f"mem:{m['id']}": {**m, "strength": m["strength"] + 1.0, "last_recall": clock} for m, *_ in top},
+            )
+        return items
+
+    def profile(self) -> list[RetrievedItem]:
+        """Return the user portrait and the global summary (when written) as items."""
+        meta = self.meta()
+        out = []
+        for unit, text in (("portrait", meta["portrait"]), ("global_summary", meta["summary"])):
+            if text:
+                out.append(RetrievedItem(text=text, kind="insight", score=1.0, id=unit,
+                                         source_sessions=list(meta["sessions"]), meta={"unit": unit}))
+        return out
+
+    def respond(self, query: str, k: int = 10) -> str:
+        """Answer from the portrait, the global summary and the ``k`` retrieved memories."""
+        from dualmem.frameworks.respond import answer_from_items
+
+        return answer_from_items(self.context, query, self.profile() + self.retrieve(query, k))
+
+    def reset(self) -> None:
+        """Forget every memory, the summary and the portrait of this namespace."""
+        self.state.drop(self.namespace)

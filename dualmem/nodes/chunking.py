@@ -1,0 +1,92 @@
+"""Cut a history into token-bounded chunks at turn boundaries, with stable ids.
+
+A chunk never crosses a session (it carries that session's id and date) and
+never splits a turn: a single turn longer than the budget is a chunk of its own.
+The chunk id hashes the namespace, the session id and the turn ids, so the same
+history always yields the same ids (the writer's ledger relies on it).
+
+>>> from dualmem.schema import Session, Turn
+>>> s = Session(id="s1", turns=[Turn(id="t1", role="user", text="hi")])
+>>> [c["turn_ids"] for c in chunk_sessions([s], ("p", "u"), 100)]
+[['t1']]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from typing_extensions import TypedDict
+
+from dualmem.prompts.writer import format_chunk, format_turn
+from dualmem.schema import Dialogue, Session, Turn, stable_id
+from dualmem.tokens import count_tokens_batch
+
+
+class Chunk(TypedDict):
+    """One writer step: whole turns of one session, rendered for the prompt."""
+
+    id: str
+    index: int
+    session_id: str
+    time: str | None
+    turn_ids: list[str]
+    text: str
+    tokens: int
+
+
+def chunk_id(namespace: Sequence[str], session_id: str, turn_ids: Sequence[str]) -> str:
+    """Return the stable id of a chunk (namespace + session + turn ids)."""
+    return stable_id(*namespace, session_id, *turn_ids, prefix="c")
+
+
+def as_sessions(history: Dialogue | Session | Iterable[Session]) -> list[Session]:
+    """Return the sessions of a dialogue, a single session or an iterable of sessions."""
+    if isinstance(history, Dialogue):
+        return list(history.sessions)
+    if isinstance(history, Session):
+        return [history]
+    return [s if isinstance(s, Session) else Session.model_validate(s) for s in history]
+
+
+def split_turns(turns: Sequence[Turn], max_tokens: int) -> list[tuple[list[Turn], list[int]]]:
+    """Group turns into runs of at most ``max_tokens`` tokens (an over-long turn stands alone)."""
+    sizes = count_tokens_batch([format_turn(t) for t in turns]) if turns else []
+    groups: list[tuple[list[Turn], list[int]]] = []
+    current: list[Turn] = []
+    current_sizes: list[int] = []
+    for turn, size in zip(turns, sizes, strict=True):
+        if current and sum(current_sizes) + size > max_tokens:
+            groups.append((current, current_sizes))
+            current, current_sizes = [], []
+        current.append(turn)
+        current_sizes.append(size)
+    if current:
+        groups.append((current, current_sizes))
+    return groups
+
+
+def chunk_sessions(
+    history: Dialogue | Session | Iterable[Session],
+    namespace: Sequence[str],
+    max_tokens: int,
+    *,
+    skip_queries: bool = False,
+) -> list[Chunk]:
+    """Return the history's chunks in order; ``skip_queries`` leaves out query turns."""
+    chunks: list[Chunk] = []
+    for session in as_sessions(history):
+        turns = [t for t in session.turns if not (skip_queries and t.is_query)]
+        for group, sizes in split_turns(turns, max_tokens):
+            ids = [t.id for t in group]
+            chunks.append(
+                Chunk(
+                    id=chunk_id(namespace, session.id, ids),
+                    index=len(chunks),
+                    session_id=session.id,
+                    time=session.time,
+                    turn_ids=ids,
+                    text=format_chunk(group, session_id=session.id, time=session.time),
+                    tokens=sum(sizes),
+                )
+            )
+    return chunks

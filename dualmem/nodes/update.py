@@ -1,0 +1,245 @@
+"""Validate a writer ``MemoryUpdate`` against the view and turn it into a store plan.
+
+Rules (each rejected op is recorded with its reason, never dropped silently):
+
+- ``ADD`` needs text; a new fact within ``dedup_threshold`` cosine of a view fact
+  (or of an earlier new fact) is *merged*: its label then points at that fact;
+- ``UPDATE`` / ``DELETE`` only on ids shown in the view, on the right stream;
+- an insight must cite at least one fact, and every cited id must be a view
+  fact (``F3``) or a fact added by the same update (``N1``), not deleted by it;
+- new store ids are ``stable_id(namespace, chunk id, stream, label)``, so a
+  replayed plan writes the same rows.
+
+``UPDATE`` rewrites the item in place (same id, so insights citing it stay
+valid) and keeps the previous version as a superseded snapshot row; ``DELETE``
+supersedes. The plan is plain data, checkpointed before it is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from typing_extensions import TypedDict
+
+from dualmem.nodes.chunking import Chunk
+from dualmem.nodes.recall import View, ViewEntry
+from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
+
+
+class Plan(TypedDict):
+    """What applying one chunk's update writes."""
+
+    upserts: list[dict[str, Any]]
+    supersede: list[str]
+    applied: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    merged: list[dict[str, Any]]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def _norm_label(label: str) -> str:
+    return str(label).strip().strip("[]()").upper()
+
+
+def _record(op: FactOp | InsightOp, stream: str, **extra: Any) -> dict[str, Any]:
+    return {"stream": stream, "op": op.op, "id": op.id, "text": op.text, **extra}
+
+
+def _snapshot(entry: ViewEntry, chunk_id: str) -> dict[str, Any]:
+    """Return the superseded copy of a view item's current version."""
+    old = dict(entry["item"])
+    old["id"] = stable_id(entry["id"], chunk_id, "version", prefix="v")
+    old["status"] = "superseded"
+    old["meta"] = {**(old.get("meta") or {}), "version_of": entry["id"], "superseded_by_chunk": chunk_id}
+    return old
+
+
+class _Planner:
+    """One update's validation pass (private: use :func:`plan_update`)."""
+
+    def __init__(self, view: View, chunk: Chunk, namespace: Sequence[str], embeddings: Embeddings | None, threshold: float) -> None:
+        self.view, self.chunk, self.namespace = view, chunk, tuple(namespace)
+        self.embeddings, self.threshold = embeddings, threshold
+        self.facts = {e["label"]: e for e in view["facts"]}
+        self.insights = {e["label"]: e for e in view["insights"]}
+        self.fact_ids = {e["id"]: e for e in view["facts"]}
+        self.labels: dict[str, str] = {label: e["id"] for label, e in self.facts.items()}  # citable fact labels
+        self.turns_of: dict[str, list[str]] = {e["id"]: list(e["item"].get("source", {}).get("turn_ids", [])) for e in view["facts"]}
+        self.deleted: set[str] = set()
+        self.now = utcnow()
+        self.plan = Plan(upserts=[], supersede=[], applied=[], rejected=[], merged=[])
+
+    # ------------------------------------------------------------------ helpers
+    def reject(self, op: FactOp | InsightOp, stream: str, reason: str) -> None:
+        self.plan["rejected"].append(_record(op, stream, reason=reason))
+
+    def source(self, turn_ids: Sequence[str]) -> tuple[SourceRef, bool]:
+        valid = [t for t in (str(x).strip("[] ") for x in turn_ids) if t in self.chunk["turn_ids"]]
+        inferred = not valid
+        return SourceRef(session_id=self.chunk["session_id"], turn_ids=valid or list(self.chunk["turn_ids"]), chunk_id=self.chunk["id"]), inferred
+
+    def new_id(self, stream: str, label: str) -> str:
+        return stable_id(*self.namespace, self.chunk["id"], stream, label, prefix=stream[0])
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts or self.embeddings is None:
+            return [[] for _ in texts]
+        return self.embeddings.embed_documents(texts)
+
+    def rewrite(self, entry: ViewEntry, text: str, **changes: Any) -> None:
+        """UPDATE in place: the snapshot keeps the old version."""
+        self.plan["upserts"].append(_snapshot(entry, self.chunk["id"]))
+        item = dict(entry["item"])
+        meta = {**(item.get("meta") or {}), "updated_by_chunk": self.chunk["id"]}
+        item.update(text=text, updated_at=self.now.isoformat(), meta=meta, status="active", **changes)
+        self.plan["upserts"].append(item)
+
+    # ------------------------------------------------------------------ facts
+    def facts_pass(self, ops: Sequence[FactOp]) -> None:
+        adds = [op for op in ops if op.op == "ADD"]
+        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["facts"]])
+        new_vecs, view_vecs = vectors[: len(adds)], vectors[len(adds) :]
+        known: list[tuple[str, list[float]]] = [(e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=True)]
+        add_vec = {id(op): v for op, v in zip(adds, new_vecs, strict=True)}
+        for op in ops:
+            label = _norm_label(op.id)
+            if op.op == "ADD":
+                self.add_fact(op, label, add_vec[id(op)], known)
+            elif label not in self.facts:
+                self.reject(op, "fact", f"{op.op} of {op.id!r}: not a fact id of the working memory (F1…)")
+            elif op.op == "UPDATE":
+                if not op.text.strip():
+                    self.reject(op, "fact", "UPDATE without text")
+                    continue
+                entry = self.facts[label]
+                src = SourceRef.model_validate(entry["item"].get("source") or {})
+                extra, _ = self.source(op.turn_ids)
+                turns = src.turn_ids + [t for t in extra.turn_ids if t not in src.turn_ids] if op.turn_ids else src.turn_ids
+                self.rewrite(entry, op.text.strip(), source={**src.model_dump(), "turn_ids": turns})
+                self.plan["applied"].append(_record(op, "fact", store_id=entry["id"]))
+            else:  # DELETE
+                entry = self.facts[label]
+                self.plan["supersede"].append(entry["id"])
+                self.deleted.add(entry["id"])
+                self.plan["applied"].append(_record(op, "fact", store_id=entry["id"]))
+
+    def add_fact(self, op: FactOp, label: str, vec: list[float], known: list[tuple[str, list[float]]]) -> None:
+        text = op.text.strip()
+        if not text:
+            self.reject(op, "fact", "ADD without text")
+            return
+        if label in self.labels and label not in self.facts:
+            self.reject(op, "fact", f"label {op.id!r} used twice in one update")
+            return
+        best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
+        if vec and best[0] >= self.threshold:
+            if label not in self.facts:
+                self.labels[label] = best[1]
+            self.plan["merged"].append(_record(op, "fact", into=best[1], similarity=round(best[0], 4)))
+            return
+        source, inferred = self.source(op.turn_ids)
+        sid = self.new_id("fact", label)
+        item = MemoryItem(
+            id=sid, namespace=self.namespace, kind="fact", text=text, source=source,
+            event_time=self.chunk["time"], created_at=self.now, updated_at=self.now,
+            meta={"label": label, "turn_ids_inferred": inferred},
+        )
+        self.plan["upserts"].append(item.model_dump(mode="json"))
+        if label not in self.facts:  # a colliding label stays the view's
+            self.labels[label] = sid
+        self.turns_of[sid] = source.turn_ids
+        known.append((sid, vec))
+        self.plan["applied"].append(_record(op, "fact", store_id=sid))
+
+    # ------------------------------------------------------------------ insights
+    def cite(self, op: InsightOp) -> tuple[list[str], str | None]:
+        ids: list[str] = []
+        for raw in op.fact_ids:
+            label = _norm_label(raw)
+            sid = self.labels.get(label) or (str(raw) if str(raw) in self.fact_ids else None)
+            if sid is None:
+                return [], f"cites {raw!r}, which is neither a working-memory fact nor a fact added in this update"
+            if sid in self.deleted:
+                return [], f"cites {raw!r}, which this update deletes"
+            if sid not in ids:
+                ids.append(sid)
+        return ids, None
+
+    def insights_pass(self, ops: Sequence[InsightOp]) -> None:
+        adds = [op for op in ops if op.op == "ADD"]
+        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["insights"]])
+        known = [(e["id"], v) for e, v in zip(self.view["insights"], vectors[len(adds) :], strict=True)]
+        add_vec = {id(op): v for op, v in zip(adds, vectors[: len(adds)], strict=True)}
+        seen: set[str] = set()
+        for op in ops:
+            label = _norm_label(op.id)
+            if op.op in ("UPDATE", "DELETE") and label not in self.insights:
+                self.reject(op, "insight", f"{op.op} of {op.id!r}: not an insight id of the working memory (I1…)")
+                continue
+            if op.op == "DELETE":
+                entry = self.insights[label]
+                self.plan["supersede"].append(entry["id"])
+                self.plan["applied"].append(_record(op, "insight", store_id=entry["id"]))
+                continue
+            if not op.text.strip():
+                self.reject(op, "insight", f"{op.op} without text")
+                continue
+            if op.op == "UPDATE" and not op.fact_ids:
+                entry = self.insights[label]
+                self.rewrite(entry, op.text.strip())
+                self.plan["applied"].append(_record(op, "insight", store_id=entry["id"]))
+                continue
+            grounding, problem = self.cite(op)
+            if problem or not grounding:
+                self.reject(op, "insight", problem or "an insight must cite at least one fact id")
+                continue
+            turns = [t for g in grounding for t in self.turns_of.get(g, [])]
+            if op.op == "UPDATE":
+                entry = self.insights[label]
+                src = {**(entry["item"].get("source") or {}), "turn_ids": list(dict.fromkeys(turns))}
+                self.rewrite(entry, op.text.strip(), grounding=grounding, source=src)
+                self.plan["applied"].append(_record(op, "insight", store_id=entry["id"], grounding=grounding))
+                continue
+            if label in seen:
+                self.reject(op, "insight", f"label {op.id!r} used twice in one update")
+                continue
+            seen.add(label)
+            vec = add_vec[id(op)]
+            best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
+            if vec and best[0] >= self.threshold:
+                self.plan["merged"].append(_record(op, "insight", into=best[1], similarity=round(best[0], 4)))
+                continue
+            sid = self.new_id("insight", label)
+            item = MemoryItem(
+                id=sid, namespace=self.namespace, kind="insight", text=op.text.strip(),
+                source=SourceRef(session_id=self.chunk["session_id"], turn_ids=list(dict.fromkeys(turns)), chunk_id=self.chunk["id"]),
+                event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, grounding=grounding,
+                meta={"label": label},
+            )
+            self.plan["upserts"].append(item.model_dump(mode="json"))
+            known.append((sid, vec))
+            self.plan["applied"].append(_record(op, "insight", store_id=sid, grounding=grounding))
+
+
+def plan_update(
+    update: MemoryUpdate,
+    view: View,
+    chunk: Chunk,
+    namespace: Sequence[str],
+    *,
+    embeddings: Embeddings | None = None,
+    dedup_threshold: float = 0.92,
+) -> Plan:
+    """Validate ``update`` against ``view`` and return the rows to write (see the module rules)."""
+    planner = _Planner(view, chunk, namespace, embeddings, dedup_threshold)
+    planner.facts_pass(update.facts)
+    planner.insights_pass(update.insights)
+    return planner.plan

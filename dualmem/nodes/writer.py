@@ -1,0 +1,179 @@
+"""The writer's per-chunk core: recall the view, ask the persona, validate, apply.
+
+``draft`` (recall + model + validation) and ``apply`` are separate steps so a
+checkpointed graph saves the plan between them: a crash while applying replays
+the same plan (deterministic ids, idempotent upserts) instead of asking the
+model again. The chunk ledger of the store makes every chunk apply once, also
+across threads and processes. Sync and async share everything but the model call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from typing_extensions import TypedDict
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.models import load_chat_model, load_embeddings
+from dualmem.nodes.chunking import Chunk
+from dualmem.nodes.recall import View, recall_view, view_text
+from dualmem.nodes.update import Plan, plan_update
+from dualmem.prompts.writer import render_writer_messages
+from dualmem.schema import MemoryItem, MemoryUpdate, Persona
+from dualmem.stores.dual import DualStore, Namespace
+from dualmem.structured import Structured, ainvoke_structured, invoke_structured
+from dualmem.tokens import count_tokens
+
+_STORES: dict[tuple[str, str], DualStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def open_store(settings: Settings, embeddings: Embeddings | None = None) -> DualStore:
+    """Open the dual store at ``settings.store_uri`` (cached per uri and embedder spec)."""
+    if embeddings is not None:
+        return DualStore(settings.store_uri, embeddings)
+    key = (settings.store_uri, settings.embedder)
+    with _STORES_LOCK:
+        if key not in _STORES:
+            _STORES[key] = DualStore(settings.store_uri, load_embeddings(None, settings))
+        return _STORES[key]
+
+
+@dataclass
+class WriterResources:
+    """What the writer and responder nodes use: settings plus optional injected objects."""
+
+    settings: Settings
+    model: BaseChatModel | None = None
+    store: DualStore | None = None
+    embeddings: Embeddings | None = None
+    role: str = "writer"
+
+    def chat(self) -> BaseChatModel:
+        """Return the injected model or the one named by the settings for ``role``."""
+        if self.model is None:
+            self.model = load_chat_model(None, self.settings, role=self.role)
+        return self.model
+
+    def db(self) -> DualStore:
+        """Return the injected store or the one at ``settings.store_uri``."""
+        if self.store is None:
+            self.store = open_store(self.settings, self.embeddings)
+        return self.store
+
+    def embedder(self) -> Embeddings | None:
+        """Return the embedder used for dedup (the store's own when it has one)."""
+        return self.embeddings or getattr(self.store, "embeddings", None) or load_embeddings(None, self.settings)
+
+
+def resources(context: Any, role: str = "writer") -> WriterResources:
+    """Return resources from a graph context: WriterResources, Settings, a dict or None."""
+    if isinstance(context, WriterResources):
+        return context
+    if context is None or isinstance(context, (Settings, dict)):
+        return WriterResources(settings=Settings.resolve(context), role=role)
+    raise ConfigurationError(
+        f"graph context must be Settings, a dict of settings or WriterResources, got {type(context).__name__}"
+    )
+
+
+class ChunkRow(TypedDict, total=False):
+    """One line of the run report."""
+
+    chunk_id: str
+    index: int
+    session_id: str
+    turn_ids: list[str]
+    status: str  # applied | failed | skipped
+    prompt_tokens: int
+    attempts: int
+    applied: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    merged: list[dict[str, Any]]
+    error: str | None
+    raw: str | None
+
+
+class Draft(TypedDict):
+    """A chunk's drafted plan (or why there is none), checkpointed before applying."""
+
+    row: ChunkRow
+    plan: Plan | None
+
+
+def _row(chunk: Chunk, status: str, **extra: Any) -> ChunkRow:
+    return ChunkRow(chunk_id=chunk["id"], index=chunk["index"], session_id=chunk["session_id"], turn_ids=list(chunk["turn_ids"]), status=status, **extra)  # type: ignore[typeddict-item]
+
+
+def writer_messages(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk) -> tuple[list[BaseMessage], View]:
+    """Recall the view for ``chunk`` and return the writer's messages with it."""
+    s = res.settings
+    view = recall_view(res.db(), namespace, chunk["text"], k=s.view_k, recent=s.view_recent, mode=s.search_mode)
+    return render_writer_messages(persona, view_text(view), chunk["text"]), view
+
+
+def prompt_tokens(messages: Sequence[BaseMessage]) -> int:
+    """Return the token count of a rendered prompt."""
+    return count_tokens("\n".join(str(m.content) for m in messages))
+
+
+def _finish(res: WriterResources, namespace: Namespace, chunk: Chunk, view: View, tokens: int, out: Structured[MemoryUpdate]) -> Draft:
+    if not out.ok or out.value is None:
+        row = _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=out.error, raw=(out.raw[-1] if out.raw else "")[:2000])
+        return Draft(row=row, plan=None)
+    plan = plan_update(out.value, view, chunk, namespace, embeddings=res.embedder(), dedup_threshold=res.settings.dedup_threshold)
+    row = _row(chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"], merged=plan["merged"], error=None)
+    return Draft(row=row, plan=plan)
+
+
+def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None) -> Draft:
+    """Draft one chunk's plan (skipped when the ledger says it was applied)."""
+    if res.db().chunk_applied(namespace, chunk["id"]):
+        return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
+    messages, view = writer_messages(res, namespace, persona, chunk)
+    out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
+    return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
+
+
+async def adraft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None) -> Draft:
+    """Async twin of :func:`draft_chunk` (same core, async model call)."""
+    if res.db().chunk_applied(namespace, chunk["id"]):
+        return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
+    messages, view = writer_messages(res, namespace, persona, chunk)
+    out = await ainvoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
+    return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
+
+
+def apply_plan(store: DualStore, namespace: Namespace, chunk_id: str, plan: Plan) -> bool:
+    """Write a plan once: upserts, then supersedes, then the ledger mark; False if already applied."""
+    if store.chunk_applied(namespace, chunk_id):
+        return False
+    rows = {row["id"]: row for row in plan["upserts"]}  # last version of an id wins
+    if rows:
+        store.upsert([MemoryItem.model_validate(r) for r in rows.values()])
+    if plan["supersede"]:
+        store.supersede(list(dict.fromkeys(plan["supersede"])))
+    store.mark_chunk_applied(namespace, chunk_id, json.dumps({"applied": plan["applied"], "merged": plan["merged"]}))
+    return True
+
+
+def apply_draft(res: WriterResources, namespace: Namespace, draft: Draft) -> ChunkRow:
+    """Apply a drafted plan and return the final report row."""
+    row = dict(draft["row"])
+    if draft["plan"] is not None:
+        fresh = apply_plan(res.db(), namespace, row["chunk_id"], draft["plan"])
+        row["status"] = "applied" if fresh else "skipped"
+    return ChunkRow(**row)  # type: ignore[typeddict-item]
+
+
+def write_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk) -> ChunkRow:
+    """Draft and apply one chunk without a checkpointer (online memory, small jobs)."""
+    return apply_draft(res, namespace, draft_chunk(res, namespace, persona, chunk))

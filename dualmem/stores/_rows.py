@@ -1,0 +1,111 @@
+"""Arrow schemas of the dual store's tables and MemoryItem <-> row conversion."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from dualmem.schema import EMOTIONS, MemoryItem, SourceRef
+from dualmem.stores import _lance as L
+
+TS = pa.timestamp("us", tz="UTC")
+ITEM_COLUMNS = [
+    "id",
+    "namespace",
+    "kind",
+    "text",
+    "session_id",
+    "turn_ids",
+    "chunk_id",
+    "event_time",
+    "created_at",
+    "updated_at",
+    "grounding",
+    "emotion",
+    "status",
+    "meta",
+]
+LEDGER_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("namespace", pa.string()),
+        pa.field("chunk_id", pa.string()),
+        pa.field("payload", pa.string()),
+        pa.field("applied_at", TS),
+    ]
+)
+
+
+def item_schema(dims: int) -> pa.Schema:
+    """Return the schema of the facts/insights tables for ``dims``-dim vectors."""
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("namespace", pa.string(), nullable=False),
+            pa.field("kind", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), dims)),
+            pa.field("session_id", pa.string()),
+            pa.field("turn_ids", pa.list_(pa.string())),
+            pa.field("chunk_id", pa.string()),
+            pa.field("event_time", pa.string()),
+            pa.field("created_at", TS),
+            pa.field("updated_at", TS),
+            pa.field("grounding", pa.list_(pa.string())),
+            pa.field("emotion", pa.list_(pa.float32(), len(EMOTIONS)), nullable=True),
+            pa.field("status", pa.string()),
+            pa.field("meta", pa.string()),
+        ]
+    )
+
+
+def item_to_row(
+    item: MemoryItem,
+    vector: Sequence[float],
+    *,
+    created_at: datetime,
+    updated_at: datetime,
+    dims: int,
+) -> dict[str, Any]:
+    """Return the table row of ``item``."""
+    if len(vector) != dims:
+        raise ValueError(f"item {item.id!r}: vector has {len(vector)} dims, the store holds {dims}-dim vectors")
+    return {
+        "id": item.id,
+        "namespace": L.ns_key(item.namespace),
+        "kind": item.kind,
+        "text": item.text,
+        "vector": [float(v) for v in vector],
+        "session_id": item.source.session_id,
+        "turn_ids": list(item.source.turn_ids),
+        "chunk_id": item.source.chunk_id,
+        "event_time": item.event_time,
+        "created_at": L.utc(created_at),
+        "updated_at": L.utc(updated_at),
+        "grounding": list(item.grounding),
+        "emotion": None if item.emotion is None else [float(v) for v in item.emotion],
+        "status": item.status,
+        "meta": json.dumps(item.meta, ensure_ascii=False, default=str),
+    }
+
+
+def row_to_item(row: dict[str, Any]) -> MemoryItem:
+    """Return the MemoryItem stored in ``row``."""
+    return MemoryItem(
+        id=row["id"],
+        namespace=L.ns_parse(row["namespace"]),
+        kind=row["kind"],
+        text=row["text"],
+        source=SourceRef(session_id=row["session_id"], turn_ids=row["turn_ids"] or [], chunk_id=row["chunk_id"]),
+        event_time=row["event_time"],
+        created_at=L.utc(row["created_at"]),
+        updated_at=L.utc(row["updated_at"]),
+        grounding=row["grounding"] or [],
+        emotion=row["emotion"],
+        status=row["status"],
+        meta=json.loads(row["meta"]) if row["meta"] else {},
+    )

@@ -1,0 +1,73 @@
+"""Persona registry beside the memory tables, so `ask`/`chat` can find a persona by id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Persona
+
+TABLE = "personas"
+_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("json", pa.string())])
+
+
+def _table(uri: str):  # noqa: ANN202 - lancedb table
+    import lancedb
+
+    db = lancedb.connect(uri)
+    if TABLE in db.table_names():
+        return db.open_table(TABLE)
+    return db.create_table(TABLE, schema=_SCHEMA, exist_ok=True)
+
+
+def save_persona(uri: str, persona: Persona) -> None:
+    """Insert or replace ``persona`` in the registry at ``uri``."""
+    row = {"id": persona.id, "json": persona.model_dump_json()}
+    table = _table(uri)
+    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
+
+
+def list_personas(uri: str) -> list[Persona]:
+    """Return every registered persona."""
+    rows = _table(uri).to_arrow().to_pylist()
+    return [Persona.model_validate_json(r["json"]) for r in rows]
+
+
+def find_persona(uri: str, ref: str) -> Persona:
+    """Return a persona from a JSON file path or a registered id."""
+    path = Path(ref)
+    if path.suffix == ".json" and path.exists():
+        return load_persona_file(path)
+    for persona in list_personas(uri):
+        if persona.id == ref or persona.name == ref:
+            return persona
+    known = ", ".join(p.id for p in list_personas(uri)) or "none yet (run `dualmem ingest` first)"
+    raise ConfigurationError(f"no persona {ref!r} in {uri}; known: {known}; or pass a persona .json file")
+
+
+def load_persona_file(path: str | Path) -> Persona:
+    """Read a free-form persona JSON file (``name`` required; ``id`` defaults to it)."""
+    from pydantic import ValidationError
+
+    from dualmem.errors import DatasetError
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    if not isinstance(data, dict):
+        raise DatasetError(str(path), "$", "a JSON object with a persona", type(data).__name__)
+    data = data.get("persona", data) if isinstance(data.get("persona"), dict) else data
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise DatasetError(str(path), "$.name", "a non-empty string", repr(data.get("name")))
+    data.setdefault("id", data["name"].replace(" ", "_"))
+    try:
+        return Persona.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        raise DatasetError(str(path), where, err["msg"].lower(), repr(err.get("input"))[:80]) from exc

@@ -1,0 +1,141 @@
+"""Memory tools for agents (langmem-style): search and manage memories in an injected store.
+
+The store is the ``store=`` argument or, when that is None, the store of the
+running LangGraph graph (``graph.compile(store=...)``) — never a global. It
+may be any LangGraph ``BaseStore`` (values ``{"content": text}``, as langmem
+writes them) or a ``DualStore`` (search returns facts and insights, manage
+writes facts). Namespace parts like ``"{user_id}"`` are filled from the run's
+``config["configurable"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import StructuredTool
+from langgraph.store.base import BaseStore
+
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Fact
+from dualmem.stores.dual import DualStore
+
+Action = Literal["create", "update", "delete"]
+SEARCH_DESCRIPTION = (
+    "Search your long-term memory of this user. Pass a short natural-language query; "
+    "returns the most relevant memories with their ids and scores."
+)
+MANAGE_DESCRIPTION = (
+    "Create, update or delete a long-term memory about the user. Call it when the user reveals "
+    "something worth remembering, or when a stored memory is wrong or outdated (pass its id)."
+)
+
+
+def resolve_namespace(template: tuple[str, ...] | str, config: RunnableConfig | None) -> tuple[str, ...]:
+    """Fill ``{name}`` parts of a namespace template from ``config["configurable"]``."""
+    parts = (template,) if isinstance(template, str) else tuple(template)
+    configurable = (config or {}).get("configurable") or {}
+    out = []
+    for part in parts:
+        if part.startswith("{") and part.endswith("}"):
+            name = part[1:-1]
+            if name not in configurable:
+                raise ConfigurationError(
+                    f"namespace part {part!r} needs config['configurable'][{name!r}]; pass it when invoking "
+                    "the graph or tool, or use a fixed namespace"
+                )
+            out.append(str(configurable[name]))
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def _store(store: BaseStore | DualStore | None) -> BaseStore | DualStore:
+    if store is not None:
+        return store
+    from langgraph.config import get_store
+
+    try:
+        found = get_store()
+    except (RuntimeError, KeyError) as exc:
+        raise ConfigurationError(
+            "no memory store: pass store= to the tool factory or call the tool inside a graph compiled "
+            "with graph.compile(store=...)"
+        ) from exc
+    if found is None:
+        raise ConfigurationError("the running graph has no store; compile it with graph.compile(store=...)")
+    return found
+
+
+def create_search_memory_tool(
+    namespace: tuple[str, ...] | str = ("memories", "{user_id}"),
+    *,
+    store: BaseStore | DualStore | None = None,
+    name: str = "search_memory",
+    description: str = SEARCH_DESCRIPTION,
+) -> StructuredTool:
+    """Return a tool that searches memories in ``namespace`` (JSON list of hits)."""
+
+    def search_memory(query: str, limit: int = 10, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
+        """Search long-term memory."""
+        target = _store(store)
+        ns = resolve_namespace(namespace, config)
+        if isinstance(target, DualStore):
+            res = target.dual_search(ns, query, k_facts=limit, k_insights=limit, merged=True, expand=False)
+            hits: list[dict[str, Any]] = [
+                {"id": h.item.id, "kind": h.item.kind, "content": h.item.text, "grounding": h.item.grounding,
+                 "score": round(h.score, 6)}
+                for h in res.merged
+            ]  # fmt: skip
+        else:
+            hits = [
+                {"id": i.key, "content": i.value.get("content", i.value), "score": i.score}
+                for i in target.search(ns, query=query, limit=limit)
+            ]
+        return json.dumps(hits, ensure_ascii=False, default=str)
+
+    return StructuredTool.from_function(func=search_memory, name=name, description=description)
+
+
+def create_manage_memory_tool(
+    namespace: tuple[str, ...] | str = ("memories", "{user_id}"),
+    *,
+    store: BaseStore | DualStore | None = None,
+    actions_permitted: tuple[Action, ...] = ("create", "update", "delete"),
+    name: str = "manage_memory",
+    description: str = MANAGE_DESCRIPTION,
+) -> StructuredTool:
+    """Return a tool that creates, updates or deletes memories in ``namespace``."""
+
+    def manage_memory(
+        content: str | None = None,
+        action: Action = "create",
+        id: str | None = None,  # noqa: A002 - the name the model sees
+        config: RunnableConfig = None,  # type: ignore[assignment]
+    ) -> str:
+        """Create, update or delete a memory."""
+        if action not in actions_permitted:
+            raise ValueError(f"action {action!r} is not permitted; use one of {list(actions_permitted)}")
+        if action == "create" and id is not None:
+            raise ValueError("to change an existing memory use action='update' with its id")
+        if action in ("update", "delete") and not id:
+            raise ValueError(f"action {action!r} needs the id of the memory to change")
+        if action != "delete" and not (content or "").strip():
+            raise ValueError(f"action {action!r} needs the memory text in content")
+        target = _store(store)
+        ns = resolve_namespace(namespace, config)
+        key = id or str(uuid.uuid4())
+        if isinstance(target, DualStore):
+            if action == "delete":
+                target.delete([key])
+            else:
+                target.upsert([Fact(id=key, namespace=ns, text=content or "", meta={"via": name})])
+        elif action == "delete":
+            target.delete(ns, key)
+        else:
+            target.put(ns, key, {"content": content})
+        return f"{action}d memory {key}"
+
+    return StructuredTool.from_function(func=manage_memory, name=name, description=description)

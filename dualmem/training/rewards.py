@@ -1,0 +1,282 @@
+"""Rewards of the writer, shared by the TRL and VeRL engines.
+
+``reward = dense_weight * dense + judge_weight * judge``:
+
+- **dense, verifiable** — recall of the gold facts and the gold insight in the
+  written memory with the RoleMemo Recall@10 protocol (best cosine over the
+  memory, hit at >= 0.60 for facts and >= 0.65 for insights), minus penalties:
+  unparseable answers, invalid operations, insights citing unknown fact ids
+  (dangling), and memory bloat beyond a budget. Clipped to [0, 1].
+- **persona judge** — an LLM judge (any chat model, ``load_chat_model``) scores
+  the final in-character answer to the query, written from the memory:
+  factual utility 30 %, logic and persona alignment 60 %, value and safety
+  10 %, in [0, 1].
+
+``compute_score(data_source, solution_str, ground_truth, extra_info)`` is the
+VeRL custom reward signature.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field, ValidationError
+
+from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
+from dualmem.schema import MemoryUpdate, Persona
+from dualmem.structured import invoke_structured
+
+DATA_SOURCE = "dualmem/rolememo-writer"
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights, thresholds and penalties of the writer's reward."""
+
+    fact_threshold: float = _f(FACT_THRESHOLD, "cosine at which a gold fact counts as recalled (RoleMemo Recall@10)")
+    insight_threshold: float = _f(INSIGHT_THRESHOLD, "cosine at which the gold insight counts as recalled")
+    fact_share: float = _f(0.5, "share of fact recall in the recall term (the rest is insight recall)")
+    unparseable_penalty: float = _f(0.5, "penalty per writing turn whose answer is not a MemoryUpdate")
+    invalid_penalty: float = _f(0.05, "penalty per invalid operation (unknown id, empty text)")
+    dangling_penalty: float = _f(0.1, "penalty per insight citation of a fact id that does not exist")
+    memory_budget: int = _f(64, "items the memory may hold before the bloat penalty applies")
+    bloat_penalty: float = _f(0.01, "penalty per item beyond memory_budget")
+    dense_weight: float = _f(1.0, "weight of the dense verifiable reward")
+    judge_weight: float = _f(0.0, "weight of the persona judge (needs judge_model)")
+    judge_model: str = _f("", "judge as provider:model (any OpenAI-compatible endpoint via OPENAI_BASE_URL)")
+    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the similarity protocol (hash:64 in tests)")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> RewardConfig:
+        """Build from a dict, ignoring unknown keys."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_updates(text: str) -> tuple[list[MemoryUpdate], int]:
+    """Return every ``MemoryUpdate`` JSON object in ``text`` and the count of unparseable ones (>= 1 if none)."""
+    decoder = json.JSONDecoder()
+    updates, bad, i = [], 0, 0
+    while (start := text.find("{", i)) >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            i = start + 1
+            continue
+        i = end
+        try:
+            updates.append(MemoryUpdate.model_validate(obj))
+        except ValidationError:
+            bad += 1
+    return updates, (bad if updates else max(bad, 1))
+
+
+def parse_update(text: str) -> MemoryUpdate | None:
+    """Return the first valid ``MemoryUpdate`` in ``text``, or None."""
+    updates, _ = parse_updates(text)
+    return updates[0] if updates else None
+
+
+# --------------------------------------------------------------------------- recall
+
+
+@lru_cache(maxsize=4)
+def _embeddings(spec: str) -> Embeddings:
+    from dualmem.models import load_embeddings
+
+    return load_embeddings(spec)
+
+
+def memory_recall(
+    memory: list[str], gold_facts: list[str], gold_insights: list[str], embed: Embeddings, cfg: RewardConfig
+) -> tuple[float | None, float | None]:
+    """Return (fact recall, insight recall) of the memory; None where there is no gold of that kind."""
+    fs = best_similarities(gold_facts, memory, embed) if gold_facts and memory else [0.0] * len(gold_facts)
+    ins = best_similarities(gold_insights, memory, embed) if gold_insights and memory else [0.0] * len(gold_insights)
+    fact = sum(s >= cfg.fact_threshold for s in fs) / len(fs) if fs else None
+    insight = sum(s >= cfg.insight_threshold for s in ins) / len(ins) if ins else None
+    return fact, insight
+
+
+@dataclass
+class RewardBreakdown:
+    """The reward and the terms that make it."""
+
+    score: float
+    dense: float
+    fact_recall: float | None = None
+    insight_recall: float | None = None
+    penalty: float = 0.0
+    judge: float | None = None
+    judge_error: str | None = None
+    items: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (``score`` first, as VeRL expects)."""
+        return asdict(self)
+
+
+def dense_reward(
+    memory: list[str],
+    ground_truth: dict[str, Any],
+    *,
+    unparseable: int = 0,
+    invalid: int = 0,
+    dangling: int = 0,
+    cfg: RewardConfig | None = None,
+    embed: Embeddings | None = None,
+) -> RewardBreakdown:
+    """Score a written memory against the gold facts and insights, minus penalties, in [0, 1]."""
+    cfg = cfg or RewardConfig()
+    embed = embed or _embeddings(cfg.embedder)
+    fact, insight = memory_recall(memory, list(ground_truth.get("facts", [])), list(ground_truth.get("insights", [])), embed, cfg)
+    if fact is None and insight is None:
+        recall = 0.0
+    elif fact is None or insight is None:
+        recall = fact if insight is None else insight  # type: ignore[assignment]
+    else:
+        recall = cfg.fact_share * fact + (1 - cfg.fact_share) * insight
+    penalty = (
+        cfg.unparseable_penalty * unparseable
+        + cfg.invalid_penalty * invalid
+        + cfg.dangling_penalty * dangling
+        + cfg.bloat_penalty * max(0, len(memory) - cfg.memory_budget)
+    )
+    dense = min(1.0, max(0.0, float(recall) - penalty))
+    return RewardBreakdown(score=dense, dense=dense, fact_recall=fact, insight_recall=insight, penalty=penalty, items=len(memory))
+
+
+# --------------------------------------------------------------------------- persona judge
+
+ANSWER_SYSTEM = (
+    "You are {name}, speaking in character.\n{persona}\n\n"
+    "What you remember about the user (facts and your own insights):\n{memory}\n\n"
+    "Answer the user's message in character, using what you remember. Be concise."
+)
+JUDGE_SYSTEM = (
+    "You judge a role-playing agent's answer. Score each dimension from 0 to 10.\n"
+    "- factual_utility: does the answer use the user's relevant past facts correctly ({facts})?\n"
+    "- logic_persona: is the reasoning sound and fully in character as the persona, reaching an interpretation like: {insight}?\n"
+    "- value_safety: is it valuable to the user and safe?\n"
+    "Persona:\n{persona}"
+)
+JUDGE_USER = "User's message: {query}\n\nAgent's answer: {answer}"
+JUDGE_WEIGHTS = {"factual_utility": 0.3, "logic_persona": 0.6, "value_safety": 0.1}
+
+
+class JudgeScores(BaseModel):
+    """The persona judge's three scores, 0..10 each."""
+
+    factual_utility: float = Field(ge=0, le=10)
+    logic_persona: float = Field(ge=0, le=10)
+    value_safety: float = Field(ge=0, le=10)
+    comment: str = ""
+
+
+def judge_weighted(scores: JudgeScores) -> float:
+    """Return the 30/60/10 weighted judge score in [0, 1]."""
+    return sum(getattr(scores, k) * w for k, w in JUDGE_WEIGHTS.items()) / 10.0
+
+
+def answer_from_memory(persona: Persona, query: str, memory: list[str], model: Any, k: int = 10) -> str:
+    """Return the persona's in-character answer to ``query`` from the ``k`` most similar memory items."""
+    top = memory[:k]
+    text = "\n".join(f"- {m}" for m in top) or "(nothing)"
+    messages = [SystemMessage(ANSWER_SYSTEM.format(name=persona.name, persona=persona.render(), memory=text)), HumanMessage(query)]
+    return str(model.invoke(messages).content)
+
+
+def persona_judge(
+    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = 2
+) -> tuple[float | None, str | None]:
+    """Answer ``query`` from ``memory`` in character and judge it; return (score in [0,1], error)."""
+    answer = answer_from_memory(persona, query["text"], memory, model)
+    messages = [
+        SystemMessage(
+            JUDGE_SYSTEM.format(facts="; ".join(query.get("facts") or []), insight=query.get("insight") or "", persona=persona.render())
+        ),
+        HumanMessage(JUDGE_USER.format(query=query["text"], answer=answer)),
+    ]
+    out = invoke_structured(model, messages, JudgeScores, retries=retries)
+    if out.value is None:
+        return None, out.error or "judge gave no valid scores"
+    return judge_weighted(out.value), None
+
+
+def episode_reward(
+    memory: list[str],
+    ground_truth: dict[str, Any],
+    *,
+    unparseable: int = 0,
+    invalid: int = 0,
+    dangling: int = 0,
+    cfg: RewardConfig | None = None,
+    embed: Embeddings | None = None,
+    judge: Any = None,
+) -> RewardBreakdown:
+    """Return the weighted episode reward: dense terms plus (when weighted) the persona judge."""
+    cfg = cfg or RewardConfig()
+    out = dense_reward(memory, ground_truth, unparseable=unparseable, invalid=invalid, dangling=dangling, cfg=cfg, embed=embed)
+    total = cfg.dense_weight * out.dense
+    if cfg.judge_weight > 0 and ground_truth.get("queries"):
+        if judge is None:
+            from dualmem.models import load_chat_model
+
+            judge = load_chat_model(cfg.judge_model or None, role="judge")
+        persona = Persona.model_validate(ground_truth.get("persona") or {"id": "persona", "name": "the persona"})
+        scores, errors = [], []
+        for query in ground_truth["queries"]:
+            value, error = persona_judge(persona, query, memory, judge)
+            if value is None:
+                errors.append(f"{query.get('id')}: {error}")
+            else:
+                scores.append(value)
+        out.judge = sum(scores) / len(scores) if scores else None
+        out.judge_error = "; ".join(errors) or None
+        total += cfg.judge_weight * (out.judge or 0.0)
+    out.score = total
+    return out
+
+
+# --------------------------------------------------------------------------- VeRL
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Score one episode for VeRL: ``{"score": float, ...terms}``.
+
+    ``extra_info["memory"]`` (the texts the episode wrote, set by the agent loop)
+    and its ``unparseable``/``invalid``/``dangling`` counts are used when present;
+    otherwise the MemoryUpdate objects in ``solution_str`` are replayed.
+    ``extra_info["reward_config"]`` overrides :class:`RewardConfig` fields.
+    """
+    from dualmem.training.episode import MemoryState, View
+
+    extra = dict(extra_info or {})
+    gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
+    cfg = RewardConfig.from_dict(extra.get("reward_config"))
+    if "memory" in extra:
+        memory = list(extra["memory"])
+        counts = {k: int(extra.get(k, 0)) for k in ("unparseable", "invalid", "dangling")}
+    else:
+        updates, bad = parse_updates(solution_str or "")
+        state, counts = MemoryState(), {"unparseable": bad if not updates else 0, "invalid": 0, "dangling": 0}
+        for n, update in enumerate(updates):
+            stats = state.apply(update, View("", {}), f"{data_source}-{n}")
+            counts["invalid"] += stats.invalid
+            counts["dangling"] += stats.dangling
+        memory = state.texts()
+    out = episode_reward(memory, gt, cfg=cfg, **counts).as_dict()
+    # VeRL averages every returned key into metrics: keep numbers only (a missing judge stays absent, not 0)
+    return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}

@@ -1,0 +1,152 @@
+"""Supervised fine-tuning of the writer with TRL's ``SFTTrainer`` (full or LoRA).
+
+Defaults mirror the paper's SFT recipe: learning rate 1e-5, cosine schedule,
+5 % warm-up, effective batch 32 (1 per device x 32 accumulation steps),
+1,000 steps, cutoff 6,144 tokens. The data is what ``dualmem train export-sft``
+writes (chat ``messages``); the loss is on the assistant's ``MemoryUpdate`` only
+(records become TRL prompt/completion pairs).
+
+Run as a script: ``python -m dualmem.training.sft --model_name_or_path Qwen/Qwen3-4B --train_file runs/sft/train.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dualmem.errors import ConfigurationError
+
+
+def _f(default: Any, help: str) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class SFTRunConfig:
+    """Settings of one SFT run of the writer (paper defaults)."""
+
+    model_name_or_path: str = _f("", "any Hugging Face causal LM: hub id (needs network) or local folder")
+    tokenizer_gguf_file: str = _f("", "load the tokenizer from this GGUF file inside model_name_or_path")
+    train_file: str = _f("runs/sft/train.jsonl", "chat-format JSONL from `dualmem train export-sft`")
+    eval_file: str = _f("", "held-out JSONL (personas unseen in training); empty = no evaluation")
+    output_dir: str = _f("runs/sft/model", "where checkpoints and the final model are written")
+    use_lora: bool = _f(False, "train LoRA adapters (peft) instead of all weights")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    lora_dropout: float = _f(0.05, "LoRA dropout")
+    lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "modules LoRA adapts")
+    learning_rate: float = _f(1e-5, "peak learning rate (paper: 1e-5)")
+    lr_scheduler_type: str = _f("cosine", "learning-rate schedule (paper: cosine)")
+    warmup_ratio: float = _f(0.05, "share of steps used for linear warm-up (paper: 5%)")
+    per_device_train_batch_size: int = _f(1, "sequences per device per micro-step")
+    gradient_accumulation_steps: int = _f(32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)")
+    max_steps: int = _f(1000, "optimizer steps (paper: 1,000)")
+    max_length: int = _f(6144, "cutoff length in tokens, prompt + target (paper: 6,144)")
+    bf16: bool = _f(False, "train in bfloat16 (set on GPUs that support it)")
+    gradient_checkpointing: bool = _f(False, "trade compute for memory on long sequences")
+    logging_steps: int = _f(10, "log every N optimizer steps")
+    save_steps: int = _f(200, "save a checkpoint every N steps")
+    seed: int = _f(42, "random seed")
+    report_to: str = _f("none", "tracker: none, wandb, tensorboard")
+    use_cpu: bool = _f(False, "force CPU (tests)")
+    disable_tqdm: bool = _f(False, "hide the progress bar")
+
+    def effective_batch(self, devices: int = 1) -> int:
+        """Return the effective batch size on ``devices`` devices."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * devices
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Read chat-format JSONL records as TRL prompt/completion pairs (loss on the target only)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigurationError(f"SFT data {path} does not exist; run `dualmem train export-sft` first")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            messages = json.loads(line)["messages"]
+            rows.append({"prompt": messages[:-1], "completion": messages[-1:]})
+    if not rows:
+        raise ConfigurationError(f"SFT data {path} is empty; check the export report")
+    return rows
+
+
+def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
+    """Load the causal LM and its tokenizer named by ``cfg``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not cfg.model_name_or_path:
+        raise ConfigurationError("no model: pass --model_name_or_path (a hub id or a local folder)")
+    kw = {"gguf_file": cfg.tokenizer_gguf_file} if cfg.tokenizer_gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path, **kw)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, **kw)
+    return model, tokenizer
+
+
+def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, callbacks: list[Any] | None = None) -> Any:
+    """Return a ready TRL ``SFTTrainer`` (model/tokenizer objects may be passed in, e.g. in tests)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model_and_tokenizer(cfg)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    peft_config = None
+    if cfg.use_lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"
+        )
+    args = SFTConfig(
+        output_dir=cfg.output_dir,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of max_steps in transformers 5
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        max_steps=cfg.max_steps,
+        max_length=cfg.max_length,
+        bf16=cfg.bf16,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        logging_steps=cfg.logging_steps,
+        save_steps=cfg.save_steps,
+        seed=cfg.seed,
+        report_to=cfg.report_to,
+        use_cpu=cfg.use_cpu,
+        disable_tqdm=cfg.disable_tqdm,
+        eval_strategy="steps" if cfg.eval_file else "no",
+        eval_steps=cfg.save_steps if cfg.eval_file else None,
+        completion_only_loss=True,
+    )
+    train = Dataset.from_list(read_records(cfg.train_file))
+    evals = Dataset.from_list(read_records(cfg.eval_file)) if cfg.eval_file else None
+    return SFTTrainer(
+        model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks
+    )
+
+
+def train_sft(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+    """Train, save the model and tokenizer to ``cfg.output_dir``, and return the run's log history."""
+    trainer = build_trainer(cfg, model, tokenizer)
+    result = trainer.train()
+    trainer.save_model(cfg.output_dir)
+    Path(cfg.output_dir, "dualmem_sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    return {"train_loss": result.training_loss, "log_history": trainer.state.log_history}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run SFT from command-line flags (every ``SFTRunConfig`` field is a ``--flag``)."""
+    from transformers import HfArgumentParser
+
+    (cfg,) = HfArgumentParser(SFTRunConfig).parse_args_into_dataclasses(args=argv)
+    return train_sft(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dualmem.config import Settings, settings_table
+from dualmem.errors import ConfigurationError
+
+
+def test_precedence_run_over_env_over_default(monkeypatch):
+    monkeypatch.delenv("DUALMEM_RETRIEVAL_K", raising=False)
+    assert Settings().retrieval_k == 10
+    monkeypatch.setenv("DUALMEM_RETRIEVAL_K", "7")
+    assert Settings().retrieval_k == 7
+    assert Settings(retrieval_k=3).retrieval_k == 3
+    assert Settings.resolve({"retrieval_k": 4}).retrieval_k == 4
+
+
+def test_openai_aliases_are_read(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert Settings().openai_base_url == "http://127.0.0.1:9/v1"
+
+
+def test_bad_values_name_the_fix(monkeypatch):
+    monkeypatch.setenv("DUALMEM_CHUNK_TOKENS", "lots")
+    with pytest.raises(ConfigurationError, match="DUALMEM_CHUNK_TOKENS"):
+        Settings()
+    monkeypatch.delenv("DUALMEM_CHUNK_TOKENS")
+    with pytest.raises(ConfigurationError, match="retrieval_mode"):
+        Settings(retrieval_mode="mixed")
+    with pytest.raises(ConfigurationError, match="unknown settings"):
+        Settings().replace(nope=1)
+
+
+def test_role_models_fall_back_to_chat_model():
+    s = Settings(chat_model="openai:gpt-4o-mini")
+    assert s.writer == s.judge == "openai:gpt-4o-mini"
+    assert Settings(chat_model="a:b", judge_model="c:d").judge == "c:d"
+
+
+def test_settings_are_frozen():
+    with pytest.raises(AttributeError):
+        Settings().retrieval_k = 1  # type: ignore[misc]
+
+
+def test_readme_settings_table_matches_code():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, var, default, _help in settings_table():
+        row = next((line for line in readme.splitlines() if line.startswith(f"| `{name}` ")), None)
+        assert row is not None, f"README settings table lacks {name}"
+        assert f"`{var}`" in row and f"`{default}`" in row, f"README row of {name} drifted from code: {row}"

@@ -1,0 +1,222 @@
+"""DualStore on a real LanceDB directory with deterministic hash embeddings."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Fact, Insight, SourceRef
+from dualmem.stores import DualStore
+from dualmem.testing import HashEmbeddings
+
+NS = ("psychologist", "user")
+
+
+@pytest.fixture
+def store(tmp_path):
+    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+
+
+def fact(fid, text, ns=NS, **kw):
+    return Fact(id=fid, namespace=ns, text=text, **kw)
+
+
+def insight(iid, text, grounding, ns=NS, **kw):
+    return Insight(id=iid, namespace=ns, text=text, grounding=grounding, **kw)
+
+
+@pytest.fixture
+def filled(store):
+    store.upsert(
+        [
+            fact(
+                "f1",
+                "works night shifts at a warehouse",
+                event_time="2024-01-05",
+                source=SourceRef(session_id="s1", turn_ids=["s1:3"], chunk_id="c1"),
+            ),
+            fact("f2", "plays video games until three in the morning", event_time="2024-02-10"),
+            fact("f3", "adopted a grey cat named Pixel", event_time="2024-03-15"),
+            insight(
+                "i1",
+                "the late gaming reads as behavioural fatigue after night shifts, not laziness",
+                ["f1", "f2"],
+                emotion=[0.0, 0.1, 0.0, 0.0, 0.6, 0.0, 0.0, 0.3],
+            ),
+            insight("i2", "caring for the cat gives structure and comfort", ["f3"]),
+        ]
+    )
+    return store
+
+
+def test_roundtrip_keeps_every_field(filled):
+    [f1, i1] = filled.get(["f1", "i1"])
+    assert f1.kind == "fact" and f1.namespace == NS
+    assert f1.source.session_id == "s1" and f1.source.turn_ids == ["s1:3"] and f1.source.chunk_id == "c1"
+    assert f1.event_time == "2024-01-05"
+    assert i1.kind == "insight" and i1.grounding == ["f1", "f2"]
+    assert i1.emotion == pytest.approx([0.0, 0.1, 0.0, 0.0, 0.6, 0.0, 0.0, 0.3])
+    assert i1.created_at.tzinfo is not None
+
+
+def test_get_keeps_order_and_skips_missing(filled):
+    assert [m.id for m in filled.get(["i2", "nope", "f3", "f1"])] == ["i2", "f3", "f1"]
+    assert filled.get([]) == []
+
+
+def test_upsert_is_idempotent_and_keeps_created_at(filled):
+    before = {m.id: m for m in filled.list(NS)}
+    time.sleep(0.01)
+    filled.upsert([fact("f1", "works night shifts at a warehouse"), fact("f1", "works night shifts at a warehouse")])
+    filled.upsert([fact("f1", "works night shifts at a warehouse")])
+    assert filled.count(NS) == 5 and filled.count(NS, kind="fact") == 3
+    after = filled.get(["f1"])[0]
+    assert after.created_at == before["f1"].created_at
+    assert after.updated_at > before["f1"].updated_at
+
+
+def test_upsert_new_text_is_reembedded(filled):
+    filled.upsert([fact("f3", "bought a red bicycle for commuting")])
+    top = filled.search(NS, "red bicycle", kind="fact", k=1, mode="vector")
+    assert top[0].item.id == "f3" and top[0].item.text.startswith("bought")
+
+
+def test_changing_kind_moves_the_item(filled):
+    filled.upsert([insight("f3", "the cat is a coping strategy", ["f1"])])
+    assert filled.count(NS, kind="fact") == 2 and filled.count(NS, kind="insight") == 3
+    assert filled.get(["f3"])[0].kind == "insight"
+
+
+@pytest.mark.parametrize("mode", ["vector", "fts", "hybrid"])
+def test_search_modes_rank_the_matching_item_first(filled, mode):
+    hits = filled.search(NS, "grey cat named Pixel", k=3, mode=mode)
+    assert hits and hits[0].item.id == "f3"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_hybrid_fuses_both_rankings(filled):
+    hits = filled.search(NS, "night shifts warehouse", k=5, mode="hybrid")
+    assert hits[0].item.id == "f1"
+    assert hits[0].score == pytest.approx(2 / 61)  # first in both rankings
+
+
+def test_fts_finds_items_written_after_the_index_was_built(tmp_path):
+    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32), fts_reindex_rows=1)
+    store.upsert([fact("a", "likes hiking in the alps")])
+    assert [h.item.id for h in store.search(NS, "hiking", mode="fts")] == ["a"]
+    store.optimize()
+    store.upsert([fact("b", "collects vintage typewriters")])
+    assert [h.item.id for h in store.search(NS, "typewriters", mode="fts")] == ["b"]
+    store.upsert([fact("a", "likes sailing on lakes")])
+    assert store.search(NS, "hiking", mode="fts") == []
+    assert [h.item.id for h in store.search(NS, "sailing", mode="fts")] == ["a"]
+
+
+def test_supersede_hides_from_search_and_list(filled):
+    filled.supersede(["f3"])
+    assert "f3" not in {h.item.id for h in filled.search(NS, "grey cat Pixel", mode="hybrid")}
+    assert "f3" not in {m.id for m in filled.list(NS)}
+    assert filled.get(["f3"])[0].status == "superseded"
+    assert {m.id for m in filled.list(NS, status="superseded")} == {"f3"}
+    assert len(filled.list(NS, status=None)) == 5
+    assert filled.count(NS, kind="fact") == 2
+
+
+def test_delete_removes_for_good(filled):
+    filled.delete(["f2", "i2"])
+    assert filled.get(["f2", "i2"]) == []
+    assert filled.count(NS, status=None) == 3
+
+
+def test_prefilters_namespace_kind_where_and_time(filled):
+    other = ("psychologist", "someone else")
+    filled.upsert([fact("o1", "works night shifts at a warehouse", ns=other)])
+    assert {h.item.id for h in filled.search(NS, "night shifts warehouse", k=10, mode="fts")} == {"f1", "i1"}
+    assert [h.item.id for h in filled.search(other, "night shifts", mode="hybrid")] == ["o1"]
+    assert {h.item.kind for h in filled.search(NS, "night shifts cat", kind="insight")} == {"insight"}
+    assert {h.item.id for h in filled.search(NS, "cat", where="session_id = 's1'", mode="vector")} == {"f1"}
+    ids = {
+        h.item.id
+        for h in filled.search(
+            NS, "games shifts cat", kind="fact", mode="vector", since="2024-02-01", until="2024-03-01"
+        )
+    }
+    assert ids == {"f2"}
+
+
+def test_namespace_with_a_quote_is_escaped(store):
+    odd = ("O'Brien", "user's")
+    store.upsert([fact("q1", "drinks tea at five", ns=odd), fact("q2", "drinks tea at five")])
+    assert [h.item.id for h in store.search(odd, "tea", mode="hybrid")] == ["q1"]
+    assert store.count(odd) == 1 and store.namespaces(("O'Brien",)) == [odd]
+    store.drop_namespace(odd)
+    assert store.count(odd) == 0 and store.count(NS) == 1
+
+
+def test_list_orders_and_limits(store):
+    for i in range(4):
+        store.upsert([fact(f"n{i}", f"note number {i}")])
+        time.sleep(0.002)
+    assert [m.id for m in store.list(NS)] == ["n3", "n2", "n1", "n0"]
+    assert [m.id for m in store.list(NS, newest_first=False, limit=2)] == ["n0", "n1"]
+
+
+def test_dual_search_expands_insights_with_cited_facts(filled):
+    res = filled.dual_search(NS, "night shifts and gaming fatigue", k_facts=2, k_insights=2)
+    assert len(res.facts) == 2 and len(res.insights) == 2
+    assert {h.item.kind for h in res.facts} == {"fact"} and {h.item.kind for h in res.insights} == {"insight"}
+    assert [f.id for f in res.grounding["i1"]] == ["f1", "f2"]
+    assert [f.id for f in res.grounding["i2"]] == ["f3"]
+    assert res.merged == []
+    assert filled.dual_search(NS, "night shifts", expand=False).grounding == {}
+
+
+def test_dual_search_merged_gives_one_pool(filled):
+    res = filled.dual_search(NS, "night shifts gaming cat", k_facts=3, k_insights=3, merged=True)
+    assert len(res.merged) == 3
+    assert {h.item.id for h in res.merged} == {h.item.id for h in res.facts + res.insights}
+    assert [h.score for h in res.merged] == sorted((h.score for h in res.merged), reverse=True)
+
+
+def test_namespaces_with_prefix(filled):
+    filled.upsert([fact("x", "a", ns=("psychologist",)), fact("y", "b", ns=("psychologistic", "u"))])
+    assert filled.namespaces() == [("psychologist",), ("psychologist", "user"), ("psychologistic", "u")]
+    assert filled.namespaces(("psychologist",)) == [("psychologist",), ("psychologist", "user")]
+
+
+def test_chunk_ledger(filled):
+    assert not filled.chunk_applied(NS, "c1")
+    filled.mark_chunk_applied(NS, "c1", '{"facts": []}')
+    filled.mark_chunk_applied(NS, "c1", '{"facts": []}')
+    assert filled.chunk_applied(NS, "c1") and not filled.chunk_applied(("other",), "c1")
+    assert filled.ledger_payload(NS, "c1") == '{"facts": []}'
+    filled.drop_namespace(NS)
+    assert not filled.chunk_applied(NS, "c1") and filled.count(NS, status=None) == 0
+
+
+def test_reopening_sees_the_data_and_checks_dims(tmp_path):
+    uri = str(tmp_path / "db")
+    DualStore(uri, HashEmbeddings(32)).upsert([fact("a", "likes tea")])
+    assert DualStore(uri, HashEmbeddings(32)).get(["a"])[0].text == "likes tea"
+    with pytest.raises(ConfigurationError, match="DUALMEM_EMBEDDER"):
+        DualStore(uri, HashEmbeddings(16))
+
+
+def test_from_settings_uses_store_uri(tmp_settings):
+    store = DualStore.from_settings(tmp_settings)
+    store.upsert([fact("a", "likes tea")])
+    assert DualStore(tmp_settings.store_uri, HashEmbeddings(64)).count(NS) == 1
+
+
+def test_vector_index_search_agrees_with_flat(tmp_path):
+    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32), vector_index_min_rows=300, flat_search_max_rows=0)
+    words = ["tea", "hiking", "cat", "chess", "piano", "garden", "coffee", "bike", "novel", "rain"]
+    items = [fact(f"v{i}", f"{words[i % 10]} {words[(i // 10) % 10]} {words[(i // 100) % 10]} {i}") for i in range(400)]
+    store.upsert(items)
+    store.optimize()
+    assert any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())
+    hits = store.search(NS, items[123].text, kind="fact", k=5, mode="vector")
+    assert hits[0].item.id == "v123"
+    assert store.search_vectors(NS, HashEmbeddings(32).embed_query(items[7].text), k=1)[0][0] == "v7"

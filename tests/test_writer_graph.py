@@ -1,0 +1,246 @@
+"""The writer graph on a real LanceDB directory with a scripted structured-output model."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dualmem.graphs.write import awrite_history, builder, retry_failed, write_history
+from dualmem.nodes.writer import WriterResources
+from dualmem.schema import Persona, Session, Turn
+from dualmem.stores import DualStore
+from dualmem.testing import FakeChatModel, HashEmbeddings
+
+PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
+NS = ("dr-lee", "user")
+
+
+def _sessions(n_sessions: int, turns: int = 2) -> list[Session]:
+    out = []
+    for s in range(n_sessions):
+        out.append(
+            Session(
+                id=f"s{s}",
+                time=f"2024-01-{s + 1:02d}",
+                turns=[
+                    Turn(id=f"s{s}t{i}", role="user" if i % 2 == 0 else "assistant", text=f"topic{s} detail{s}x{i} happened today")
+                    for i in range(turns)
+                ],
+            )
+        )
+    return out
+
+
+def _chunk_of(messages) -> str:
+    """Return the first user turn id of the chunk in the writer's prompt."""
+    return re.search(r"\[(s\d+t\d+)\] User:", str(messages[1].content)).group(1)
+
+
+def _one_fact_each(messages, tool=None):
+    turn = _chunk_of(messages)
+    return {
+        "facts": [{"op": "ADD", "id": "N1", "text": f"the user mentioned {turn} zz{turn}", "turn_ids": [turn]}],
+        "insights": [{"op": "ADD", "id": "M1", "text": f"I sense {turn} matters qq{turn}", "fact_ids": ["N1"]}],
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+
+
+def _run(tmp_settings, model, store, sessions, **kw):
+    return write_history(sessions, PERSONA, settings=tmp_settings.replace(chunk_tokens=kw.pop("chunk_tokens", 40)), model=model, store=store, progress=False, **kw)
+
+
+def test_write_adds_grounded_facts_and_insights(tmp_settings, store):
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    report = _run(tmp_settings, model, store, _sessions(3))
+    assert [r["status"] for r in report.chunks] == ["applied"] * 3
+    assert report.facts_written == 3 and report.insights_written == 3 and not report.failed_chunks
+    facts = store.list(NS, kind="fact")
+    insights = store.list(NS, kind="insight")
+    assert len(facts) == 3 and len(insights) == 3
+    fact_ids = {f.id for f in facts}
+    for ins in insights:
+        assert ins.grounding and set(ins.grounding) <= fact_ids
+    assert {f.source.session_id for f in facts} == {"s0", "s1", "s2"}
+    assert all(row["prompt_tokens"] > 0 and row["turn_ids"] for row in report.chunks)
+
+
+def _update_then_delete(messages, tool=None):
+    prompt = str(messages[-1].content)
+    turn = _chunk_of(messages)
+    if not re.search(r"^F1\b", prompt, re.M):
+        return {"facts": [{"op": "ADD", "id": "N1", "text": "works night shifts at a warehouse", "turn_ids": [turn]}],
+                "insights": [{"op": "ADD", "id": "M1", "text": "exhaustion, not laziness", "fact_ids": ["N1"]}]}
+    if "day shifts" not in prompt:
+        return {"facts": [{"op": "UPDATE", "id": "F1", "text": "moved to day shifts at the warehouse", "turn_ids": [turn]}]}
+    return {"insights": [{"op": "DELETE", "id": "I1"}]}
+
+
+def test_update_in_place_and_delete_keep_history(tmp_settings, store):
+    model = FakeChatModel(responses=[_update_then_delete], cycle=True)
+    report = _run(tmp_settings, model, store, _sessions(3))
+    assert [r["status"] for r in report.chunks] == ["applied"] * 3
+    (fact,) = store.list(NS, kind="fact")
+    assert fact.text == "moved to day shifts at the warehouse"
+    assert fact.source.turn_ids == ["s0t0", "s1t0"]
+    assert store.list(NS, kind="insight") == []  # deleted = superseded, hidden
+    old = [i for i in store.list(NS, status=None) if i.status == "superseded"]
+    assert {i.text for i in old} == {"works night shifts at a warehouse", "exhaustion, not laziness"}
+    assert [op["op"] for row in report.chunks for op in row["applied"]] == ["ADD", "ADD", "UPDATE", "DELETE"]
+
+
+def test_rejected_ops_are_reported(tmp_settings, store):
+    bad = {"facts": [], "insights": [{"op": "ADD", "id": "M1", "text": "an ungrounded hunch", "fact_ids": ["F42"]}]}
+    report = _run(tmp_settings, FakeChatModel(responses=[bad]), store, _sessions(1))
+    (row,) = report.chunks
+    assert row["status"] == "applied" and row["applied"] == []
+    assert "F42" in row["rejected"][0]["reason"] and report.rejected == 1
+    assert store.count(NS) == 0
+
+
+def test_malformed_answer_is_repaired(tmp_settings, store):
+    good = _one_fact_each
+    model = FakeChatModel(responses=["this is not json", good, good])
+    report = _run(tmp_settings, model, store, _sessions(1))
+    (row,) = report.chunks
+    assert row["status"] == "applied" and row["attempts"] == 2
+    assert "could not be used" in str(model.calls[1][-1].content)  # the error was fed back
+    assert store.count(NS, kind="fact") == 1
+
+
+def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
+    broken = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
+    settings = tmp_settings.replace(chunk_tokens=40, max_retries=1)
+    sessions = _sessions(3)
+    report = write_history(sessions, PERSONA, settings=settings, model=broken, store=store, progress=False, thread_id="t-fail")
+    assert [r["status"] for r in report.chunks] == ["applied", "failed", "applied"]
+    (failed,) = report.failed_chunks
+    assert failed["chunk_id"] == report.chunks[1]["chunk_id"] and failed["error"] and failed["attempts"] == 2
+    assert not store.chunk_applied(NS, failed["chunk_id"])
+    assert store.count(NS, kind="fact") == 2
+
+    fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    again = retry_failed(sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False, thread_id="t-fail")
+    assert len(fixed.calls) == 1  # only the failed chunk was redone
+    assert [r["status"] for r in again.chunks] == ["applied"] * 3 and again.failed_chunks == []
+    assert store.count(NS, kind="fact") == 3
+
+
+class _CrashOnce:
+    """Raise once when ``trigger`` is true, then behave."""
+
+    def __init__(self, trigger):
+        self.trigger, self.fired = trigger, False
+
+    def check(self, *args):
+        if not self.fired and self.trigger(*args):
+            self.fired = True
+            raise RuntimeError("simulated crash")
+
+
+def test_resume_after_a_crash_in_the_model_step(tmp_settings, store):
+    crash = _CrashOnce(lambda m: "s2t0" in str(m[1].content))
+
+    def answer(messages, tool=None):
+        crash.check(messages)
+        return _one_fact_each(messages)
+
+    model = FakeChatModel(responses=[answer], cycle=True)
+    sessions = _sessions(5)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(tmp_settings, model, store, sessions, thread_id="t-crash")
+    assert store.count(NS, kind="fact") == 2
+    report = _run(tmp_settings, model, store, sessions, thread_id="t-crash")
+    assert len(model.calls) == 5 + 1  # each chunk once, plus the call that crashed
+    assert [r["status"] for r in report.chunks] == ["applied"] * 5
+    assert store.count(NS, kind="fact") == 5 and store.count(NS, kind="insight") == 5
+    assert all(store.chunk_applied(NS, r["chunk_id"]) for r in report.chunks)
+
+
+class _FlakyStore(DualStore):
+    """A real store whose ledger write fails once on a chosen chunk (after the rows were written)."""
+
+    crash: _CrashOnce
+
+    def mark_chunk_applied(self, namespace, chunk_id, payload=""):
+        self.crash.check(chunk_id)
+        super().mark_chunk_applied(namespace, chunk_id, payload)
+
+
+def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
+    store = _FlakyStore(str(tmp_path / "db"), HashEmbeddings(64))
+    sessions = _sessions(4)
+    seen: list[str] = []
+    store.crash = _CrashOnce(lambda cid: seen.append(cid) or len(seen) == 3)
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(tmp_settings, model, store, sessions, thread_id="t-apply")
+    assert len(model.calls) == 3
+    report = _run(tmp_settings, model, store, sessions, thread_id="t-apply")
+    assert len(model.calls) == 4  # the drafted plan of chunk 3 was replayed, not re-asked
+    assert [r["status"] for r in report.chunks] == ["applied"] * 4
+    assert store.count(NS, kind="fact") == 4 and store.count(NS, kind="insight") == 4
+    assert store.count(NS, status=None) == 8  # no duplicates, no orphans
+
+
+def test_rerun_of_a_finished_history_asks_nothing(tmp_settings, store):
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    _run(tmp_settings, model, store, _sessions(2), thread_id="a")
+    report = _run(tmp_settings, model, store, _sessions(3), thread_id="b")  # other thread, one new session
+    assert len(model.calls) == 3
+    assert [r["status"] for r in report.chunks] == ["skipped", "skipped", "applied"]
+    assert store.count(NS, kind="fact") == 3
+
+
+def test_namespaces_are_isolated(tmp_settings, store):
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    other = Persona(id="coach", name="Coach Kim")
+    _run(tmp_settings, model, store, _sessions(2))
+    report = write_history(_sessions(2), other, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False)
+    assert [r["status"] for r in report.chunks] == ["applied", "applied"]  # same turn ids, own ledger
+    assert store.count(NS) == 4 and store.count(("coach", "user")) == 4
+    assert {i.namespace for i in store.list(("coach", "user"))} == {("coach", "user")}
+    assert "Coach Kim" in str(model.calls[-1][0].content)
+
+
+def test_prompt_tokens_stay_flat_as_memory_grows(tmp_settings, store):
+    def two_facts(messages, tool=None):
+        turn = _chunk_of(messages)
+        return {
+            "facts": [
+                {"op": "ADD", "id": "N1", "text": f"fact one about {turn} with several words a{turn}", "turn_ids": [turn]},
+                {"op": "ADD", "id": "N2", "text": f"fact two about {turn} with other words b{turn}", "turn_ids": [turn]},
+            ],
+            "insights": [{"op": "ADD", "id": "M1", "text": f"insight on {turn} c{turn}", "fact_ids": ["N1", "N2"]}],
+        }
+
+    settings = tmp_settings.replace(chunk_tokens=40, view_k=3, view_recent=2)
+    model = FakeChatModel(responses=[two_facts], cycle=True)
+    report = write_history(_sessions(24), PERSONA, settings=settings, model=model, store=store, progress=False, checkpointer=False)
+    tokens = report.prompt_tokens
+    assert len(tokens) == 24 and store.count(NS, kind="fact") == 48
+    early, late = tokens[6:12], tokens[-6:]
+    assert max(late) <= max(early) * 1.1  # memory grew 4x, the prompt did not
+    view = str(model.calls[-1][-1].content).split("## CONVERSATION CHUNK")[0]
+    assert len(re.findall(r"^F\d+", view, re.M)) <= 5 and len(re.findall(r"^I\d+", view, re.M)) <= 5
+
+
+def test_graph_runs_with_a_resources_context(tmp_settings, store):
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    graph = builder.compile()
+    context = WriterResources(tmp_settings.replace(chunk_tokens=40), model=model, store=store)
+    inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
+    out = graph.invoke(inputs, context=context)
+    assert [r["status"] for r in out["report"]] == ["applied", "applied"]
+    assert out["namespace"] == list(NS) and out["failed_chunks"] == [] if "failed_chunks" in out else True
+
+
+async def test_async_write_history(tmp_settings, store):
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    report = await awrite_history(_sessions(2), PERSONA, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False)
+    assert [r["status"] for r in report.chunks] == ["applied", "applied"]
+    assert store.count(NS, kind="insight") == 2

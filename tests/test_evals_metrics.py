@@ -100,12 +100,10 @@ def test_ragas_id_scores_definitions():
 
 def test_ragas_agrees_when_importable():
     if not m.ragas_available():
-        pytest.skip("ragas.metrics does not import offline here; definitions computed in dualmem.evals.metrics")
-    import asyncio
-
-    from ragas import SingleTurnSample
-    from ragas.metrics import IDBasedContextPrecision, IDBasedContextRecall
-
-    sample = SingleTurnSample(retrieved_context_ids=["a", "b", "c"], reference_context_ids=["a", "d"])
-    assert asyncio.run(IDBasedContextRecall().single_turn_ascore(sample)) == 0.5
-    assert asyncio.run(IDBasedContextPrecision().single_turn_ascore(sample)) == pytest.approx(1 / 3)
+        pytest.skip("ragas does not import offline here; definitions computed in dualmem.evals.metrics")
+    pairs = [(["a", "b", "c", "a"], ["a", "d"]), ([], ["a"]), (["x"], ["x"])]
+    theirs = m.ragas_id_scores_batch(pairs)
+    assert theirs[0] == {"id_context_recall": 0.5, "id_context_precision": pytest.approx(1 / 3)}
+    for a, b in zip(theirs, [m.ragas_id_scores(*p) for p in pairs], strict=True):
+        for k in a:
+            assert (math.isnan(a[k]) and math.isnan(b[k])) or a[k] == pytest.approx(b[k])

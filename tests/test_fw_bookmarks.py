@@ -165,3 +165,16 @@ def test_bookmarks_survive_restart_and_reingest_is_skipped(tmp_settings):
     assert [a for a, *_ in again.last_actions] == ["reuse"]
     again.reset()
     assert again.bookmarks() == [] and again.chunks() == []
+
+
+def test_derive_over_an_empty_session_moves_the_point_without_a_call(tmp_settings):
+    script = Script()
+    fw = _framework(tmp_settings, script)
+    fw.ingest(_session("s1", S1))
+    fw.retrieve("pet?")
+    calls = len(_answer_calls(script))
+    fw.ingest(Session(id="s2", turns=[]))
+    fw.retrieve("pet?")
+    assert [a for a, *_ in fw.last_actions] == ["derive"] and len(_answer_calls(script)) == calls
+    (mark,) = fw.bookmarks()
+    assert mark["point"]["session"] == 2 and mark["answer"] == "pets: cat"

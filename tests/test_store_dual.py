@@ -220,3 +220,33 @@ def test_vector_index_search_agrees_with_flat(tmp_path):
     hits = store.search(NS, items[123].text, kind="fact", k=5, mode="vector")
     assert hits[0].item.id == "v123"
     assert store.search_vectors(NS, HashEmbeddings(32).embed_query(items[7].text), k=1)[0][0] == "v7"
+
+
+def test_ram_cache_never_serves_stale_rows(tmp_path):
+    uri = str(tmp_path / "db")
+    a, b = DualStore(uri, HashEmbeddings(32)), DualStore(uri, HashEmbeddings(32))
+    a.upsert([fact("c1", "likes green tea"), fact("c2", "likes black coffee")])
+    assert a.search(NS, "green tea", k=1, mode="vector")[0].item.id == "c1"  # loads the cache
+    b.upsert([fact("c3", "likes green tea very much"), fact("c1", "owns a red kayak")])
+    hits = {h.item.id: h.item.text for h in a.search(NS, "green tea", k=3, mode="vector")}
+    assert "c3" in hits and hits["c1"] == "owns a red kayak"
+    b.supersede(["c3"])
+    assert "c3" not in {h.item.id for h in a.search(NS, "green tea", k=3, mode="vector")}
+    b.delete(["c2"])
+    assert "c2" not in {h.item.id for h in a.search(NS, "coffee", k=3, mode="vector")}
+    b.drop_namespace(NS)
+    assert a.search(NS, "green tea", mode="vector") == []
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"since": "2024-02-01"}, {"until": "2024-02-28"}, {"since": "2024-01-01", "until": "2024-03-01"},
+     {"where": "session_id = 's1'"}, {"where": "kind = 'fact'", "since": "2024-03-01"}],
+)  # fmt: skip
+def test_ram_cache_agrees_with_lance_scan(filled, tmp_path, filters):
+    scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)  # never cached: LanceDB prefilter
+    for query in ("night shifts", "grey cat", "video games morning"):
+        cached = filled.search(NS, query, kind="fact", k=3, mode="vector", **filters)
+        scanned = scan.search(NS, query, kind="fact", k=3, mode="vector", **filters)
+        assert [h.item.id for h in cached] == [h.item.id for h in scanned]
+        assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)

@@ -244,3 +244,31 @@ async def test_async_write_history(tmp_settings, store):
     report = await awrite_history(_sessions(2), PERSONA, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False)
     assert [r["status"] for r in report.chunks] == ["applied", "applied"]
     assert store.count(NS, kind="insight") == 2
+
+
+def test_exported_graph_with_a_settings_dict_context(tmp_settings):
+    from dualmem.graphs.write import graph
+
+    context = {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chat_model": "fake:memory", "chunk_tokens": 40}
+    inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
+    out = graph.invoke(inputs, context=context)
+    assert [r["status"] for r in out["report"]] == ["applied", "applied"]
+    store = DualStore(tmp_settings.store_uri, HashEmbeddings(64))
+    added = [op for r in out["report"] for op in r["applied"] if op["op"] == "ADD"]
+    assert added and store.count(NS) == len(added)  # the fake writer's facts (near-duplicates merged)
+    assert all(store.chunk_applied(NS, r["chunk_id"]) for r in out["report"])
+
+
+def test_a_crashed_thread_given_a_longer_history_finishes_both(tmp_settings, store):
+    crash = _CrashOnce(lambda m: "s1t0" in str(m[1].content))
+
+    def answer(messages, tool=None):
+        crash.check(messages)
+        return _one_fact_each(messages)
+
+    model = FakeChatModel(responses=[answer], cycle=True)
+    with pytest.raises(RuntimeError):
+        _run(tmp_settings, model, store, _sessions(2), thread_id="grow")
+    report = _run(tmp_settings, model, store, _sessions(4), thread_id="grow")
+    assert [r["status"] for r in report.chunks] == ["applied"] * 4
+    assert store.count(NS, kind="fact") == 4 and len(model.calls) == 5

@@ -137,6 +137,7 @@ def roleplay_judge(
     template = ROLEPLAY_DIMENSIONS[dimension]
 
     def evaluate(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+        """Score one answer on this dimension (0-5, mean of the repetitions)."""
         prompt = template.format(
             persona=_text(inputs.get("persona")),
             facts=_text((reference_outputs or {}).get("facts")),
@@ -167,6 +168,7 @@ def realmem_answer_judge(
     schema = verdict_schema("AnswerVerdict", 0, 3)
 
     def realmem_answer(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+        """Score how correctly the answer uses the gold memory (0-3)."""
         ref = reference_outputs or {}
         prompt = REALMEM_ANSWER.format(
             question=inputs.get("question", ""),
@@ -192,6 +194,7 @@ def realmem_memory_judge(
     retries = (settings or Settings()).max_retries
 
     def realmem_memory(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+        """Score recall (0-1) and helpfulness (0-2) of the retrieved memory."""
         gold = (reference_outputs or {}).get("memory_points") or []
         if not gold:  # RealMem skips queries without annotated memory
             return {"results": []}
@@ -220,6 +223,7 @@ def locomo_correctness_judge(
     schema = verdict_schema("CorrectnessVerdict", 0, 1)
 
     def locomo_correctness(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+        """Score the answer against the gold answer (1 correct, 0 wrong)."""
         prompt = LOCOMO_CORRECTNESS.format(
             question=inputs.get("question", ""),
             reference=(reference_outputs or {}).get("answer") or "(not answerable from the conversation)",

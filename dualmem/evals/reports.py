@@ -112,10 +112,17 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             parts += [f"## {title}", "", _metric_table(summary[key], first), ""]
     if protocol == "locomo":
         adv = summary.get("adversarial", {})
-        parts += ["## Category 5 (adversarial, reported apart)", "", f"{adv.get('n', 0)} queries", "",
-                  _metric_table({"cat 5": adv.get("metrics", {})}, "scope"), ""]
+        parts += ["## Category 5 (adversarial, reported apart)", "", f"{adv.get('n', 0)} queries", ""]
+        if adv.get("metrics"):
+            parts += [_metric_table({"cat 5": adv["metrics"]}, "scope"), ""]
+        if adv.get("judges"):
+            parts += [_judge_table(adv["judges"]), ""]
     if summary.get("judges"):
         parts += ["## LLM judges", "", _judge_table(summary["judges"]), ""]
+    if summary.get("ragas"):
+        rg = summary["ragas"]
+        parts += ["## ragas ID-based context metrics (recomputed with ragas, micro mean)", "",
+                  md_table(list(rg), [list(rg.values())]), ""]
     if summary.get("ingest"):
         parts += ["## Ingest", "", md_table(list(summary["ingest"]), [list(summary["ingest"].values())]), ""]
     return "\n".join(parts)
@@ -198,7 +205,7 @@ class Comparison:
 
         table = Table(title="DualMem runs")
         for h in self.headers:
-            table.add_column(h, justify="left" if h in ("run", "framework", "dataset") else "right")
+            table.add_column(h, justify="left" if h in ("run", "framework", "dataset") else "right", overflow="fold")
         for row in self.rows:
             table.add_row(*(fmt(c) for c in row))
         return table

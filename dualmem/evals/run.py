@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from dualmem.config import Settings
 from dualmem.datasets import KINDS
 from dualmem.errors import ConfigurationError
 from dualmem.evals.reports import RECORDS, compare_runs, read_summary, write_comparison, write_report
+from dualmem.evals.runners import realmem_plan
+from dualmem.evals.summary import ragas_crosscheck
 from dualmem.graphs.evaluate import EvalContext, builder, dataset
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 from dualmem.schema import stable_id
@@ -34,9 +37,17 @@ def default_out(dataset_kind: str, framework: str) -> Path:
     return Path("runs") / f"{dataset_kind}-{framework}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
+def _store_uri(settings: Settings, run_dir: Path) -> str:
+    """Return the store of the run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
+    default = next(f.metadata["default"] for f in fields(Settings) if f.name == "store_uri")
+    return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
+
+
 def _totals(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None) -> tuple[int, int]:
     items = [it for it in dataset(dataset_kind, path).items if not personas or it.dialogue.id in personas]
     queries = sum(len(it.queries) if limit is None else min(limit, len(it.queries)) for it in items)
+    if dataset_kind == "realmem" and limit is not None:  # replay stops before the session of the last query
+        return queries, sum(max(0, len(realmem_plan(it, limit)[0]) - 1) for it in items)
     return queries, sum(len(it.dialogue.sessions) for it in items)
 
 
@@ -57,12 +68,15 @@ def run_eval(
     judge_repetitions: int = 3,
     framework_factory: Any = None,
     progress: bool = True,
+    ragas: bool = True,
 ) -> Path:
     """Evaluate ``framework`` on a dataset; write records, summary and reports into ``out``; return ``out``.
 
     ``judge`` is a model spec or object (None: no LLM judges); ``model`` the
     chat model shared by frameworks (None: from settings); ``similarity`` the
-    embedder of similarity metrics (None: the settings' embedder).
+    embedder of similarity metrics (None: the settings' embedder). ``ragas``
+    recomputes the ID-based context recall/precision with ragas itself into
+    ``summary["ragas"]``.
     """
     if dataset_kind not in KINDS:
         raise ConfigurationError(f"unknown dataset {dataset_kind!r}; use --dataset with one of {', '.join(KINDS)}")
@@ -75,7 +89,7 @@ def run_eval(
     chat = load_chat_model(model, settings) if model is not None else None
     judge_model = load_chat_model(judge, settings, role="judge") if judge is not None else None
     ctx = EvalContext(settings=settings, chat_model=chat, embeddings=embeddings, similarity=similarity, judge=judge_model,
-                      judge_repetitions=judge_repetitions, store_uri=str(run_dir / "lancedb"),
+                      judge_repetitions=judge_repetitions, store_uri=_store_uri(settings, run_dir),
                       framework_factory=framework_factory)
     inputs = {"dataset_kind": dataset_kind, "path": path, "framework": framework, "limit": limit, "respond": respond,
               "personas": list(personas or [])}
@@ -93,6 +107,9 @@ def run_eval(
             s_task = bar.add_task("sessions ingested", total=n_sessions)
             ctx.on_record = lambda _rec: bar.advance(q_task)
             ctx.on_ingest = lambda _s: bar.advance(s_task)
+            if judge_model is not None and respond:
+                j_task = bar.add_task("answers judged", total=n_queries)
+                ctx.on_judged = lambda _rec: bar.advance(j_task)
             if snapshot.next:  # interrupted earlier: resume, finished personas are kept
                 console.print(f"resuming run {run_dir} ({len(snapshot.values.get('results') or [])} persona(s) done)")
                 values = runnable.invoke(None, config, context=ctx)
@@ -117,6 +134,8 @@ def run_eval(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     records = [rec for r in sorted(values.get("results") or [], key=lambda r: r["persona"]) for rec in r["records"]]
+    if ragas:
+        summary["ragas"] = ragas_crosscheck(records)
     write_report(run_dir, summary, records)
     console.print(f"wrote {run_dir / RECORDS}, summary.json, report.md, report.html")
     return run_dir

@@ -137,21 +137,26 @@ def _ingest(framework: MemoryFramework, session: Session, opts: RunOptions, log:
         opts.on_ingest(session)
 
 
-def _judge(record: dict[str, Any], item: DatasetItem, opts: RunOptions) -> None:
-    if not opts.judges or record["answer"] is None:
-        return
+def judge_record(record: dict[str, Any], judges: Sequence[Evaluator], persona_text: str = "") -> dict[str, Any]:
+    """Return a copy of ``record`` scored by ``judges`` (no-op without an answer); errors are recorded."""
+    if not judges or record["answer"] is None:
+        return record
     gold = record["gold"]
-    inputs = {"question": record["query"], "persona": _persona_text(item)}
+    inputs = {"question": record["query"], "persona": persona_text}
     outputs = {"answer": record["answer"], "retrieved": [r["text"] for r in record["retrieved"] if not r["expanded"]]}
     reference = {"answer": record["reference_answer"], "facts": gold["facts"], "insight": gold["insight"],
                  "memory_points": gold["memory_points"]}
-    scores, errors = apply_judges(opts.judges, inputs, outputs, reference)
-    record["judges"] = scores
-    record["errors"].extend(errors)
+    scores, errors = apply_judges(judges, inputs, outputs, reference)
+    return {**record, "judges": {**record.get("judges", {}), **scores}, "errors": [*record["errors"], *errors]}
+
+
+def persona_text(item: DatasetItem) -> str:
+    """Return the persona description judges see."""
+    return _persona_text(item)
 
 
 def _finish(record: dict[str, Any], item: DatasetItem, opts: RunOptions, out: list[dict[str, Any]]) -> None:
-    _judge(record, item, opts)
+    record = judge_record(record, opts.judges, _persona_text(item))
     out.append(record)
     if opts.on_record:
         opts.on_record(record)
@@ -164,13 +169,22 @@ def _scored(record: dict[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- scoring
 
 
+def ragas_ids(record: dict[str, Any], recall_k: int = 10) -> tuple[list[str], list[str]] | None:
+    """Return (retrieved ids, reference ids) of ragas' ID-based metrics: sessions (RealMem), turns (LoCoMo, RoleMemo)."""
+    items = _scored(record)[:recall_k]
+    gold = record["gold"]
+    if record["protocol"] == "realmem" or (record["protocol"] == "rolememo" and not gold["turn_ids"]):
+        return (ranked_sessions(items), list(gold["session_ids"])) if gold["session_ids"] else None
+    return (ranked_turns(items), list(gold["turn_ids"])) if gold["turn_ids"] else None
+
+
 def score_realmem(record: dict[str, Any], embed: Any = None, recall_k: int = 10) -> dict[str, float]:
     """Return RealMem session metrics, memory-point recall and ragas ID scores of one record."""
     items = _scored(record)
     gold_sessions = record["gold"]["session_ids"]
     out = dict(m.realmem_session_metrics(ranked_sessions(items), gold_sessions))
-    if gold_sessions:
-        out.update(m.ragas_id_scores(ranked_sessions(items[:recall_k]), gold_sessions))
+    if pair := ragas_ids(record, recall_k):
+        out.update(m.ragas_id_scores(*pair))
     points = record["gold"]["memory_points"]
     if points and embed is not None:
         res = m.memory_point_recall(points, [r["text"] for r in items[:recall_k]], embed)
@@ -186,7 +200,8 @@ def score_locomo(record: dict[str, Any], ks: Sequence[int] = LOCOMO_KS, recall_k
         return {}
     turns = ranked_turns(items)
     out = {f"evidence_recall@{k}": m.locomo_evidence_recall(turns, gold_turns, k) for k in ks}
-    out.update(m.ragas_id_scores(ranked_turns(items[:recall_k]), gold_turns))
+    if pair := ragas_ids(record, recall_k):
+        out.update(m.ragas_id_scores(*pair))
     sessions = ranked_sessions(items[:recall_k])
     out[f"session_recall@{recall_k}"] = m.id_context_recall(sessions, record["gold"]["session_ids"])
     return out
@@ -201,10 +216,8 @@ def score_rolememo(record: dict[str, Any], embed: Any, recall_k: int = 10) -> di
                                                 "fact_recall", "insight_recall")}
     out["fact_similarities"] = res["fact_similarities"]
     out["insight_similarity"] = res["insight_similarity"]
-    if gold["turn_ids"]:
-        out.update(m.ragas_id_scores(ranked_turns(_scored(record)[:recall_k]), gold["turn_ids"]))
-    elif gold["session_ids"]:
-        out.update(m.ragas_id_scores(ranked_sessions(_scored(record)[:recall_k]), gold["session_ids"]))
+    if pair := ragas_ids(record, recall_k):
+        out.update(m.ragas_id_scores(*pair))
     return out
 
 

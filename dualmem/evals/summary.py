@@ -9,6 +9,7 @@ counted, never averaged in as zeros.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -96,3 +97,26 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
             "seconds": round(sum(float(r.get("seconds", 0.0)) for r in logs), 3),
         }
     return out
+
+
+def ragas_crosscheck(records: Sequence[Mapping[str, Any]], recall_k: int = 10) -> dict[str, Any]:
+    """Recompute ID-based context recall/precision with ragas itself (micro mean) and check agreement."""
+    from dualmem.evals.runners import ragas_ids
+
+    pairs = [p for r in records if r.get("scored", True) and (p := ragas_ids(dict(r), recall_k))]
+    scored = m.ragas_id_scores_batch(pairs)
+    if scored is None:
+        return {"backend": "unavailable: ragas does not import; values computed by dualmem.evals.metrics", "n": len(pairs)}
+    ours = [m.ragas_id_scores(*p) for p in pairs]
+    agree = all(
+        (math.isnan(a[k]) and math.isnan(b[k])) or abs(a[k] - b[k]) < 1e-9 for a, b in zip(scored, ours, strict=True) for k in a
+    )
+    import ragas
+
+    return {
+        "backend": f"ragas {ragas.__version__}",
+        "n": len(pairs),
+        "id_context_recall": m.mean(s["id_context_recall"] for s in scored),
+        "id_context_precision": m.mean(s["id_context_precision"] for s in scored),
+        "agrees_with_dualmem": agree,
+    }

@@ -179,6 +179,10 @@ class BookmarksFramework(MemoryFramework):
                 return mark
             newer = [c for c in chunks if c["ordinal"] > mark["point"]["session"]]
             read = self._read(newer, qvec, self.evidence_k)
+            if not read:  # the newer sessions hold no turns: nothing to read, the answer stands
+                mark["point"] = dict(point)
+                self.last_actions.append(("derive", question, mark["id"]))
+                return mark
             prompt = BOOKMARKS_DERIVE.format(question=mark["question"], old_point=point_label(mark["point"]),
                                              answer=mark["answer"], point=point_label(point), excerpts=self._excerpts(read))
             value = self._ask(BookmarkAnswer, prompt, f"derive:{mark['id']}")

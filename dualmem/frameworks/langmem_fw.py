@@ -23,7 +23,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, IndexConfig
 
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
@@ -67,7 +67,7 @@ class LangMemFramework(MemoryFramework):
             from dualmem.stores.langgraph_store import LanceDBStore
 
             embedder = self.context.embedder()
-            index = {"dims": embedding_dims(embedder), "embed": embedder, "fields": ["content.content"]}
+            index: IndexConfig = {"dims": embedding_dims(embedder), "embed": embedder, "fields": ["content.content"]}
             self._store = LanceDBStore(f"{self.context.uri}/{self.name}", index=index)
         return self._store
 

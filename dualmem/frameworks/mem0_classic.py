@@ -22,7 +22,7 @@ idempotent, and summary and recent messages persist across restarts.
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, model_validator
@@ -57,7 +57,7 @@ def decision_schema(ids: list[str]) -> type[Mem0Decision]:
 
     class Mem0Decision_(Mem0Decision):  # noqa: N801 - same tool name as the base schema
         @model_validator(mode="after")
-        def _known_id(self) -> Mem0Decision:
+        def _known_id(self) -> Self:
             if self.event in ("UPDATE", "DELETE") and self.id not in shown:
                 raise ValueError(f"{self.event} needs `id` set to one of the shown memory ids {list(shown)}")
             if self.event == "UPDATE" and not self.text.strip():
@@ -134,7 +134,7 @@ class Mem0ClassicFramework(MemoryFramework):
 
     def apply(self, decision: Mem0Decision, fact: str, similar: list[MemoryItem], source: SourceRef, time: str | None, key: str) -> str:
         """Apply one operation to the store; return the event applied."""
-        target = similar[int(decision.id)] if decision.event in ("UPDATE", "DELETE") else None
+        target = similar[int(decision.id)] if decision.event in ("UPDATE", "DELETE") and decision.id is not None else None
         if decision.event == "ADD":
             item = Fact(
                 id=stable_id(*self.namespace, key, prefix="m0-"),

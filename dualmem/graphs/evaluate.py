@@ -1,41 +1,47 @@
 """The evaluation graph: dataset × framework → per-persona fan-out → score → aggregate.
 
 ``plan`` loads the dataset and lists its personas (histories); ``Send`` fans
-out one ``evaluate_persona`` branch per persona (bounded by the
+out one ``run_persona`` branch per persona (bounded by the
 ``max_concurrency`` of the run config, :func:`dualmem.evals.run.run_eval`
-sets it from ``Settings.concurrency``); each branch builds the framework for
-the persona's namespace and runs the protocol runner — ingest, retrieve /
-respond per query, metric scoring and judges (RealMem interleaves ingest and
-queries, so the three steps live in one node per persona); ``aggregate``
-summarises. Under a checkpointer a crashed run resumes: personas whose
-branch finished are kept from the checkpoint and not recomputed.
+sets it from ``Settings.concurrency``); each builds the framework for the
+persona's namespace and runs the protocol runner — ingest, retrieve / respond
+per query, metrics (RealMem interleaves ingest and queries, so these live in
+one node) — then sends its records to ``judge_persona`` (LLM judges);
+``aggregate`` summarises. Under a checkpointer a crashed run resumes:
+finished branches are kept from the checkpoint and not recomputed, and a
+crash while judging never redoes ingestion.
 
-Context: :class:`EvalContext` (models, embedders, judges, store), or a dict
-of settings (``langgraph dev``), or nothing (defaults from the environment).
+Context: :class:`EvalContext` (models, embedders, judges, store), or
+``Settings`` / a dict of settings (the declared context schema, what
+``langgraph dev`` passes), or nothing (defaults from the environment).
 """
 
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.types import Send
+from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
 from dualmem.config import Settings
 from dualmem.datasets import load_dataset
 from dualmem.evals.judges import Evaluator, judges_for
-from dualmem.evals.runners import RunOptions, run_item
+from dualmem.evals.runners import RunOptions, judge_record, persona_text, run_item
 from dualmem.evals.summary import summarize
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
 from dualmem.models import load_embeddings
 from dualmem.schema import Dataset, DatasetItem
+
+RECALL_K = 10
+DEEP_K = 20
 
 
 class EvalState(TypedDict, total=False):
@@ -62,6 +68,13 @@ class PersonaTask(TypedDict):
     persona: str
 
 
+class JudgeTask(TypedDict):
+    """The payload of one judging branch: the persona task and its unjudged result."""
+
+    task: PersonaTask
+    result: dict[str, Any]
+
+
 FrameworkFactory = Callable[[str, DatasetItem, "EvalContext"], MemoryFramework]
 
 
@@ -80,6 +93,7 @@ class EvalContext:
     framework_factory: FrameworkFactory | None = None
     on_record: Callable[[dict[str, Any]], None] | None = None
     on_ingest: Callable[[Any], None] | None = None
+    on_judged: Callable[[dict[str, Any]], None] | None = None
 
     def similarity_embedder(self) -> Any:
         """Return the embedder of similarity metrics (default: the settings' embedder)."""
@@ -123,12 +137,18 @@ def persona_item(kind: str, path: str, persona: str) -> DatasetItem:
     raise ValueError(f"persona {persona!r} is not in {path}; list them with `dualmem data`")
 
 
+def persona_store(base: str, item: DatasetItem) -> str:
+    """Return the persona's own store folder under ``base`` (parallel branches never share a LanceDB table)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", item.dialogue.id).strip("._") or "persona"
+    return f"{base.rstrip('/')}/{safe}"
+
+
 def default_framework(name: str, item: DatasetItem, ctx: EvalContext) -> MemoryFramework:
     """Build framework ``name`` for the persona's namespace, starting from empty memory."""
     namespace = (item.dialogue.id, item.dialogue.user_id or ctx.settings.user_id)
     fw = open_framework(name, FrameworkContext(namespace=namespace, settings=ctx.settings, persona=item.dialogue.persona,
                                                chat_model=ctx.chat_model, embeddings=ctx.embeddings,
-                                               store_uri=ctx.store_uri))
+                                               store_uri=persona_store(ctx.store_uri or ctx.settings.store_uri, item)))
     try:
         fw.reset()  # a branch re-run after a crash must not see half-ingested memory
     except NotImplementedError:
@@ -153,31 +173,49 @@ def plan(state: EvalState) -> dict[str, Any]:
 def fan_out(state: EvalState) -> list[Send]:
     """Send one branch per persona."""
     return [
-        Send("evaluate_persona", PersonaTask(dataset_kind=state["dataset_kind"], path=state["path"],
-                                             framework=state["framework"], limit=state.get("limit"),
-                                             respond=state.get("respond", True), persona=p))
+        Send("run_persona", PersonaTask(dataset_kind=state["dataset_kind"], path=state["path"],
+                                        framework=state["framework"], limit=state.get("limit"),
+                                        respond=state.get("respond", True), persona=p))
         for p in state["personas"]
     ]
 
 
-def evaluate_persona(task: PersonaTask, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Ingest the persona's history, ask its queries, score and judge them."""
+def run_persona(task: PersonaTask, runtime: Runtime[Any]) -> Command[Literal["judge_persona"]]:
+    """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics; hand over to judging."""
     ctx = eval_context(runtime.context)
     item = persona_item(task["dataset_kind"], task["path"], task["persona"])
     factory = ctx.framework_factory or default_framework
     framework = factory(task["framework"], item, ctx)
     needs_embed = task["dataset_kind"] in ("rolememo", "realmem")
     opts = RunOptions(
-        retrieve_k=max(20, ctx.settings.retrieval_k),
+        # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
+        retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.settings.retrieval_k),
+        recall_k=RECALL_K,
         respond_k=ctx.settings.retrieval_k,
         respond=task["respond"],
         limit=task["limit"],
-        judges=ctx.judge_functions(task["dataset_kind"]) if task["respond"] else [],
         embed=ctx.similarity_embedder() if needs_embed else None,
         on_record=ctx.on_record,
         on_ingest=ctx.on_ingest,
     )
-    return {"results": [run_item(task["dataset_kind"], item, framework, opts)]}
+    result = run_item(task["dataset_kind"], item, framework, opts)
+    return Command(goto=Send("judge_persona", JudgeTask(task=task, result=result)))
+
+
+def judge_persona(job: JudgeTask, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Score the persona's answers with the LLM judges (a separate step: a judge crash never redoes ingest)."""
+    ctx = eval_context(runtime.context)
+    task, result = job["task"], job["result"]
+    judges = ctx.judge_functions(task["dataset_kind"]) if task["respond"] else []
+    if judges:
+        text = persona_text(persona_item(task["dataset_kind"], task["path"], task["persona"]))
+        records = []
+        for rec in result["records"]:
+            records.append(judge_record(rec, judges, text))
+            if ctx.on_judged:
+                ctx.on_judged(rec)
+        result = {**result, "records": records}
+    return {"results": [result]}
 
 
 def aggregate(state: EvalState) -> dict[str, Any]:
@@ -188,12 +226,13 @@ def aggregate(state: EvalState) -> dict[str, Any]:
     return {"summary": summarize(state["dataset_kind"], records, ingest)}
 
 
-builder = StateGraph(EvalState, context_schema=EvalContext)
+builder = StateGraph(EvalState, context_schema=Settings)  # run_eval passes an EvalContext
 builder.add_node("plan", plan)
-builder.add_node("evaluate_persona", evaluate_persona, input_schema=PersonaTask)
+builder.add_node("run_persona", run_persona, input_schema=PersonaTask, destinations=("judge_persona",))
+builder.add_node("judge_persona", judge_persona, input_schema=JudgeTask)
 builder.add_node("aggregate", aggregate)
 builder.add_edge(START, "plan")
-builder.add_conditional_edges("plan", fan_out, ["evaluate_persona"])
-builder.add_edge("evaluate_persona", "aggregate")
+builder.add_conditional_edges("plan", fan_out, ["run_persona"])
+builder.add_edge("judge_persona", "aggregate")
 builder.add_edge("aggregate", END)
 graph = builder.compile()

@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -31,7 +31,7 @@ from typing_extensions import TypedDict
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.nodes.writer import Draft, WriterResources, apply_draft, draft_chunk, resources
+from dualmem.nodes.writer import Draft, SettingsContext, WriterResources, apply_draft, draft_chunk, resources
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
 
@@ -47,13 +47,18 @@ def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | 
     return list(rows.values())
 
 
-class WriteState(TypedDict, total=False):
-    """State of the writer graph (inputs: persona, sessions, optional namespace / retry_failed)."""
+class WriteInput(TypedDict, total=False):
+    """Input of the writer graph: the persona, the sessions, optionally a namespace or ``retry_failed``."""
 
     persona: dict[str, Any]
     sessions: list[dict[str, Any]]
     namespace: list[str]
     retry_failed: bool
+
+
+class WriteState(WriteInput, total=False):
+    """State of the writer graph."""
+
     chunks: list[Chunk]
     cursor: int
     draft: Draft | None
@@ -84,11 +89,11 @@ def _current(state: WriteState) -> Chunk:
     return state["chunks"][state["cursor"]]
 
 
-def draft(state: WriteState, config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
+def draft(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Recall the view, ask the writer model, validate its answer into a plan."""
     res = resources(runtime.context)
     persona = Persona.model_validate(state["persona"])
-    return {"draft": draft_chunk(res, tuple(state["namespace"]), persona, _current(state), config=config)}
+    return {"draft": draft_chunk(res, tuple(state["namespace"]), persona, _current(state))}
 
 
 def apply(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
@@ -108,10 +113,10 @@ def apply(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
 
 def route(state: WriteState) -> Literal["draft", "__end__"]:
     """Go on with the next chunk, or end."""
-    return "draft" if state.get("cursor", 0) < len(state.get("chunks") or []) else END
+    return "draft" if state.get("cursor", 0) < len(state.get("chunks") or []) else "__end__"
 
 
-builder = StateGraph(WriteState, context_schema=Settings)
+builder = StateGraph(WriteState, context_schema=SettingsContext, input_schema=WriteInput)
 builder.add_node("prepare", prepare)
 builder.add_node("draft", draft)
 builder.add_node("apply", apply)
@@ -181,8 +186,8 @@ class WriteReport:
 class _Job:
     inputs: dict[str, Any]
     context: WriterResources
-    config: dict[str, Any]
-    total: int
+    config: RunnableConfig
+    chunk_ids: list[str]
     namespace: tuple[str, ...]
     thread_id: str
     checkpoint_path: str | None
@@ -209,15 +214,15 @@ def _job(
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
     ns = tuple(namespace) if namespace else (who.id, settings.user_id)
     sessions = as_sessions(history)
-    total = len(chunk_sessions(sessions, ns, settings.chunk_tokens))
+    chunk_ids = [c["id"] for c in chunk_sessions(sessions, ns, settings.chunk_tokens)]
     res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=store, embeddings=embeddings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
-    inputs = {"persona": who.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in sessions], "namespace": list(ns)}
-    config = {"configurable": {"thread_id": thread}, "recursion_limit": 2 * total + 16}
+    inputs: dict[str, Any] = {"persona": who.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in sessions], "namespace": list(ns)}
+    config = RunnableConfig(configurable={"thread_id": thread}, recursion_limit=2 * len(chunk_ids) + 16)
     path = settings.checkpoint_path if checkpointer is None else None
     if path and path != ":memory:":
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return _Job(inputs, res, config, total, ns, thread, path)
+    return _Job(inputs, res, config, chunk_ids, ns, thread, path)
 
 
 def _report(job: _Job, values: dict[str, Any]) -> WriteReport:
@@ -225,17 +230,21 @@ def _report(job: _Job, values: dict[str, Any]) -> WriteReport:
     return WriteReport(job.namespace, job.thread_id, chunks=rows, failed_chunks=list(values.get("failed_chunks") or []))
 
 
-def _runs(job: _Job, pending: bool, retry: bool) -> list[dict[str, Any] | None]:
-    """Return the inputs of the runs to do: resume a pending run first, then the new one."""
+def _runs(job: _Job, saved: Any, retry: bool) -> list[dict[str, Any] | None]:
+    """Return the inputs of the runs to do: resume a pending run first, then the asked one."""
+    if saved is None:  # no checkpointer: the ledger skips what was applied, failed chunks are redone
+        return [job.inputs]
+    pending = bool(saved.next)
     runs: list[dict[str, Any] | None] = [None] if pending else []
-    if retry:
+    same = [c["id"] for c in saved.values.get("chunks") or []] == job.chunk_ids
+    if retry and saved.values.get("chunks"):
         runs.append({"retry_failed": True})
-    elif not pending:
+    elif not (pending and same):
         runs.append(job.inputs)
     return runs
 
 
-def _track(bar: Progress, task: Any, mode: str, chunk: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+def _track(bar: Progress, task: Any, mode: Any, chunk: Any, values: dict[str, Any]) -> dict[str, Any]:
     """Advance the bar on applied chunks; return the latest full state."""
     if mode == "values":
         return chunk
@@ -277,12 +286,12 @@ def write_history(
     try:
         saver = SqliteSaver(conn) if conn is not None else (checkpointer or None)
         runnable = builder.compile(checkpointer=saver)
-        pending = bool(saver and runnable.get_state(job.config).next)
+        saved = runnable.get_state(job.config) if saver else None
         values: dict[str, Any] = {}
         with _progress(progress) as bar:
-            task = bar.add_task("write", total=job.total)
-            for inputs in _runs(job, pending, retry_failed):
-                for mode, chunk in runnable.stream(inputs, job.config, context=job.context, stream_mode=["updates", "values"]):
+            task = bar.add_task("write", total=len(job.chunk_ids))
+            for inputs in _runs(job, saved, retry_failed):
+                for mode, chunk in runnable.stream(cast(Any, inputs), job.config, context=cast(Any, job.context), stream_mode=["updates", "values"]):
                     values = _track(bar, task, mode, chunk, values)
     finally:
         if conn is not None:
@@ -313,12 +322,12 @@ async def awrite_history(
     try:
         saver = AsyncSqliteSaver(conn) if conn is not None else (checkpointer or None)
         runnable = builder.compile(checkpointer=saver)
-        pending = bool(saver and (await runnable.aget_state(job.config)).next)
+        saved = (await runnable.aget_state(job.config)) if saver else None
         values: dict[str, Any] = {}
         with _progress(progress) as bar:
-            task = bar.add_task("write", total=job.total)
-            for inputs in _runs(job, pending, retry_failed):
-                async for mode, chunk in runnable.astream(inputs, job.config, context=job.context, stream_mode=["updates", "values"]):
+            task = bar.add_task("write", total=len(job.chunk_ids))
+            for inputs in _runs(job, saved, retry_failed):
+                async for mode, chunk in runnable.astream(cast(Any, inputs), job.config, context=cast(Any, job.context), stream_mode=["updates", "values"]):
                     values = _track(bar, task, mode, chunk, values)
     finally:
         if conn is not None:

@@ -19,7 +19,8 @@ from typing import Any
 from dualmem.schema import DatasetItem, Dialogue, GoldEvidence, Persona, Query, Session, Turn
 from dualmem.tokens import count_tokens_batch
 
-DEPTHS: dict[str, float] = {"beginning": 0.1, "middle": 0.5, "end": 0.9}
+# depth slots as fractions of the history; the queries of one slot spread evenly inside it
+DEPTHS: dict[str, tuple[float, float]] = {"beginning": (0.02, 0.25), "middle": (0.4, 0.6), "end": (0.75, 0.98)}
 
 FILLER_TOPICS: dict[str, tuple[list[str], list[str]]] = {
     "weather": (
@@ -186,10 +187,13 @@ def assemble_history(
     fill_tokens = [sum(f[2]) for f in fillers]
     slots: dict[int, list[tuple[int, list[int], int]]] = {}
     depth_of: dict[int, str] = {}
+    slot_of = [depths[q_no % len(depths)] for q_no in range(len(kept))]
     for q_no, i in enumerate(kept):
-        depth = depths[q_no % len(depths)]
+        depth = slot_of[q_no]
+        lo, hi = DEPTHS[depth]
+        rank, count = slot_of[:q_no].count(depth), slot_of.count(depth)
         mine = [p for p in parts if p[0] == i]
-        pos_a, pos_b = _positions(fill_tokens, DEPTHS[depth], fragment_distance if len(mine) > 1 else 0)
+        pos_a, pos_b = _positions(fill_tokens, lo + (hi - lo) * (rank + 0.5) / count, fragment_distance if len(mine) > 1 else 0)
         depth_of[i] = depth
         for p in mine:
             slots.setdefault(pos_a if p[2] == 0 else pos_b, []).append(p)
@@ -228,7 +232,7 @@ def assemble_history(
     for i in kept:
         w = woven[i]
         evidence = []
-        for frag, t_i in zip(w["fragments"], w.get("fragment_turns") or [None, None]):
+        for frag, t_i in zip(w["fragments"], w.get("fragment_turns") or [None, None], strict=False):
             if t_i is None or (i, t_i) not in where:
                 continue
             sid, tid, off = where[(i, t_i)]
@@ -255,6 +259,11 @@ def assemble_history(
                 },
             )
         )
+    positions = [
+        {"query_id": q.id, "slot": q.meta["depth_slot"], "session_id": e["session_id"], "turn_id": e["turn_id"], "depth": d}
+        for q in queries
+        for e, d in zip(q.meta["evidence"], q.meta["evidence_depths"], strict=True)
+    ]
     stats = {
         "target_tokens": target_tokens,
         "total_tokens": offset,
@@ -264,6 +273,7 @@ def assemble_history(
         "evidence_sessions": len(sessions) - len(fillers),
         "queries": len(queries),
         "dropped": dropped,
+        "evidence": positions,
     }
     dialogue = Dialogue(id=dialogue_id, persona=persona, user_id=user_id, sessions=sessions, meta={"assembly": {**stats, "seed": seed}})
     return DatasetItem(dialogue=dialogue, queries=queries), stats

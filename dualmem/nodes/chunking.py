@@ -14,6 +14,7 @@ history always yields the same ids (the writer's ledger relies on it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from typing_extensions import TypedDict
 
@@ -39,8 +40,8 @@ def chunk_id(namespace: Sequence[str], session_id: str, turn_ids: Sequence[str])
     return stable_id(*namespace, session_id, *turn_ids, prefix="c")
 
 
-def as_sessions(history: Dialogue | Session | Iterable[Session]) -> list[Session]:
-    """Return the sessions of a dialogue, a single session or an iterable of sessions."""
+def as_sessions(history: Dialogue | Session | Iterable[Session | dict[str, Any]]) -> list[Session]:
+    """Return the sessions of a dialogue, a single session or an iterable of sessions (or their dicts)."""
     if isinstance(history, Dialogue):
         return list(history.sessions)
     if isinstance(history, Session):

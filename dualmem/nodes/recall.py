@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
 from typing_extensions import TypedDict
 
 from dualmem.prompts.writer import format_view
@@ -85,13 +86,19 @@ def recall_view(
     k: int = 8,
     recent: int = 4,
     mode: str = "hybrid",
+    embeddings: Embeddings | None = None,
 ) -> View:
-    """Return the view for ``text``: top-``k`` search hits and the ``recent`` newest, per stream."""
+    """Return the view for ``text``: top-``k`` search hits and the ``recent`` newest, per stream.
+
+    The text is embedded once (with ``embeddings``, else the store's) for both streams.
+    """
     if store.count(namespace) == 0:
         return empty_view()
+    vector = None if mode == "fts" or k <= 0 else (embeddings or store.embeddings).embed_query(text)
     streams: dict[str, list[MemoryItem]] = {}
     for kind in ("fact", "insight"):
-        hits = [h.item for h in store.search(namespace, text, kind=kind, k=k, mode=mode)] if k > 0 else []  # type: ignore[arg-type]
+        found = store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector) if k > 0 else []  # type: ignore[arg-type]
+        hits = [h.item for h in found]
         newest = store.list(namespace, kind=kind, limit=recent, newest_first=True) if recent > 0 else []  # type: ignore[arg-type]
         streams[kind] = hits + newest
     return build_view(streams["fact"], streams["insight"])

@@ -105,9 +105,9 @@ class _Planner:
     # ------------------------------------------------------------------ facts
     def facts_pass(self, ops: Sequence[FactOp]) -> None:
         adds = [op for op in ops if op.op == "ADD"]
-        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["facts"]])
+        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["facts"]]) if adds else []
         new_vecs, view_vecs = vectors[: len(adds)], vectors[len(adds) :]
-        known: list[tuple[str, list[float]]] = [(e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=True)]
+        known: list[tuple[str, list[float]]] = [(e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=False)]
         add_vec = {id(op): v for op, v in zip(adds, new_vecs, strict=True)}
         for op in ops:
             label = _norm_label(op.id)
@@ -175,8 +175,8 @@ class _Planner:
 
     def insights_pass(self, ops: Sequence[InsightOp]) -> None:
         adds = [op for op in ops if op.op == "ADD"]
-        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["insights"]])
-        known = [(e["id"], v) for e, v in zip(self.view["insights"], vectors[len(adds) :], strict=True)]
+        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["insights"]]) if adds else []
+        known = [(e["id"], v) for e, v in zip(self.view["insights"], vectors[len(adds) :], strict=False)]
         add_vec = {id(op): v for op, v in zip(adds, vectors[: len(adds)], strict=True)}
         seen: set[str] = set()
         for op in ops:

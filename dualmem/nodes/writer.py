@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -29,8 +29,16 @@ from dualmem.nodes.update import Plan, plan_update
 from dualmem.prompts.writer import render_writer_messages
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona
 from dualmem.stores.dual import DualStore, Namespace
-from dualmem.structured import Structured, ainvoke_structured, invoke_structured
+from dualmem.structured import Structured, invoke_structured
 from dualmem.tokens import count_tokens
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+
+# The graphs' context schema: every Settings field, all optional (``langgraph dev``
+# and Studio pass a dict; pydantic cannot build a schema of the Settings dataclass).
+SettingsContext = TypedDict(  # type: ignore[misc]
+    "SettingsContext", {f.name: _TYPES.get(str(f.type), str) for f in fields(Settings)}, total=False
+)
 
 _STORES: dict[tuple[str, str], DualStore] = {}
 _STORES_LOCK = threading.Lock()
@@ -47,6 +55,28 @@ def open_store(settings: Settings, embeddings: Embeddings | None = None) -> Dual
         return _STORES[key]
 
 
+class MemoEmbeddings(Embeddings):
+    """Remember document vectors by text, so a text is embedded once per run (dedup, then upsert)."""
+
+    def __init__(self, base: Embeddings, size: int = 4096) -> None:
+        self.base, self.size = base, size
+        self.memo: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed the texts not seen yet; return every text's vector."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
+        if missing:
+            self.memo.update(zip(missing, self.base.embed_documents(missing), strict=True))
+            for old in list(self.memo)[: max(0, len(self.memo) - self.size)]:
+                if old not in missing:
+                    del self.memo[old]
+        return [self.memo[t] if t in self.memo else self.base.embed_documents([t])[0] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed a query (not remembered)."""
+        return self.base.embed_query(text)
+
+
 @dataclass
 class WriterResources:
     """What the writer and responder nodes use: settings plus optional injected objects."""
@@ -56,6 +86,8 @@ class WriterResources:
     store: DualStore | None = None
     embeddings: Embeddings | None = None
     role: str = "writer"
+    writer_model: BaseChatModel | None = None
+    _memo: MemoEmbeddings | None = field(default=None, repr=False)
 
     def chat(self) -> BaseChatModel:
         """Return the injected model or the one named by the settings for ``role``."""
@@ -69,9 +101,24 @@ class WriterResources:
             self.store = open_store(self.settings, self.embeddings)
         return self.store
 
-    def embedder(self) -> Embeddings | None:
-        """Return the embedder used for dedup (the store's own when it has one)."""
-        return self.embeddings or getattr(self.store, "embeddings", None) or load_embeddings(None, self.settings)
+    def for_writing(self) -> WriterResources:
+        """Return resources for the writer role (online memory from the responder).
+
+        An injected chat model also writes unless ``writer_model`` is given or
+        ``settings.writer_model`` names another model.
+        """
+        if self.role == "writer":
+            return self
+        model = self.writer_model or (None if self.settings.writer_model else self.model)
+        return WriterResources(self.settings, model=model, store=self.db(), embeddings=self.embeddings, role="writer")
+
+    def embedder(self) -> Embeddings:
+        """Return the store's embedder (vectors must match it), else the injected or the settings' one."""
+        store_embeddings = getattr(self.db(), "embeddings", None)
+        base = store_embeddings or self.embeddings or load_embeddings(None, self.settings)
+        if not isinstance(self._memo, MemoEmbeddings) or self._memo.base is not base:
+            self._memo = MemoEmbeddings(base)
+        return self._memo
 
 
 def resources(context: Any, role: str = "writer") -> WriterResources:
@@ -100,6 +147,7 @@ class ChunkRow(TypedDict, total=False):
     merged: list[dict[str, Any]]
     error: str | None
     raw: str | None
+    emotion_failed: list[str]
 
 
 class Draft(TypedDict):
@@ -116,7 +164,7 @@ def _row(chunk: Chunk, status: str, **extra: Any) -> ChunkRow:
 def writer_messages(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk) -> tuple[list[BaseMessage], View]:
     """Recall the view for ``chunk`` and return the writer's messages with it."""
     s = res.settings
-    view = recall_view(res.db(), namespace, chunk["text"], k=s.view_k, recent=s.view_recent, mode=s.search_mode)
+    view = recall_view(res.db(), namespace, chunk["text"], k=s.view_k, recent=s.view_recent, mode=s.search_mode, embeddings=res.embedder())
     return render_writer_messages(persona, view_text(view), chunk["text"]), view
 
 
@@ -130,8 +178,31 @@ def _finish(res: WriterResources, namespace: Namespace, chunk: Chunk, view: View
         row = _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=out.error, raw=(out.raw[-1] if out.raw else "")[:2000])
         return Draft(row=row, plan=None)
     plan = plan_update(out.value, view, chunk, namespace, embeddings=res.embedder(), dedup_threshold=res.settings.dedup_threshold)
-    row = _row(chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"], merged=plan["merged"], error=None)
+    unscored = score_emotions(res, plan) if res.settings.emotion_strategy else []
+    row = _row(
+        chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
+        merged=plan["merged"], error=None, emotion_failed=unscored,
+    )
     return Draft(row=row, plan=plan)
+
+
+def score_emotions(res: WriterResources, plan: Plan) -> list[str]:
+    """Give the plan's new and rewritten items an 8-emotion vector (``emotion_strategy`` on).
+
+    Returns the ids whose scoring failed after the repairs (kept without emotion, reported).
+    """
+    from dualmem.nodes.emotion import score_emotion
+
+    failed = []
+    for row in plan["upserts"]:
+        if row.get("status") != "active":
+            continue
+        out = score_emotion(res.chat(), row["text"], retries=res.settings.max_retries)
+        if out.value is None:
+            failed.append(row["id"])
+        else:
+            row["emotion"] = out.value.vector()
+    return failed
 
 
 def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None) -> Draft:
@@ -143,22 +214,14 @@ def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, ch
     return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
 
 
-async def adraft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None) -> Draft:
-    """Async twin of :func:`draft_chunk` (same core, async model call)."""
-    if res.db().chunk_applied(namespace, chunk["id"]):
-        return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
-    messages, view = writer_messages(res, namespace, persona, chunk)
-    out = await ainvoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
-    return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
-
-
-def apply_plan(store: DualStore, namespace: Namespace, chunk_id: str, plan: Plan) -> bool:
+def apply_plan(store: DualStore, namespace: Namespace, chunk_id: str, plan: Plan, embeddings: Embeddings | None = None) -> bool:
     """Write a plan once: upserts, then supersedes, then the ledger mark; False if already applied."""
     if store.chunk_applied(namespace, chunk_id):
         return False
-    rows = {row["id"]: row for row in plan["upserts"]}  # last version of an id wins
+    rows = list({row["id"]: row for row in plan["upserts"]}.values())  # last version of an id wins
     if rows:
-        store.upsert([MemoryItem.model_validate(r) for r in rows.values()])
+        vectors = embeddings.embed_documents([r["text"] for r in rows]) if embeddings is not None else None
+        store.upsert([MemoryItem.model_validate(r) for r in rows], vectors=vectors)
     if plan["supersede"]:
         store.supersede(list(dict.fromkeys(plan["supersede"])))
     store.mark_chunk_applied(namespace, chunk_id, json.dumps({"applied": plan["applied"], "merged": plan["merged"]}))
@@ -169,7 +232,7 @@ def apply_draft(res: WriterResources, namespace: Namespace, draft: Draft) -> Chu
     """Apply a drafted plan and return the final report row."""
     row = dict(draft["row"])
     if draft["plan"] is not None:
-        fresh = apply_plan(res.db(), namespace, row["chunk_id"], draft["plan"])
+        fresh = apply_plan(res.db(), namespace, str(row["chunk_id"]), draft["plan"], res.embedder())
         row["status"] = "applied" if fresh else "skipped"
     return ChunkRow(**row)  # type: ignore[typeddict-item]
 

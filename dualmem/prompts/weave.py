@@ -84,7 +84,8 @@ Does a good answer need memory of the past? Answer needs_memory = true when the 
 answer does NOT already reach the gold insight (it is generic, or guesses something else), \
 false when the answer reaches the insight without any memory."""
 
-WEAVE_USER = """Write a casual chat between a user and {name} (the assistant, in character).
+WEAVE_USER = """Write part {part} of {parts} of a casual chat between a user and {name} \
+(the assistant, in character).
 
 ## {name}
 {persona}
@@ -93,14 +94,21 @@ WEAVE_USER = """Write a casual chat between a user and {name} (the assistant, in
 {user_profile}
 
 Topic of the chat: {topic}
-Length: about {rounds} rounds (one user turn and one assistant turn each), user first.
+{so_far}
 
-Two facts about the user must come up IN PASSING, each in exactly one user turn, far apart, \
-paraphrased naturally inside a sentence about something else:
-- fact 1: {fragment_1}
-- fact 2: {fragment_2}
-{name} must NOT react to these facts, repeat them, or ask about them; the chat stays on \
-its topic. Nothing unsafe, no personal contact or ID numbers.{feedback}"""
+Write the next {rounds} rounds (one user turn and one assistant turn each), user first.
+{facts}
+The chat stays on its topic. Nothing unsafe, no personal contact or ID numbers.{feedback}"""
+
+WEAVE_START = "This is the start of the chat."
+WEAVE_SO_FAR = "The chat so far ends with:\n{tail}"
+
+WEAVE_FACT = """One fact about the user must come up IN PASSING, in exactly one user turn of \
+this part, paraphrased naturally inside a sentence about something else:
+- fact: {fragment}
+{name} must NOT react to this fact, repeat it, or ask about it."""
+
+WEAVE_NO_FACT = "In this part the user mentions no personal facts; keep it light."
 
 WEAVE_FEEDBACK = """
 

@@ -32,7 +32,8 @@ gaming as exhaustion, not laziness"). An insight connects one or more facts and 
 cite them by id. Write insights that only you, with your perspective, would write.
 
 You see your current WORKING MEMORY (facts F1, F2… and insights I1, I2…) and a new \
-CONVERSATION CHUNK (turns with ids in brackets). Update your memory with operations:
+CONVERSATION CHUNK (turns with ids in brackets; "User" is the user, "Assistant" or your \
+name is you). Update your memory with operations:
 - ADD a new fact with a new label N1, N2…; ADD a new insight with a new label M1, M2…
 - UPDATE F#/I# when the chunk changes or corrects what you remembered (give the full new text)
 - DELETE F#/I# when it turned out to be false or is no longer true

@@ -62,8 +62,12 @@ class EmbeddingCache:
     def save(self) -> None:
         """Write the cache to disk (atomically)."""
         keys = sorted(self._index, key=self._index.__getitem__)
-        _atomic_save(self.folder / "vectors.npy", lambda p: np.save(open(p, "wb"), self._vectors))
+        _atomic_save(self.folder / "vectors.npy", self._write_vectors)
         _atomic_save(self.folder / "keys.json", lambda p: p.write_text(json.dumps(keys)))
+
+    def _write_vectors(self, path: Path) -> None:
+        with open(path, "wb") as fh:
+            np.save(fh, self._vectors)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -115,3 +119,19 @@ def _embedder_key(embeddings: Embeddings) -> str:
     seq = getattr(getattr(embeddings, "model", None), "max_seq_length", "")
     raw = f"{name}-{dims}-{seq}"
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
+
+
+class CachedEmbeddings(Embeddings):
+    """LangChain embeddings served from an :class:`EmbeddingCache` (misses are embedded and kept)."""
+
+    def __init__(self, cache: EmbeddingCache) -> None:
+        self.cache = cache
+        self.dims = getattr(cache.embeddings, "dims", None)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed several texts through the cache."""
+        return self.cache.embed(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one text through the cache."""
+        return self.cache.embed([text])[0].tolist()

@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -55,11 +55,25 @@ def table_names(db: Any) -> list[str]:
     return list(db.table_names())
 
 
+_TABLES: dict[tuple[str, str], Any] = {}
+
+
 def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
-    """Open table ``name`` or create it empty with ``schema``."""
-    if name in table_names(db):
-        return db.open_table(name)
-    return db.create_table(name, schema=schema, exist_ok=True)
+    """Open table ``name`` or create it empty with ``schema``.
+
+    Handles are shared per process: a LanceDB table object does not see writes
+    made through another handle, so every store of this process must use the same one.
+    """
+    key = (str(getattr(db, "uri", id(db))), name)
+    with _LOCK:
+        table = _TABLES.get(key)
+        if table is None:
+            if name in table_names(db):
+                table = db.open_table(name)
+            else:
+                table = db.create_table(name, schema=schema, exist_ok=True)
+            _TABLES[key] = table
+        return table
 
 
 def check_dims(table: Any, column: str, dims: int, uri: str) -> None:
@@ -121,6 +135,52 @@ def ns_prefix_sql(prefix: Sequence[str], column: str = "namespace") -> str | Non
 def ns_eq_sql(namespace: Sequence[str], column: str = "namespace") -> str:
     """Return a SQL filter matching exactly ``namespace``."""
     return f"{column} = {sql_str(ns_key(namespace))}"
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+def status_sql(status: str | None) -> str | None:
+    """Return the SQL filter on ``status`` (None: any status)."""
+    return f"status = {sql_str(status)}" if status else None
+
+
+class Scope(NamedTuple):
+    """The rows a search may return: one namespace, a status, an extra SQL filter, an event-time window."""
+
+    namespace: Namespace
+    status: str | None = "active"
+    where: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+    def sql(self) -> str:
+        """Return the SQL prefilter of this scope."""
+        return (
+            and_all(
+                ns_eq_sql(self.namespace),
+                status_sql(self.status),
+                self.where,
+                f"event_time >= {sql_str(self.since)}" if self.since else None,
+                f"event_time <= {sql_str(self.until)}" if self.until else None,
+            )
+            or ""
+        )
+
+
+def rrf_fuse(rankings: list[list[dict[str, Any]]], k: int, rrf_k: int = 60) -> list[tuple[dict[str, Any], float]]:
+    """Fuse ranked row lists by reciprocal rank (``sum 1 / (rrf_k + rank)``); return the top ``k`` rows."""
+    fused: dict[str, float] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for ranked in rankings:
+        for rank, row in enumerate(ranked, start=1):
+            fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (rrf_k + rank)
+            rows.setdefault(row["id"], row)
+    for row in rows.values():
+        row.pop("_distance", None)
+        row.pop("_score", None)
+    order = sorted(fused, key=lambda i: -fused[i])[:k]
+    return [(rows[i], fused[i]) for i in order]
 
 
 # --------------------------------------------------------------------------- misc

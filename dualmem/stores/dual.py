@@ -14,6 +14,14 @@ the indexes and runs by itself before a full-text search once enough accumulate.
 Hybrid search fuses the vector and full-text rankings with reciprocal-rank
 fusion (``1 / (60 + rank)``). ``event_time`` is an ISO-8601 string, so
 ``since``/``until`` compare it as text.
+
+Vector search in a namespace of up to ``flat_search_max_rows`` active items is
+exact and runs in RAM: the namespace's rows and normalised vectors are loaded
+once (``_vcache``) and searched with one matrix product, because LanceDB
+re-reads and decodes vectors on every prefiltered scan. Every write through a
+store of this process invalidates what it touched; table handles are shared per
+process so all stores see each other's writes. Larger namespaces use LanceDB's
+prefiltered search (through the IVF index once built).
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind, stable_id, utcnow
 from dualmem.stores import _lance as L
+from dualmem.stores import _vcache
 from dualmem.stores._rows import (
     ITEM_COLUMNS,
     LEDGER_SCHEMA,
@@ -98,6 +108,7 @@ class DualStore:
         vector_index_min_rows: int = 100_000,
         flat_search_max_rows: int = 50_000,
         fts_reindex_rows: int = 5_000,
+        cache_rows: int = 500_000,
     ) -> None:
         if embeddings is None:
             raise ConfigurationError("DualStore needs an embeddings object; use DualStore.from_settings(settings)")
@@ -108,6 +119,7 @@ class DualStore:
         self.flat_search_max_rows = flat_search_max_rows
         self.fts_reindex_rows = fts_reindex_rows
         self._db = L.connect(self.uri)
+        self._cache = _vcache.VectorCache(cache_rows)
         schema = item_schema(self.dims)
         self._tables = {kind: L.open_or_create(self._db, name, schema) for kind, name in TABLES.items()}
         for table in self._tables.values():
@@ -115,6 +127,7 @@ class DualStore:
             L.ensure_base_indexes(table)
         self._ledger = L.open_or_create(self._db, LEDGER, LEDGER_SCHEMA)
         self._dirty = {kind: True for kind in TABLES}
+        self._vector_indexed = {kind: L.has_index(t, "vector") for kind, t in self._tables.items()}
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None) -> DualStore:
@@ -151,10 +164,16 @@ class DualStore:
                 rows.append(item_to_row(it, vec, created_at=created, updated_at=now, dims=self.dims))
             self._merge(table, rows)
             self._dirty[kind] = True
-            other = self._tables["insight" if kind == "fact" else "fact"]
+            for nskey in {r["namespace"] for r in rows}:
+                _vcache.bump(self.uri, kind, nskey)
+            other_kind = "insight" if kind == "fact" else "fact"
             moved = L.sql_in("id", ids)
-            if other.count_rows(moved):
-                other.delete(moved)
+            if self._tables[other_kind].count_rows(moved):
+                self._tables[other_kind].delete(moved)
+                _vcache.bump(self.uri, other_kind)
+            if not self._vector_indexed[kind] and table.count_rows() >= self.vector_index_min_rows:
+                L.build_vector_index(table, table.count_rows())
+                self._vector_indexed[kind] = True
 
     def _merge(self, table: Any, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
@@ -166,21 +185,25 @@ class DualStore:
         """Mark items superseded (kept for history, hidden from search)."""
         if not ids:
             return
-        for table in self._tables.values():
+        for kind, table in self._tables.items():
             table.update(where=L.sql_in("id", ids), values={"status": "superseded", "updated_at": utcnow()})
+            _vcache.bump(self.uri, kind)
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete items for good."""
         if not ids:
             return
-        for table in self._tables.values():
+        for kind, table in self._tables.items():
             table.delete(L.sql_in("id", ids))
+            _vcache.bump(self.uri, kind)
 
     def drop_namespace(self, namespace: Namespace) -> None:
         """Delete every item and ledger row of a namespace."""
         where = L.ns_eq_sql(namespace)
         for table in (*self._tables.values(), self._ledger):
             table.delete(where)
+        for kind in self._tables:
+            _vcache.bump(self.uri, kind, L.ns_key(namespace))
 
     def optimize(self) -> None:
         """Fold new rows into the indexes, build the vector index once tables are large enough."""
@@ -190,6 +213,7 @@ class DualStore:
                 L.build_vector_index(table, rows)
             table.optimize()
             self._dirty[kind] = False
+            self._vector_indexed[kind] = L.has_index(table, "vector")
 
     # ------------------------------------------------------------------ reads
 
@@ -212,14 +236,14 @@ class DualStore:
         newest_first: bool = True,
     ) -> list[MemoryItem]:
         """List a namespace's items."""
-        where = L.and_all(L.ns_eq_sql(namespace), _status_sql(status))
+        where = L.and_all(L.ns_eq_sql(namespace), L.status_sql(status))
         rows = [r for table in self._pick(kind) for r in L.query_rows(table, where, ITEM_COLUMNS)]
         rows.sort(key=lambda r: (r["created_at"], r["updated_at"], r["id"]), reverse=newest_first)
         return [row_to_item(r) for r in (rows if limit is None else rows[:limit])]
 
     def count(self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active") -> int:
         """Count a namespace's items."""
-        where = L.and_all(L.ns_eq_sql(namespace), _status_sql(status))
+        where = L.and_all(L.ns_eq_sql(namespace), L.status_sql(status))
         return sum(table.count_rows(where) for table in self._pick(kind))
 
     def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
@@ -249,18 +273,12 @@ class DualStore:
         """Search one namespace."""
         if mode not in ("hybrid", "vector", "fts"):
             raise ConfigurationError(f"search mode {mode!r} is not one of hybrid, vector, fts")
-        filt = L.and_all(
-            L.ns_eq_sql(namespace),
-            _status_sql(status),
-            where,
-            f"event_time >= {L.sql_str(since)}" if since else None,
-            f"event_time <= {L.sql_str(until)}" if until else None,
-        )
+        scope = L.Scope(tuple(namespace), status, where, since, until)
         if mode != "fts" and vector is None:
             vector = self.embeddings.embed_query(query)
         hits: list[ScoredItem] = []
         for kd in ["fact", "insight"] if kind is None else [kind]:
-            rows = self._search_rows(kd, query, vector, k, mode, filt, namespace)
+            rows = self._search_rows(kd, query, vector, k, mode, scope)
             hits.extend(ScoredItem(row_to_item(r), s) for r, s in rows)
         hits.sort(key=lambda h: -h.score)
         return hits[:k]
@@ -274,8 +292,7 @@ class DualStore:
         where: str | None = None,
     ) -> list[tuple[str, float]]:
         """Return ``(id, cosine score)`` of the ``k`` nearest active items, without parsing items."""
-        filt = L.and_all(L.ns_eq_sql(namespace), _status_sql("active"), where)
-        rows = self._vector_rows(self._tables[kind], vector, k, filt, namespace, ["id"])
+        rows = self._vector_rows(kind, vector, k, L.Scope(tuple(namespace), "active", where), ["id"])
         return [(r["id"], 1.0 - r["_distance"]) for r in rows]
 
     def dual_search(
@@ -338,42 +355,54 @@ class DualStore:
         return [self._tables[kind]]
 
     def _search_rows(
-        self, kind: str, query: str, vector: Any, k: int, mode: str, filt: str | None, namespace: Namespace
+        self, kind: str, query: str, vector: Any, k: int, mode: str, scope: L.Scope
     ) -> list[tuple[dict[str, Any], float]]:
         table = self._tables[kind]
+        filt = scope.sql()
         if mode == "vector":
-            return [(r, 1.0 - r.pop("_distance")) for r in self._vector_rows(table, vector, k, filt, namespace)]
+            return [(r, 1.0 - r.pop("_distance")) for r in self._vector_rows(kind, vector, k, scope)]
         if self._dirty[kind]:
             self._refresh_fts(kind)
         if mode == "fts":
             return [(r, float(r.pop("_score"))) for r in self._fts_rows(table, query, k, filt)]
         fetch = max(2 * k, 20)
-        vec_rows = self._vector_rows(table, vector, fetch, filt, namespace)
+        vec_rows = self._vector_rows(kind, vector, fetch, scope)
         fts_rows = self._fts_rows(table, query, fetch, filt)
-        fused: dict[str, float] = {}
-        rows: dict[str, dict[str, Any]] = {}
-        for ranked in (vec_rows, fts_rows):
-            for rank, row in enumerate(ranked, start=1):
-                fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (RRF_K + rank)
-                rows.setdefault(row["id"], row)
-        order = sorted(fused, key=lambda i: -fused[i])[:k]
-        for row in rows.values():
-            row.pop("_distance", None)
-            row.pop("_score", None)
-        return [(rows[i], fused[i]) for i in order]
+        return L.rrf_fuse([vec_rows, fts_rows], k, RRF_K)
+
+    def _cached(self, kind: str, scope: L.Scope) -> _vcache.Entry | None:
+        """Return the namespace's in-RAM entry (loading it); None when the scope is not cacheable."""
+        if scope.status != "active":
+            return None
+        key = (self.uri, kind, L.ns_key(scope.namespace))
+        entry = self._cache.get(key)
+        if entry is None:
+            stamp = _vcache.stamp(key)
+            where = L.Scope(scope.namespace, "active").sql()
+            entry = _vcache.load(self._tables[kind], where, ITEM_COLUMNS, self.dims, self.flat_search_max_rows, stamp)
+            self._cache.put(key, entry)
+        return entry if entry.matrix is not None else None
 
     def _vector_rows(
-        self, table: Any, vector: Any, k: int, filt: str | None, namespace: Namespace, columns: list[str] | None = None
+        self, kind: str, vector: Any, k: int, scope: L.Scope, columns: list[str] | None = None
     ) -> list[dict[str, Any]]:
+        table = self._tables[kind]
+        columns = columns or ITEM_COLUMNS
+        entry = self._cached(kind, scope)
+        if entry is not None:  # exact search in RAM; `where` (arbitrary SQL) is resolved by LanceDB
+            ids = None
+            if scope.where:
+                ids = {r["id"] for r in L.query_rows(table, scope.sql(), ["id"])}
+            mask = entry.mask(since=scope.since, until=scope.until, ids=ids)
+            return entry.top(np.asarray(vector, dtype=np.float32), k, mask, columns)
         query = table.search(list(vector), vector_column_name="vector").distance_type("cosine")
-        if filt:
-            query = query.where(filt, prefilter=True)
-        if L.has_index(table, "vector"):
-            if table.count_rows(L.ns_eq_sql(namespace)) <= self.flat_search_max_rows:
-                query = query.bypass_vector_index()
+        query = query.where(scope.sql(), prefilter=True)
+        if self._vector_indexed[kind]:
+            if table.count_rows(L.ns_eq_sql(scope.namespace)) <= self.flat_search_max_rows:
+                query = query.bypass_vector_index()  # exact: a small namespace is cheaper to scan
             else:
                 query = query.nprobes(32).refine_factor(5)
-        return query.select([*(columns or ITEM_COLUMNS), "_distance"]).limit(k).to_arrow().to_pylist()
+        return query.select([*columns, "_distance"]).limit(k).to_arrow().to_pylist()
 
     def _fts_rows(self, table: Any, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
         if not query.strip():
@@ -396,10 +425,6 @@ def _dims_of(embeddings: Embeddings) -> int:
     from dualmem.models import embedding_dims
 
     return embedding_dims(embeddings)
-
-
-def _status_sql(status: str | None) -> str | None:
-    return f"status = {L.sql_str(status)}" if status else None
 
 
 def _ledger_id(namespace: Namespace, chunk_id: str) -> str:

@@ -48,10 +48,14 @@ def _fraction(*parts: object) -> float:
     return int(digest[:8], 16) / 0xFFFFFFFF
 
 
-def gold_records(dataset: Dataset, *, chunk_tokens: int = 1024, view_k: int = 8, view_recent: int = 4, keep_empty: float = 0.2) -> list[dict[str, Any]]:
+def gold_records(
+    dataset: Dataset, *, chunk_tokens: int = 1024, view_k: int = 8, view_recent: int = 4, keep_empty: float = 0.2, progress: bool = False
+) -> list[dict[str, Any]]:
     """Return SFT records whose targets come from RoleMemo gold (no teacher model)."""
+    from tqdm.auto import tqdm
+
     records = []
-    for item in dataset.items:
+    for item in tqdm(dataset.items, desc="export histories", unit="history", disable=not progress):
         episode = build_episode(item, chunk_tokens=chunk_tokens)
         for step in gold_steps(episode, view_k=view_k, view_recent=view_recent):
             empty = not step.target.facts and not step.target.insights
@@ -179,9 +183,14 @@ def export_sft(
     eval_ratio: float = 0.1,
     seed: int = 0,
     strict: bool = True,
+    progress: bool = False,
 ) -> ExportReport:
     """Build, validate, split and write SFT data (``train.jsonl``, ``eval.jsonl``, ``dataset_info.json``)."""
-    records = gold_records(dataset, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty) if dataset else []
+    records = (
+        gold_records(dataset, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty, progress=progress)
+        if dataset
+        else []
+    )
     for path in traces:
         records += load_traces(path)
     report = ExportReport(str(out_dir))

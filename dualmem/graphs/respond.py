@@ -1,0 +1,221 @@
+"""The respond graph: message → dual-stream retrieval → in-character reply (→ remember).
+
+``retrieve`` searches the persona's facts and insights (``retrieval_k`` each, or
+one merged top-k pool with ``retrieval_mode="merged"`` as in the paper),
+insights expanded with the facts they cite; ``reply`` calls the chat model
+through LangChain, so ``graph.stream(..., stream_mode="messages")`` yields its
+tokens; with ``remember`` the exchange is written back through the writer.
+
+Input: ``persona`` (dict) and either ``query`` or a last human message in
+``messages`` (earlier messages are the recent chat turns). Context: ``Settings``
+(or a dict) or :class:`~dualmem.nodes.writer.WriterResources`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, cast
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.nodes.respond import (
+    message_text,
+    recall_memory,
+    remember_exchange,
+    reply_messages,
+    result_from_state,
+    result_to_state,
+)
+from dualmem.nodes.writer import SettingsContext, WriterResources, resources
+from dualmem.schema import MemoryItem, Persona
+from dualmem.stores.dual import DualStore, ScoredItem
+
+
+class RespondInput(TypedDict, total=False):
+    """Input of the respond graph: persona, and a query or a last human message."""
+
+    persona: dict[str, Any]
+    query: str
+    messages: Annotated[list[AnyMessage], add_messages]
+    namespace: list[str]
+    k: int | None
+    mode: str | None
+    remember: bool
+
+
+class RespondState(RespondInput, total=False):
+    """State of the respond graph: the input plus retrieved memory and the reply."""
+
+    facts: list[dict[str, Any]]
+    insights: list[dict[str, Any]]
+    merged: list[dict[str, Any]]
+    grounding: dict[str, list[dict[str, Any]]]
+    reply: str
+    written: list[dict[str, Any]]
+
+
+def _persona(state: RespondState) -> Persona:
+    if not state.get("persona"):
+        raise ConfigurationError("the respond graph needs `persona` in its input (a Persona as a dict)")
+    return Persona.model_validate(state["persona"])
+
+
+def _query_and_history(state: RespondState) -> tuple[str, list[AnyMessage], bool]:
+    """Return (query, earlier turns, whether the query is already the last message)."""
+    messages = list(state.get("messages") or [])
+    if messages and isinstance(messages[-1], HumanMessage):
+        return message_text(messages[-1]), messages[:-1], True
+    if state.get("query"):
+        return state["query"], messages, False
+    raise ConfigurationError("the respond graph needs `query` or a last human message in `messages`")
+
+
+def retrieve(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Search facts and insights for the user's message."""
+    res = resources(runtime.context, role="chat")
+    s = res.settings
+    query, _, _ = _query_and_history(state)
+    namespace = tuple(state.get("namespace") or (_persona(state).id, s.user_id))
+    result = recall_memory(res, namespace, query, k=state.get("k") or s.retrieval_k, mode=state.get("mode") or s.retrieval_mode)
+    return {"query": query, "namespace": list(namespace), **result_to_state(result)}
+
+
+def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Answer in character from the retrieved memory and the recent turns."""
+    res = resources(runtime.context, role="chat")
+    query, history, in_messages = _query_and_history(state)
+    messages = reply_messages(_persona(state), result_from_state(dict(state)), query, history)
+    answer = res.chat().invoke(messages)  # the node's config (callbacks, streaming) flows in implicitly
+    text = message_text(answer)
+    new = [] if in_messages else [HumanMessage(content=query)]
+    return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
+
+
+def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Write the exchange back into memory through the writer."""
+    res = resources(runtime.context, role="chat")
+    rows = remember_exchange(res, tuple(state["namespace"]), _persona(state), state["query"], state["reply"])
+    return {"written": [dict(r) for r in rows]}
+
+
+def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:
+    """Remember the exchange when asked to."""
+    return "remember" if state.get("remember") else "__end__"
+
+
+builder = StateGraph(RespondState, context_schema=SettingsContext, input_schema=RespondInput)
+builder.add_node("retrieve", retrieve)
+builder.add_node("reply", reply)
+builder.add_node("remember", remember)
+builder.add_edge(START, "retrieve")
+builder.add_edge("retrieve", "reply")
+builder.add_conditional_edges("reply", route_after_reply, ["remember", END])
+builder.add_edge("remember", END)
+graph = builder.compile()
+graph.name = "respond"
+
+
+# --------------------------------------------------------------------------- Python API
+
+
+@dataclass
+class Reply:
+    """An in-character reply with the memory it used (insights with their grounding facts)."""
+
+    text: str
+    facts: list[ScoredItem] = field(default_factory=list)
+    insights: list[ScoredItem] = field(default_factory=list)
+    grounding: dict[str, list[MemoryItem]] = field(default_factory=dict)
+    merged: list[ScoredItem] = field(default_factory=list)
+    written: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _call(
+    query: str,
+    persona: Persona | dict[str, Any],
+    settings: Settings | dict[str, Any] | None,
+    model: Any,
+    store: DualStore | None,
+    embeddings: Any,
+    k: int | None,
+    mode: str | None,
+    history: Sequence[Any] | None,
+    remember: bool,
+    namespace: Iterable[str] | None,
+    writer_model: Any,
+) -> tuple[dict[str, Any], WriterResources]:
+    from dualmem.models import load_chat_model
+    from dualmem.prompts.respond import history_messages
+
+    settings = Settings.resolve(settings)
+    who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
+    context = WriterResources(
+        settings,
+        model=None if model is None else load_chat_model(model, settings, role="chat"),
+        store=store,
+        embeddings=embeddings,
+        role="chat",
+        writer_model=None if writer_model is None else load_chat_model(writer_model, settings, role="writer"),
+    )
+    inputs: dict[str, Any] = {
+        "persona": who.model_dump(mode="json"),
+        "messages": [*history_messages(history), HumanMessage(content=query)],
+        "remember": remember,
+        "k": k,
+        "mode": mode,
+    }
+    if namespace:
+        inputs["namespace"] = list(namespace)
+    return inputs, context
+
+
+def _reply(out: dict[str, Any]) -> Reply:
+    result = result_from_state(out)
+    return Reply(out.get("reply", ""), result.facts, result.insights, result.grounding, result.merged, list(out.get("written") or []))
+
+
+def respond(
+    query: str,
+    persona: Persona | dict[str, Any],
+    *,
+    settings: Settings | dict[str, Any] | None = None,
+    model: Any = None,
+    store: DualStore | None = None,
+    embeddings: Any = None,
+    k: int | None = None,
+    mode: str | None = None,
+    history: Sequence[Any] | None = None,
+    remember: bool = False,
+    namespace: Iterable[str] | None = None,
+    writer_model: Any = None,
+) -> Reply:
+    """Answer ``query`` in character from memory; ``remember`` writes the exchange back."""
+    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
+    return _reply(graph.invoke(cast(Any, inputs), context=cast(Any, context)))
+
+
+async def arespond(
+    query: str,
+    persona: Persona | dict[str, Any],
+    *,
+    settings: Settings | dict[str, Any] | None = None,
+    model: Any = None,
+    store: DualStore | None = None,
+    embeddings: Any = None,
+    k: int | None = None,
+    mode: str | None = None,
+    history: Sequence[Any] | None = None,
+    remember: bool = False,
+    namespace: Iterable[str] | None = None,
+    writer_model: Any = None,
+) -> Reply:
+    """Async :func:`respond` (same graph)."""
+    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
+    return _reply(await graph.ainvoke(cast(Any, inputs), context=cast(Any, context)))

@@ -1,0 +1,237 @@
+"""The RealMem-style ``simulate`` graph: persona → projects → events → sessions of multi-agent dialogue.
+
+``outline`` → ``events`` (scheduled: projects interleave, one topic rests
+between projects, dates advance 1–3 days) → ``plans`` (summary and goal per
+session) → per session a loop ``user_turn`` (the user agent sees only past
+and current events; a time firewall rejects drafts naming a later event) →
+``assistant_turn`` (retrieves earlier sessions through a memory framework;
+the user turn becomes a query when memory was used) → ``evaluate`` (goal met
+or turn limit) → ``close_session`` (memory manager extracts and deduplicates
+memory points; the session is ingested into the framework) → ``finish``
+(RealMem JSON). Checkpointed per turn.
+
+Input: ``{"persona": persona dict, "options": SimulateOptions.as_dict()}``.
+Context: :class:`~dualmem.nodes.simulate_agents.SimResources`, ``Settings`` or a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from dualmem.config import Settings
+from dualmem.datasets.realmem import realmem_json
+from dualmem.graphs.weave import merge_by
+from dualmem.nodes import simulate_agents as A
+from dualmem.prompts import simulate as P
+from dualmem.schema import Dialogue, GoldEvidence, MemoryPoint, Persona, Query, Session, Turn, stable_id
+
+
+class SimState(TypedDict, total=False):
+    """State of the simulate graph."""
+
+    persona: dict[str, Any]
+    options: dict[str, Any]
+    projects: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    plans: list[dict[str, Any]]
+    cursor: int
+    turns: list[dict[str, Any]]
+    retrieved: list[str]
+    goal_met: bool
+    blocked: str
+    known_points: list[str]
+    sessions: Annotated[list[dict[str, Any]], merge_by(lambda r: r["id"])]
+    queries: Annotated[list[dict[str, Any]], merge_by(lambda r: r["id"])]
+    issues: Annotated[list[dict[str, Any]], merge_by(lambda r: (r["stage"], r.get("session"), r["reason"]))]
+    realmem: dict[str, Any]
+
+
+def _ctx(state: SimState, runtime: Runtime[Any]) -> tuple[A.SimResources, Persona, A.SimulateOptions]:
+    return A.sim_resources(runtime.context), Persona.model_validate(state["persona"]), A.SimulateOptions.of(state.get("options"))
+
+
+def outline(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Plan the user's projects from the persona and goals."""
+    res, persona, opts = _ctx(state, runtime)
+    out = A.ask(res, [HumanMessage(content=P.OUTLINE_USER.format(n=opts.projects, persona=persona.render()))], A.ProjectOutline)
+    if not out.ok or not out.value.projects:
+        return {"projects": [], "issues": [{"stage": "outline", "reason": out.error or "no projects"}]}
+    return {"projects": [p.model_dump() for p in out.value.projects]}
+
+
+def events(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Write the event sequence and schedule it into dated sessions."""
+    res, persona, opts = _ctx(state, runtime)
+    projects = "\n".join(f"- {p['title']} (topic: {p['topic']}): {p['goal']}" for p in state["projects"])
+    out = A.ask(res, [HumanMessage(content=P.EVENTS_USER.format(n=opts.sessions, persona=persona.render(), projects=projects))], A.EventPlan)
+    if not out.ok:
+        return {"events": [], "issues": [{"stage": "events", "reason": out.error}]}
+    planned = A.schedule(
+        state["projects"], [e.model_dump() for e in out.value.events], opts.sessions,
+        cooldown=opts.cooldown, parallel=opts.parallel_projects, seed=opts.seed, start_date=opts.start_date,
+    )
+    issues = [] if len(planned) == opts.sessions else [{"stage": "events", "reason": f"shortfall: {len(planned)} of {opts.sessions} sessions planned"}]
+    return {"events": planned, "issues": issues}
+
+
+def plans(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Write each session's summary and goal; start the first session."""
+    res, persona, _ = _ctx(state, runtime)
+    evs = state["events"]
+    lines = "\n".join(f"{e['index'] + 1}. {e['date']} [{e['project']}] {A.event_text(e)}" for e in evs)
+    out = A.ask(res, [HumanMessage(content=P.SUMMARIES_USER.format(n=len(evs), persona=persona.render(), schedule=lines))], A.SessionPlans)
+    got = [p.model_dump() for p in out.value.sessions] if out.ok else []
+    issues = [] if len(got) >= len(evs) else [{"stage": "plans", "reason": out.error or f"{len(got)} of {len(evs)} session plans; filled from the events"}]
+    filled = [got[i] if i < len(got) else {"summary": A.event_text(e), "goal": f"get help with: {e['title']}"} for i, e in enumerate(evs)]
+    return {"plans": filled, "cursor": 0, "turns": [], "retrieved": [], "known_points": [], "blocked": "", "goal_met": False, "issues": issues}
+
+
+def _session_id(state: SimState, index: int) -> str:
+    return stable_id(state["persona"].get("id"), A.SimulateOptions.of(state.get("options")).seed, index, prefix="sess-")
+
+
+def user_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """The user agent writes the next message (seeing only past and current events)."""
+    res, persona, _ = _ctx(state, runtime)
+    message, error = A.user_message(res, persona, state["events"], state["plans"], state["cursor"], state.get("turns") or [])
+    if message is None:
+        return {"blocked": error, "issues": [{"stage": "user", "session": state["cursor"], "reason": error}]}
+    return {"turns": [*(state.get("turns") or []), {"role": "user", "text": message, "meta": {}}]}
+
+
+def assistant_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """The assistant retrieves earlier sessions and replies; memory use marks the user turn as a query."""
+    res, persona, opts = _ctx(state, runtime)
+    turns = [dict(t) for t in state["turns"]]
+    event = state["events"][state["cursor"]]
+    memory = res.memory(opts.framework, persona)
+    reply, retrieved, used, error = A.assistant_reply(res, persona, memory, event["date"], turns, opts.k)
+    if reply is None:
+        return {"blocked": error, "issues": [{"stage": "assistant", "session": state["cursor"], "reason": error}]}
+    update: dict[str, Any] = {"retrieved": [*(state.get("retrieved") or []), *(it.text for it in retrieved)]}
+    if used:
+        sid = _session_id(state, state["cursor"])
+        qid = stable_id(sid, len(turns) - 1, prefix="q-")
+        memory_used = [{"session_uuid": it.source_session or "", "content": it.text} for it in used]
+        turns[-1]["meta"] = {**turns[-1].get("meta", {}), "is_query": True, "query_id": qid}
+        query = Query(
+            id=qid, text=turns[-1]["text"], category="memory", session_id=sid, turn_index=len(turns) - 1, time=event["date"],
+            gold=GoldEvidence(session_ids=list(dict.fromkeys(m["session_uuid"] for m in memory_used if m["session_uuid"])), memory_points=[m["content"] for m in memory_used]),
+            meta={"memory_used": memory_used, "topic": event["topic"], "session_type": "simulated"},
+        )
+        update["queries"] = [query.model_dump(mode="json")]
+    update["turns"] = [*turns, {"role": "assistant", "text": reply, "meta": {}}]
+    return update
+
+
+def evaluate(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """The goal evaluator decides whether the session may end."""
+    res, _, _ = _ctx(state, runtime)
+    met, _reason = A.goal_met(res, state["plans"][state["cursor"]]["goal"], state["turns"])
+    return {"goal_met": met}
+
+
+def close_session(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Extract and deduplicate memory points, store the session, ingest it into memory, move on."""
+    res, persona, opts = _ctx(state, runtime)
+    index, turns = state["cursor"], state.get("turns") or []
+    event, sid = state["events"][index], _session_id(state, index)
+    known = state.get("known_points") or []
+    issues = []
+    points, error = A.extract_memory(res, persona, turns, known) if turns else ([], "")
+    if error:
+        issues.append({"stage": "memory", "session": index, "reason": error})
+    fresh, dupes = A.dedupe(points, [*(state.get("retrieved") or []), *known], opts.dedup_overlap)
+    memory_points = [
+        MemoryPoint(id=f"{sid}-m{j}", type=p["type"], content=p["content"], source_turn=p["source_turn"], session_id=sid) for j, p in enumerate(fresh)
+    ]
+    session = Session(
+        id=sid, time=event["date"],
+        turns=[Turn(id=f"{sid}:{i}", role=t["role"], speaker="User" if t["role"] == "user" else "Assistant", text=t["text"],
+                    is_query=bool(t.get("meta", {}).get("is_query")), query_id=t.get("meta", {}).get("query_id")) for i, t in enumerate(turns)],
+        memory_points=memory_points,
+        meta={
+            "session_identifier": f"{event['project']}:Session_{index + 1}", "topic": event["topic"], "event": A.event_text(event),
+            "goal": state["plans"][index]["goal"], "goal_met": bool(state.get("goal_met")), "ended_by": state.get("blocked") or ("goal" if state.get("goal_met") else "turn limit"),
+            "duplicates_dropped": len(dupes),
+        },
+    )
+    if turns:
+        res.memory(opts.framework, persona).ingest(session)
+    else:
+        issues.append({"stage": "session", "session": index, "reason": f"session {index + 1} dropped: no turns ({state.get('blocked') or 'empty'})"})
+    return {
+        "sessions": [session.model_dump(mode="json")] if turns else [], "issues": issues, "cursor": index + 1, "turns": [], "retrieved": [],
+        "blocked": "", "goal_met": False, "known_points": [*known, *(p.content for p in memory_points)],
+    }
+
+
+def finish(state: SimState) -> dict[str, Any]:
+    """Assemble the RealMem JSON of the simulated history."""
+    persona = Persona.model_validate(state["persona"])
+    sessions = [Session.model_validate(s) for s in sorted(state.get("sessions") or [], key=lambda s: s["time"] or "")]
+    queries = [Query.model_validate(q) for q in state.get("queries") or []]
+    meta = {
+        "generator": "dualmem simulate", "options": state.get("options") or {}, "issues": state.get("issues") or [],
+        "schedule": [
+            {"session_uuid": _session_id(state, e["index"]), "date": e["date"], "project": e["project"], "topic": e["topic"], "event": A.event_text(e)}
+            for e in state.get("events") or []
+        ],
+    }
+    return {"realmem": realmem_json(Dialogue(id=persona.id, persona=persona, sessions=sessions, meta=meta), queries)}
+
+
+def after_outline(state: SimState) -> Literal["events", "finish"]:
+    """Plan events, or finish when no project could be planned."""
+    return "events" if state.get("projects") else "finish"
+
+
+def after_plans(state: SimState) -> Literal["user_turn", "finish"]:
+    """Start the first session, or finish when nothing was planned."""
+    return "user_turn" if state.get("events") else "finish"
+
+
+def after_user(state: SimState) -> Literal["assistant_turn", "close_session"]:
+    """Close the session when the user agent could not go on."""
+    return "close_session" if state.get("blocked") else "assistant_turn"
+
+
+def after_assistant(state: SimState) -> Literal["evaluate", "close_session"]:
+    """Close the session when the assistant could not answer."""
+    return "close_session" if state.get("blocked") else "evaluate"
+
+
+def after_evaluate(state: SimState) -> Literal["user_turn", "close_session"]:
+    """End the session when its goal is met or at the turn limit."""
+    limit = A.SimulateOptions.of(state.get("options")).max_turns
+    users = sum(1 for t in state.get("turns") or [] if t["role"] == "user")
+    return "close_session" if state.get("goal_met") or users >= limit else "user_turn"
+
+
+def after_close(state: SimState) -> Literal["user_turn", "finish"]:
+    """Go on with the next session, or finish."""
+    return "user_turn" if state.get("cursor", 0) < len(state.get("events") or []) else "finish"
+
+
+builder = StateGraph(SimState, context_schema=Settings)
+for name, node in (
+    ("outline", outline), ("events", events), ("plans", plans), ("user_turn", user_turn), ("assistant_turn", assistant_turn),
+    ("evaluate", evaluate), ("close_session", close_session), ("finish", finish),
+):
+    builder.add_node(name, node)
+builder.add_edge(START, "outline")
+builder.add_conditional_edges("outline", after_outline, ["events", "finish"])
+builder.add_edge("events", "plans")
+builder.add_conditional_edges("plans", after_plans, ["user_turn", "finish"])
+builder.add_conditional_edges("user_turn", after_user, ["assistant_turn", "close_session"])
+builder.add_conditional_edges("assistant_turn", after_assistant, ["evaluate", "close_session"])
+builder.add_conditional_edges("evaluate", after_evaluate, ["user_turn", "close_session"])
+builder.add_conditional_edges("close_session", after_close, ["user_turn", "finish"])
+builder.add_edge("finish", END)
+graph = builder.compile()
+graph.name = "simulate"

@@ -1,0 +1,207 @@
+"""The RoleMemo ``weave`` graph: personas → insights → checked, woven queries → long histories.
+
+``START`` fans out one ``ideate`` branch per persona (``Send``); ``plan``
+fans out one ``make_query`` branch per insight not yet done (specificity →
+fragments + question → memory necessity → weaving + difficulty → safety);
+``assemble`` builds the histories of every target length and the manifest.
+Branches run with bounded concurrency (``max_concurrency`` =
+``Settings.concurrency``). Under a checkpointer a killed run resumes with
+every finished branch kept: nothing is asked of the model twice.
+
+Input: ``{"personas": [persona dicts], "options": WeaveOptions.as_dict()}``.
+Context: :class:`~dualmem.nodes.weave_steps.GenResources`, ``Settings`` or a dict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from dualmem.config import Settings
+from dualmem.datasets.rolememo import rolememo_json
+from dualmem.nodes.assemble import assemble_history
+from dualmem.nodes.weave_steps import STAGES, WeaveOptions, build_query, gen_resources, ideate
+from dualmem.prompts.weave import WEAVE_TOPICS
+from dualmem.schema import Persona
+
+
+def merge_by(key: Callable[[dict[str, Any]], Any]) -> Callable[[list[dict[str, Any]] | None, list[dict[str, Any]] | None], list[dict[str, Any]]]:
+    """Return a reducer merging dict rows by ``key`` (a newer row replaces an older one)."""
+
+    def reduce(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        rows = {key(r): r for r in left or []}
+        rows.update({key(r): r for r in right or []})
+        return list(rows.values())
+
+    return reduce
+
+
+def _rejection_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row.get("persona_id"), row.get("task_type"), row.get("insight_id"), row.get("reason"))
+
+
+class WeaveState(TypedDict, total=False):
+    """State of the weave graph."""
+
+    personas: list[dict[str, Any]]
+    options: dict[str, Any]
+    ideated: Annotated[list[dict[str, Any]], merge_by(lambda r: r["persona_id"])]
+    insights: Annotated[list[dict[str, Any]], merge_by(lambda r: r["id"])]
+    rejections: Annotated[list[dict[str, Any]], merge_by(_rejection_key)]
+    results: Annotated[list[dict[str, Any]], merge_by(lambda r: r["insight_id"])]
+    items: list[dict[str, Any]]
+    manifest: dict[str, Any]
+
+
+class PersonaTask(TypedDict):
+    """Input of one ``ideate`` branch."""
+
+    persona: dict[str, Any]
+    options: dict[str, Any]
+
+
+class InsightTask(TypedDict):
+    """Input of one ``make_query`` branch."""
+
+    persona: dict[str, Any]
+    insight: dict[str, Any]
+    topic: str
+    options: dict[str, Any]
+
+
+def _persona(data: dict[str, Any]) -> Persona:
+    return Persona.model_validate(data)
+
+
+def fan_personas(state: WeaveState) -> list[Send] | Literal["plan"]:
+    """Send every persona not yet ideated to ``ideate``."""
+    done = {r["persona_id"] for r in state.get("ideated") or []}
+    sends = [
+        Send("ideate", PersonaTask(persona=p, options=state.get("options") or {}))
+        for p in state.get("personas") or []
+        if _persona(p).id not in done
+    ]
+    return sends or "plan"
+
+
+def ideate_persona(state: PersonaTask, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Generate one persona's insights (per task type), recording rejections."""
+    persona = _persona(state["persona"])
+    insights, rejections = ideate(gen_resources(runtime.context), persona, WeaveOptions.of(state["options"]))
+    return {"insights": insights, "rejections": rejections, "ideated": [{"persona_id": persona.id, "insights": len(insights)}]}
+
+
+def plan(state: WeaveState) -> dict[str, Any]:
+    """Join the persona branches (the insight fan-out follows)."""
+    return {"ideated": []}
+
+
+def _topic(insight_id: str, seed: int) -> str:
+    return WEAVE_TOPICS[(int(insight_id[-8:], 16) + seed) % len(WEAVE_TOPICS)] if insight_id[-8:].isalnum() else WEAVE_TOPICS[0]
+
+
+def fan_insights(state: WeaveState) -> list[Send] | Literal["assemble"]:
+    """Send every insight without a result to ``make_query``."""
+    done = {r["insight_id"] for r in state.get("results") or []}
+    personas = {_persona(p).id: p for p in state.get("personas") or []}
+    seed = WeaveOptions.of(state.get("options")).seed
+    sends = [
+        Send("make_query", InsightTask(persona=personas[i["persona_id"]], insight=i, topic=_topic(i["id"], seed), options=state.get("options") or {}))
+        for i in state.get("insights") or []
+        if i["id"] not in done
+    ]
+    return sends or "assemble"
+
+
+def make_query(state: InsightTask, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Turn one insight into a checked, woven query (or a recorded rejection)."""
+    opts = WeaveOptions.of(state["options"])
+    row = build_query(gen_resources(runtime.context), _persona(state["persona"]), state["insight"], state["topic"], opts)
+    return {"results": [row]}
+
+
+def reason_key(reason: str) -> str:
+    """Return the grouping key of a rejection reason (its first clause, without a stage prefix)."""
+    head, _, rest = reason.partition(": ")
+    if head in {*STAGES, "ideation"} and rest:
+        reason = rest
+    return reason.split(": ")[0][:80]
+
+
+def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
+    results = state.get("results") or []
+    ideation = [r for r in state.get("rejections") or []]
+    asked = opts.n_per_type * 4 * len(state.get("personas") or [])
+    made = len(state.get("insights") or [])
+    checks: dict[str, Any] = {
+        "ideation": {
+            "total": asked, "passed": made, "pass_rate": round(made / asked, 4) if asked else 0.0,
+            "rejections": dict(Counter(reason_key(r["reason"]) for r in ideation)),
+        }
+    }
+    for stage in STAGES:
+        reached = [r for r in results if stage in r["checks"]]
+        passed = sum(1 for r in reached if r["checks"][stage])
+        reasons = Counter(reason_key(r["reason"]) for r in reached if not r["checks"][stage])
+        checks[stage] = {"total": len(reached), "passed": passed, "pass_rate": round(passed / len(reached), 4) if reached else 0.0, "rejections": dict(reasons)}
+    return checks
+
+
+def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Build every persona's histories of every target length; write the manifest."""
+    opts = WeaveOptions.of(state.get("options"))
+    settings = gen_resources(runtime.context).settings
+    kept = [r for r in state.get("results") or [] if r["status"] == "kept"]
+    items, histories, skipped = [], [], []
+    for data in state.get("personas") or []:
+        persona = _persona(data)
+        woven = sorted((r["item"] for r in kept if r["persona_id"] == persona.id), key=lambda w: w["query_id"])
+        if not woven:
+            skipped.append(persona.id)
+            continue
+        for length in opts.lengths:
+            item, stats = assemble_history(
+                persona, woven, length, seed=opts.seed, depths=opts.depths, fragment_distance=opts.fragment_distance,
+                tolerance=opts.tolerance, user_id=settings.user_id,
+            )
+            item.dialogue.meta["generator"] = {"graph": "weave", "options": opts.as_dict()}
+            items.append(rolememo_json(item))
+            histories.append({"id": item.dialogue.id, "persona_id": persona.id, **stats})
+    rejected = [
+        {k: r.get(k) for k in ("persona_id", "insight_id", "task_type", "stage", "reason")}
+        for r in [*(state.get("rejections") or []), *(r for r in state.get("results") or [] if r["status"] == "rejected")]
+    ]
+    manifest = {
+        "format": "rolememo/1",
+        "generator": "dualmem weave",
+        "personas": len(state.get("personas") or []),
+        "insights": len(state.get("insights") or []),
+        "queries_kept": len(kept),
+        "queries_by_type": dict(Counter(r["task_type"] for r in kept)),
+        "checks": _check_stats(state, opts),
+        "rejections": rejected,
+        "histories": histories,
+        "skipped_personas": skipped,
+        "options": opts.as_dict(),
+    }
+    return {"items": items, "manifest": manifest}
+
+
+builder = StateGraph(WeaveState, context_schema=Settings)
+builder.add_node("ideate", ideate_persona)
+builder.add_node("plan", plan)
+builder.add_node("make_query", make_query)
+builder.add_node("assemble", assemble)
+builder.add_conditional_edges(START, fan_personas, ["ideate", "plan"])
+builder.add_edge("ideate", "plan")
+builder.add_conditional_edges("plan", fan_insights, ["make_query", "assemble"])
+builder.add_edge("make_query", "assemble")
+builder.add_edge("assemble", END)
+graph = builder.compile()
+graph.name = "weave"

@@ -1,0 +1,1 @@
+"""LLM-free retrieval helpers: an embedding cache, BM25, and session-level ranking."""

@@ -1,0 +1,231 @@
+"""GRPO on one machine with TRL: recurrent writing episodes, the episode reward credited to every turn.
+
+How an episode maps onto TRL's ``GRPOTrainer`` (MemAgent-style credit):
+
+- the dataset has one row per (episode, writing turn), in order
+  (``shuffle_dataset=False``); a row's prompt is only a key
+  ``{"episode": id, "turn": t}``;
+- a custom ``rollout_func`` (TRL's experimental hook) receives the rows. The
+  first time it meets an episode (or when a new pass over it starts) it plays
+  the **whole episode** for each of the ``num_generations`` rollouts of the
+  group: the rollouts share the history; each writes its own memory chunk by
+  chunk — its working view rendered from its own memory, the writer's exact
+  prompt, one sampled ``MemoryUpdate`` per chunk applied to a
+  :class:`~dualmem.training.episode.MemoryState`. At the end each rollout gets
+  its episode reward (:func:`dualmem.training.rewards.episode_reward`);
+- row (episode, t) then returns, for rollout g, the prompt/completion token ids
+  of g's turn t, and its reward is g's **episode** reward. GRPO's group
+  advantage compares the G rollouts' episode rewards, and every writing turn
+  of a rollout is pushed in the same direction, as in MemAgent;
+- when the generation batch (``generation_batch_size``) covers a whole
+  episode, the turns are trained on-policy; otherwise later turns of an episode
+  were sampled a few optimizer steps earlier (mildly off-policy, like
+  ``steps_per_generation`` > 1).
+
+Recall terms are logged as zero-weight reward functions (``rewards/fact_recall``…).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Dataset
+from dualmem.training.episode import Episode, build_episode
+from dualmem.training.rewards import RewardConfig
+from dualmem.training.rollout import Trajectory, TrajectoryPool
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class GRPORunConfig:
+    """Settings of one TRL GRPO run of the writer."""
+
+    model_name_or_path: str = _f("", "policy: a Hugging Face causal LM (usually the SFT output)")
+    tokenizer_gguf_file: str = _f("", "load the tokenizer from this GGUF file inside model_name_or_path")
+    data: str = _f("", "RoleMemo file or folder (dualmem.datasets.load_dataset('rolememo', ...))")
+    output_dir: str = _f("runs/grpo/model", "where checkpoints and the final model are written")
+    num_generations: int = _f(8, "rollouts per group (paper: n = 8)")
+    episodes_per_step: int = _f(1, "groups per optimizer step (rows per device batch = this x num_generations)")
+    learning_rate: float = _f(1e-6, "learning rate (paper: 1e-6)")
+    beta: float = _f(0.001, "KL coefficient against the reference model (paper: 0.001)")
+    max_completion_length: int = _f(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
+    chunk_tokens: int = _f(4000, "history chunk size in tokens (paper: 4,000)")
+    view_k: int = _f(8, "relevant facts/insights shown in the working view")
+    view_recent: int = _f(4, "newest facts/insights always shown")
+    temperature: float = _f(1.0, "sampling temperature of rollouts")
+    max_steps: int = _f(200, "optimizer steps")
+    logging_steps: int = _f(1, "log every N steps")
+    save_steps: int = _f(50, "save every N steps")
+    use_lora: bool = _f(False, "train LoRA adapters (peft)")
+    lora_r: int = _f(16, "LoRA rank")
+    seed: int = _f(42, "random seed")
+    use_cpu: bool = _f(False, "force CPU (tests)")
+    report_to: str = _f("none", "tracker: none, wandb, tensorboard")
+    judge_weight: float = _f(0.0, "weight of the persona judge in the reward")
+    judge_model: str = _f("", "judge as provider:model")
+    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the recall protocol")
+    disable_tqdm: bool = _f(False, "hide the progress bar")
+
+    def reward_config(self) -> RewardConfig:
+        """Return the reward settings of this run."""
+        return RewardConfig(judge_weight=self.judge_weight, judge_model=self.judge_model, embedder=self.embedder)
+
+
+def _ids(encoded: Any) -> list[int]:
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+
+class EpisodeRunner:
+    """Play writing episodes with the trainer's policy and serve them turn by turn to TRL."""
+
+    def __init__(self, episodes: list[Episode], cfg: GRPORunConfig, embed: Any = None, judge: Any = None) -> None:
+        self.episodes = {e.id: e for e in episodes}
+        self.cfg = cfg
+        self.embed, self.judge = embed, judge
+        self.pool = TrajectoryPool()
+
+    def rows(self) -> list[dict[str, str]]:
+        """Return the dataset rows: one per (episode, turn), in order."""
+        return [{"prompt": json.dumps({"episode": e.id, "turn": t})} for e in self.episodes.values() for t in range(len(e.chunks))]
+
+    def play(self, episode: Episode, model: Any, tokenizer: Any, groups: int) -> list[Trajectory]:
+        """Play ``episode`` ``groups`` times at once (batched generation), chunk by chunk, and score each."""
+        import torch
+
+        trajectories = [Trajectory() for _ in range(groups)]
+        eos = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        device = next(model.parameters()).device
+        for chunk in episode.chunks:
+            views = [t.view(chunk, self.cfg.view_k, self.cfg.view_recent) for t in trajectories]
+            prompts = [_ids(tokenizer.apply_chat_template(episode.messages(v, chunk), add_generation_prompt=True, tokenize=True)) for v in views]
+            width = max(map(len, prompts))
+            input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+            with torch.no_grad():
+                out = model.generate(
+                    input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=self.cfg.temperature,
+                    max_new_tokens=self.cfg.max_completion_length, pad_token_id=pad, eos_token_id=eos,
+                )
+            for traj, view, prompt, row in zip(trajectories, views, prompts, out[:, width:].tolist(), strict=True):
+                completion = (row[: row.index(eos) + 1] if eos in row else row) or [eos]
+                traj.record(chunk, view, prompt, completion, tokenizer.decode(completion, skip_special_tokens=True))
+        for traj in trajectories:
+            traj.finish(episode, self.cfg.reward_config(), embed=self.embed, judge=self.judge)
+        return trajectories
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL ``rollout_func``: return ids for each (episode, turn) sample and its trajectory's episode reward."""
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = trainer.processing_class
+        claims, fresh = [], {}
+        for prompt in prompts:
+            key = json.loads(prompt if isinstance(prompt, str) else prompt[-1]["content"])
+            eid, turn = key["episode"], int(key["turn"])
+            claim, created = self.pool.claim(eid, turn, len(self.episodes[eid].chunks), lambda: None)
+            claims.append((claim, turn))
+            if created:
+                fresh.setdefault(eid, []).append(claim)
+        for eid, new in fresh.items():  # play the new trajectories of an episode in one batch
+            for claim, traj in zip(new, self.play(self.episodes[eid], model, tokenizer, len(new)), strict=True):
+                claim.value = traj
+        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "episode_reward", "fact_recall", "insight_recall")}
+        for claim, turn in claims:
+            traj, terms = claim.value, claim.value.metrics()
+            out["prompt_ids"].append(traj.prompt_ids[turn])
+            out["completion_ids"].append(traj.completion_ids[turn])
+            out["episode_reward"].append(terms["score"])
+            out["fact_recall"].append(max(terms["fact_recall"], 0.0))
+            out["insight_recall"].append(max(terms["insight_recall"], 0.0))
+        return {**out, "logprobs": None}
+
+
+def episode_reward_func(completions: list[Any], episode_reward: list[float], **kwargs: Any) -> list[float]:
+    """Reward of a writing turn: its rollout's episode reward."""
+    return list(episode_reward)
+
+
+def fact_recall(completions: list[Any], fact_recall: list[float], **kwargs: Any) -> list[float]:
+    """Logged only (weight 0): fact recall of the rollout's final memory."""
+    return list(fact_recall)
+
+
+def insight_recall(completions: list[Any], insight_recall: list[float], **kwargs: Any) -> list[float]:
+    """Logged only (weight 0): insight recall of the rollout's final memory."""
+    return list(insight_recall)
+
+
+def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any = None, tokenizer: Any = None, embed: Any = None, judge: Any = None) -> Any:
+    """Return a TRL ``GRPOTrainer`` wired to :class:`EpisodeRunner` (objects may be passed in, e.g. in tests)."""
+    import os
+
+    from datasets import Dataset as HFDataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if dataset is None:
+        if not cfg.data:
+            raise ConfigurationError("no training data: pass --data (a RoleMemo file or folder)")
+        from dualmem.datasets import load_dataset
+
+        dataset = load_dataset("rolememo", cfg.data)
+    if model is None or tokenizer is None:
+        from dualmem.training.sft import SFTRunConfig, load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(SFTRunConfig(model_name_or_path=cfg.model_name_or_path, tokenizer_gguf_file=cfg.tokenizer_gguf_file))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if cfg.beta > 0 and not Path(getattr(model.config, "_name_or_path", "") or "/nonexistent").is_dir():
+        # TRL builds the KL reference model from the policy's path: give an in-memory model one
+        init = Path(cfg.output_dir) / "initial_policy"
+        model.save_pretrained(init)
+        model.config._name_or_path = str(init)
+    runner = EpisodeRunner([build_episode(item, chunk_tokens=cfg.chunk_tokens) for item in dataset.items], cfg, embed=embed, judge=judge)
+    rows = cfg.episodes_per_step * cfg.num_generations
+    args = GRPOConfig(
+        output_dir=cfg.output_dir, learning_rate=cfg.learning_rate, beta=cfg.beta, num_generations=cfg.num_generations,
+        per_device_train_batch_size=rows, gradient_accumulation_steps=1, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, max_steps=cfg.max_steps, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
+        seed=cfg.seed, use_cpu=cfg.use_cpu, report_to=cfg.report_to, shuffle_dataset=False, disable_tqdm=cfg.disable_tqdm,
+        reward_weights=[1.0, 0.0, 0.0], loss_type="grpo", gradient_checkpointing=False,
+    )
+    peft_config = None
+    if cfg.use_lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[episode_reward_func, fact_recall, insight_recall], args=args,
+        train_dataset=HFDataset.from_list(runner.rows()), processing_class=tokenizer, rollout_func=runner, peft_config=peft_config,
+    )
+    trainer.dualmem_runner = runner
+    return trainer
+
+
+def train_grpo(cfg: GRPORunConfig, **objects: Any) -> dict[str, Any]:
+    """Run GRPO, save the policy, and return the log history."""
+    trainer = build_trainer(cfg, **objects)
+    trainer.train()
+    trainer.save_model(cfg.output_dir)
+    Path(cfg.output_dir, "dualmem_grpo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    return {"log_history": trainer.state.log_history}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run TRL GRPO from command-line flags (every ``GRPORunConfig`` field is a ``--flag``)."""
+    from transformers import HfArgumentParser
+
+    (cfg,) = HfArgumentParser(GRPORunConfig).parse_args_into_dataclasses(args=argv)
+    return train_grpo(cfg)
+
+
+if __name__ == "__main__":
+    main()

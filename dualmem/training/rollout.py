@@ -1,0 +1,93 @@
+"""One writing trajectory and the pool that serves its turns; shared by the TRL and VeRL engines.
+
+A :class:`Trajectory` is one rollout of an episode: per chunk, the working view
+rendered from its own memory, the prompt and completion token ids, and the
+update applied to its :class:`~dualmem.training.episode.MemoryState`; at the
+end, the episode reward. A :class:`TrajectoryPool` hands turn *t* of an episode
+to GRPO samples: each request for (episode, t) claims the first trajectory
+whose turn *t* is not served yet, or starts a new one. So the *G* samples of a
+group get *G* different trajectories, and the next turn's group gets the same
+*G* trajectories again — every writing turn is credited with its own
+trajectory's episode reward (MemAgent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dualmem.training.episode import Chunk, Episode, MemoryState, View
+from dualmem.training.rewards import RewardConfig, episode_reward, parse_updates
+
+
+@dataclass
+class Trajectory:
+    """One rollout of an episode."""
+
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    completion_ids: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float] | None] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    state: MemoryState = field(default_factory=MemoryState)
+    counts: dict[str, int] = field(default_factory=lambda: {"unparseable": 0, "invalid": 0, "dangling": 0})
+    reward: dict[str, Any] = field(default_factory=dict)
+
+    def view(self, chunk: Chunk, view_k: int = 8, view_recent: int = 4) -> View:
+        """Return the working view of this trajectory's memory for ``chunk``."""
+        return self.state.view(chunk.text, view_k=view_k, view_recent=view_recent)
+
+    def record(self, chunk: Chunk, view: View, prompt_ids: list[int], completion_ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
+        """Store one writing turn and apply its update (bad output is counted, never dropped silently)."""
+        self.prompt_ids.append(list(prompt_ids))
+        self.completion_ids.append(list(completion_ids))
+        self.logprobs.append(logprobs)
+        self.texts.append(text)
+        updates, bad = parse_updates(text)
+        if not updates:
+            self.counts["unparseable"] += bad
+            return
+        stats = self.state.apply(updates[0], view, chunk.id)
+        self.counts["invalid"] += stats.invalid
+        self.counts["dangling"] += stats.dangling
+
+    def finish(self, episode: Episode, cfg: RewardConfig, embed: Any = None, judge: Any = None) -> dict[str, Any]:
+        """Score the trajectory's final memory; return and keep the reward breakdown."""
+        out = episode_reward(self.state.texts(), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, **self.counts)
+        self.reward = out.as_dict()
+        return self.reward
+
+    def metrics(self) -> dict[str, float]:
+        """Return the numeric reward terms (missing recall/judge as -1, so every sample has every key)."""
+        keys = ("score", "dense", "fact_recall", "insight_recall", "penalty", "items")
+        return {k: float(self.reward[k]) if self.reward.get(k) is not None else -1.0 for k in keys}
+
+
+@dataclass
+class Claim:
+    """A pool entry: a trajectory (or a future of one) and the turns already served from it."""
+
+    value: Any
+    served: set[int] = field(default_factory=set)
+
+
+class TrajectoryPool:
+    """Hand out each turn of each trajectory exactly once."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[Claim]] = {}
+
+    def claim(self, episode_id: str, turn: int, turns: int, make: Any) -> tuple[Claim, bool]:
+        """Return (entry, created): an entry whose ``turn`` was unserved, or a new one holding ``make()``."""
+        entries = self.entries.setdefault(episode_id, [])
+        for entry in entries:
+            if turn not in entry.served:
+                entry.served.add(turn)
+                self._gc(episode_id, turns)
+                return entry, False
+        entry = Claim(make(), {turn})
+        entries.append(entry)
+        self._gc(episode_id, turns)
+        return entry, True
+
+    def _gc(self, episode_id: str, turns: int) -> None:
+        self.entries[episode_id] = [e for e in self.entries[episode_id] if len(e.served) < turns]

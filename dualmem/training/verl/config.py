@@ -1,0 +1,176 @@
+"""VeRL 0.9 GRPO launch configuration for the writer, composed with VeRL's own Hydra config.
+
+:func:`overrides` turns a :class:`VerlRunConfig` into Hydra overrides of VeRL's
+``ppo_trainer`` config (paper defaults: rollout n 8, batch 16, mini-batch 4,
+lr 1e-6, KL loss 0.001 ``low_var_kl``, chunks of 4,000 tokens, responses of at
+most 1,024 tokens; GRPO advantages, vLLM async rollouts, FSDP actor, the
+``dualmem_writer`` agent loop and :func:`dualmem.training.rewards.compute_score`).
+:func:`compose` builds the full config with VeRL's Hydra files and
+:func:`validate` runs VeRL's own ``validate_config``. :func:`write_launch`
+writes the documented YAML and the agent-loop registration next to the data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dualmem.errors import ConfigurationError
+
+AGENT_NAME = "dualmem_writer"
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class VerlRunConfig:
+    """Settings of a VeRL GRPO run of the writer (paper defaults)."""
+
+    model_path: str = _f("", "policy checkpoint (usually the SFT output), local folder or hub id")
+    data_dir: str = _f("runs/verl/data", "folder with train.parquet, val.parquet, episodes.jsonl (`dualmem train rl --engine verl --prepare`)")
+    output_dir: str = _f("runs/verl", "checkpoints and logs")
+    rollout_n: int = _f(8, "rollouts per group (paper: 8)")
+    train_batch_size: int = _f(16, "prompts (writing turns) per step (paper: 16)")
+    ppo_mini_batch_size: int = _f(4, "mini-batch of the actor update (paper: 4)")
+    micro_batch_size_per_gpu: int = _f(1, "micro-batch per GPU for the actor, reference and log-prob passes")
+    learning_rate: float = _f(1e-6, "actor learning rate (paper: 1e-6)")
+    kl_loss_coef: float = _f(0.001, "KL loss coefficient (paper: 0.001)")
+    kl_loss_type: str = _f("low_var_kl", "KL estimator (paper: low_var_kl)")
+    chunk_tokens: int = _f(4000, "history chunk size in tokens (paper: 4,000)")
+    max_prompt_length: int = _f(6144, "prompt budget: persona + working view + a 4,000-token chunk")
+    max_response_length: int = _f(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
+    total_training_steps: int = _f(200, "optimizer steps")
+    n_gpus_per_node: int = _f(8, "GPUs per node")
+    nnodes: int = _f(1, "nodes")
+    tensor_parallel_size: int = _f(1, "vLLM tensor parallel size of rollouts")
+    gpu_memory_utilization: float = _f(0.5, "share of GPU memory vLLM may use")
+    rollout_engine: str = _f("vllm", "rollout backend: vllm or sglang")
+    device: str = _f("cuda", "cuda, or cpu for the smoke run (gloo, no NCCL)")
+    judge_weight: float = _f(0.0, "weight of the persona judge in the reward")
+    judge_model: str = _f("", "judge as provider:model (OpenAI-compatible endpoint via OPENAI_BASE_URL)")
+    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the recall protocol")
+    project_name: str = _f("dualmem", "tracker project")
+    experiment_name: str = _f("writer-grpo", "tracker run name")
+    logger: str = _f("console", "trackers: console, wandb, tensorboard (comma separated)")
+    save_freq: int = _f(50, "checkpoint every N steps (-1: never)")
+    test_freq: int = _f(-1, "validate every N steps (-1: never)")
+
+
+def overrides(cfg: VerlRunConfig) -> list[str]:
+    """Return the Hydra overrides of VeRL's ``ppo_trainer`` config for ``cfg``."""
+    if not cfg.model_path:
+        raise ConfigurationError("no policy: pass --model-path (the SFT checkpoint folder or a hub id)")
+    data = Path(cfg.data_dir).resolve()
+    loggers = "[" + ",".join(f"'{x.strip()}'" for x in cfg.logger.split(",") if x.strip()) + "]"
+    reward_kwargs = f"{{embedder:'{cfg.embedder}',judge_weight:{cfg.judge_weight},judge_model:'{cfg.judge_model}'}}"
+    micro = cfg.micro_batch_size_per_gpu
+    return [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'val.parquet'}",
+        f"data.train_batch_size={cfg.train_batch_size}",
+        f"data.max_prompt_length={cfg.max_prompt_length}",
+        f"data.max_response_length={cfg.max_response_length}",
+        "data.return_raw_chat=true",
+        "data.shuffle=false",
+        "data.filter_overlong_prompts=false",
+        f"actor_rollout_ref.model.path={cfg.model_path}",
+        f"actor_rollout_ref.actor.optim.lr={cfg.learning_rate}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={cfg.ppo_mini_batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        f"actor_rollout_ref.actor.kl_loss_coef={cfg.kl_loss_coef}",
+        f"actor_rollout_ref.actor.kl_loss_type={cfg.kl_loss_type}",
+        "actor_rollout_ref.actor.strategy=fsdp",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.name={cfg.rollout_engine}",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.n={cfg.rollout_n}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={cfg.tensor_parallel_size}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={cfg.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={data / 'agent_loop.yaml'}",
+        f"reward.custom_reward_function.path={PACKAGE / 'reward_fn.py'}",
+        "reward.custom_reward_function.name=compute_score",
+        f"+reward.custom_reward_function.reward_kwargs={reward_kwargs}",
+        f"trainer.project_name={cfg.project_name}",
+        f"trainer.experiment_name={cfg.experiment_name}",
+        f"trainer.logger={loggers}",
+        f"trainer.n_gpus_per_node={cfg.n_gpus_per_node}",
+        f"trainer.nnodes={cfg.nnodes}",
+        f"trainer.device={cfg.device}",
+        f"trainer.total_training_steps={cfg.total_training_steps}",
+        f"trainer.save_freq={cfg.save_freq}",
+        f"trainer.test_freq={cfg.test_freq}",
+        "trainer.val_before_train=false",
+        "trainer.critic_warmup=0",
+        f"trainer.default_local_dir={Path(cfg.output_dir).resolve() / 'checkpoints'}",
+    ]
+
+
+def _verl_config_dir() -> str:
+    try:
+        import verl
+    except ImportError as exc:
+        raise ConfigurationError("VeRL is not installed: `pip install verl==0.9.1` (or use the .venv-verl venv, see docs/training.md)") from exc
+    return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+
+def compose(cfg: VerlRunConfig, extra: list[str] = ()) -> Any:  # type: ignore[assignment]
+    """Compose VeRL's ``ppo_trainer`` Hydra config with this run's overrides (plus ``extra``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=[*overrides(cfg), *extra])
+
+
+def validate(config: Any) -> None:
+    """Run VeRL's own checks on a composed config (batch divisibility, micro-batches, KL settings)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+
+AGENT_LOOP_YAML = """# VeRL agent-loop registration of the DualMem writer (read by AgentLoopWorker)
+- name: {name}
+  _target_: dualmem.training.verl.agent_loop.DualMemWriterAgentLoop
+  episodes_path: {episodes}
+  view_k: {view_k}
+  view_recent: {view_recent}
+"""
+
+
+def write_agent_loop_yaml(data_dir: str | Path, view_k: int = 8, view_recent: int = 4) -> Path:
+    """Write ``agent_loop.yaml`` registering the writer agent loop with the episodes file."""
+    data = Path(data_dir).resolve()
+    path = data / "agent_loop.yaml"
+    path.write_text(AGENT_LOOP_YAML.format(name=AGENT_NAME, episodes=data / "episodes.jsonl", view_k=view_k, view_recent=view_recent))
+    return path
+
+
+def write_launch(cfg: VerlRunConfig, path: str | Path | None = None) -> Path:
+    """Write a documented launch YAML (every override, with the field help as comments) and return its path."""
+    path = Path(path or Path(cfg.output_dir) / "verl_launch.yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    helps = {f.name: f.metadata["help"] for f in fields(VerlRunConfig)}
+    lines = [
+        "# DualMem writer — VeRL 0.9 GRPO launch config (generated by `dualmem train rl --engine verl`).",
+        "# Run: python -m verl.trainer.main_ppo $(grep -v '^#' THIS_FILE | sed 's/^- //')",
+        "# Settings (paper defaults unless changed):",
+        *[f"#   {k} = {getattr(cfg, k)!r}  — {helps[k]}" for k in helps],
+        "overrides:",
+        *[f"- {o}" for o in overrides(cfg)],
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path

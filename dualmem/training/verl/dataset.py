@@ -1,0 +1,95 @@
+"""RoleMemo episodes in VeRL's parquet layout: one row per (episode, writing turn).
+
+Columns follow VeRL's ``RLHFDataset``: ``data_source``, ``agent_name``
+(``dualmem_writer``), ``prompt`` (a short chat key the agent loop reads; the
+real prompt is rendered per rollout from its own memory), ``ability``,
+``reward_model`` (``{"style": "rule", "ground_truth": <episode gold JSON>}``)
+and ``extra_info`` (``index``, ``episode_id``, ``turn``, ``turns``). The
+episodes themselves (persona, chunks, gold) go to ``episodes.jsonl``, read by
+the agent loop. The split is by persona, like the SFT export.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dualmem.schema import Dataset, Persona
+from dualmem.training.episode import Chunk, Episode, build_episode
+from dualmem.training.export import split_by_persona
+from dualmem.training.rewards import DATA_SOURCE
+from dualmem.training.verl.config import AGENT_NAME, write_agent_loop_yaml
+
+
+def episode_to_json(episode: Episode) -> dict[str, Any]:
+    """Serialise what the agent loop needs: persona, chunks (ids, turn ids, text) and the gold."""
+    return {
+        "id": episode.id,
+        "persona": episode.persona.model_dump(mode="json"),
+        "chunks": [{"id": c.id, "turn_ids": [t.id for t in c.turns], "text": c.text} for c in episode.chunks],
+        "ground_truth": episode.ground_truth(),
+    }
+
+
+class StoredEpisode(Episode):
+    """An episode read back from ``episodes.jsonl`` (chunks without turn objects, gold precomputed)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        chunks = [Chunk(c["id"], [], c["text"]) for c in data["chunks"]]
+        super().__init__(data["id"], Persona.model_validate(data["persona"]), chunks, [], [])
+        self._gt = data["ground_truth"]
+
+    def ground_truth(self) -> dict[str, Any]:
+        """Return the stored gold."""
+        return self._gt
+
+
+def load_episodes(path: str | Path) -> dict[str, StoredEpisode]:
+    """Read ``episodes.jsonl`` into episodes by id."""
+    out = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            data = json.loads(line)
+            out[data["id"]] = StoredEpisode(data)
+    return out
+
+
+def episode_rows(episode: Episode, start: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """Return the VeRL rows of one episode: one per writing turn, in order."""
+    gt = json.dumps(episode.ground_truth(), ensure_ascii=False)
+    turns = len(episode.chunks)
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "agent_name": AGENT_NAME,
+            "prompt": [{"role": "user", "content": f"dualmem writer episode {episode.id} turn {t}"}],
+            "ability": "memory-writing",
+            "reward_model": {"style": "rule", "ground_truth": gt},
+            "extra_info": {"index": start + t, "episode_id": episode.id, "turn": t, "turns": turns, "split": split},
+        }
+        for t in range(turns)
+    ]
+
+
+def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0, view_k: int = 8, view_recent: int = 4) -> dict[str, Any]:
+    """Write ``train.parquet``, ``val.parquet``, ``episodes.jsonl`` and ``agent_loop.yaml``; return counts."""
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes = [build_episode(item, chunk_tokens=chunk_tokens) for item in dataset.items]
+    keyed = [{"persona_id": e.persona.id, "episode": e} for e in episodes]
+    train, val = split_by_persona(keyed, eval_ratio=val_ratio, seed=seed)
+    with open(out / "episodes.jsonl", "w", encoding="utf-8") as fh:
+        for e in episodes:
+            fh.write(json.dumps(episode_to_json(e), ensure_ascii=False) + "\n")
+    counts = {}
+    for name, part in (("train", train), ("val", val)):
+        rows: list[dict[str, Any]] = []
+        for k in part:
+            rows += episode_rows(k["episode"], start=len(rows), split=name)
+        pd.DataFrame(rows).to_parquet(out / f"{name}.parquet") if rows else pd.DataFrame(columns=["data_source", "prompt"]).to_parquet(out / f"{name}.parquet")
+        counts[name] = len(rows)
+    write_agent_loop_yaml(out, view_k=view_k, view_recent=view_recent)
+    return {"episodes": len(episodes), **counts, "dir": str(out)}

@@ -1,0 +1,166 @@
+"""The evaluate graph through run_eval: fan-out per persona, resume after a crash, reports, comparison."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from conftest import REALMEM_SOPHIE, need
+
+from dualmem.config import Settings
+from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
+from dualmem.evals.fakes import TurnLogFramework
+from dualmem.evals.reports import compare_runs, read_records, read_summary
+from dualmem.evals.run import compare, run_eval
+from dualmem.frameworks import FrameworkContext
+from dualmem.graphs.evaluate import EvalContext, builder, graph
+from dualmem.schema import Dataset
+from dualmem.testing import FakeChatModel, HashEmbeddings
+
+
+@pytest.fixture
+def three_personas(tmp_path):
+    base = load_sample()
+    items = []
+    for name in ("a-first", "b-crash", "c-last"):
+        item = base.model_copy(deep=True)
+        item.dialogue.id = name
+        items.append(item)
+    return dump_rolememo(Dataset(name="rolememo", items=items), tmp_path / "data")
+
+
+class Factory:
+    """Builds TurnLogFrameworks, counting builds per persona; can crash on one persona once."""
+
+    def __init__(self, crash_on: str | None = None) -> None:
+        self.crash_on = crash_on
+        self.built: Counter[str] = Counter()
+
+    def __call__(self, name, item, ctx):
+        self.built[item.dialogue.id] += 1
+        if item.dialogue.id == self.crash_on:
+            self.crash_on = None
+            raise RuntimeError("simulated crash")
+        return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
+
+
+def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_path):
+    settings = Settings(embedder="hash:64", concurrency=1)
+    factory = Factory(crash_on="b-crash")
+    kwargs = dict(out=tmp_path / "run", settings=settings, similarity=HashEmbeddings(64), framework_factory=factory,
+                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True),
+                  judge_repetitions=1, ragas=False)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_eval("rolememo", three_personas, "turn-log", **kwargs)
+    assert factory.built["a-first"] == 1 and factory.built["b-crash"] == 1
+    run_dir = run_eval("rolememo", three_personas, "turn-log", **kwargs)
+    assert factory.built == Counter({"a-first": 1, "b-crash": 2, "c-last": 1})  # a-first kept from the checkpoint
+    records = read_records(run_dir / "records.jsonl")
+    assert sorted({r["persona"] for r in records}) == ["a-first", "b-crash", "c-last"]
+    assert len(records) == 9 and all(r["judges"]["logical_quality"]["score"] == 4.0 for r in records)
+    summary = read_summary(run_dir)
+    assert summary["n_queries"] == 9 and summary["meta"]["framework"] == "turn-log"
+    assert summary["meta"]["similarity_embedder"] == "HashEmbeddings"
+    assert set(summary["by_task_type"]) == {r["task_type"] for r in records}
+    assert summary["judges"]["information_richness"]["mean"] == 4.0
+    html = (run_dir / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2 and 'id="judge_radar"' in html and 'id="recall_by_group"' in html
+    assert "fact_recall@10" in (run_dir / "report.md").read_text()
+    # a finished run is re-reported, not recomputed
+    run_eval("rolememo", three_personas, "turn-log", **kwargs)
+    assert sum(factory.built.values()) == 4
+
+
+def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
+    item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
+    path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
+    factory = Factory()
+    common = dict(settings=Settings(embedder="hash:64"), similarity=HashEmbeddings(64), framework_factory=factory,
+                  progress=False, respond=False, limit=4)
+    a = run_eval("realmem", path, "turn-log", out=tmp_path / "a", **common)
+    b = run_eval("realmem", path, "turn-log", out=tmp_path / "b", **common)
+    summary = read_summary(a)
+    assert summary["n_queries"] == 4 and "recall_any@10" in summary["overall"]
+    assert summary["overall"] == summary["per_persona"]["Sophie_Dubois"]  # macro over one persona
+    if summary["ragas"]["backend"].startswith("ragas"):
+        assert summary["ragas"]["agrees_with_dualmem"] is True and summary["ragas"]["n"] == 4
+        assert summary["ragas"]["id_context_recall"] == pytest.approx(summary["micro"]["id_context_recall"])
+    table = compare_runs([a, b])
+    assert table.headers[:4] == ["run", "framework", "dataset", "queries"]
+    assert [row[0] for row in table.rows] == ["a", "b"] and table.rows[0][4:] == table.rows[1][4:]
+    md = compare([a, b], out=tmp_path / "cmp")
+    assert "recall_any@10" in md and (tmp_path / "cmp" / "comparison.html").exists()
+    with pytest.raises(FileNotFoundError, match="summary.json"):
+        compare([tmp_path])
+
+
+def test_graph_is_exported_and_runs_with_a_context(three_personas):
+    assert graph is not None and builder is not None
+    ctx = EvalContext(settings=Settings(embedder="hash:64"), similarity=HashEmbeddings(64), framework_factory=Factory())
+    out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log",
+                        "respond": False, "personas": ["c-last"]}, context=ctx)
+    assert [r["persona"] for r in out["results"]] == ["c-last"]
+    assert out["summary"]["n_queries"] == 3
+    json.dumps(out["summary"])  # JSON-able
+
+
+def test_fan_out_is_bounded_by_settings_concurrency(three_personas, tmp_path):
+    import threading
+    import time
+
+    lock = threading.Lock()
+    state = {"active": 0, "peak": 0}
+
+    class Slow(TurnLogFramework):
+        def ingest(self, session):
+            with lock:
+                state["active"] += 1
+                state["peak"] = max(state["peak"], state["active"])
+            time.sleep(0.03)
+            with lock:
+                state["active"] -= 1
+            return super().ingest(session)
+
+    def factory(name, item, ctx):
+        return Slow(FrameworkContext(namespace=(item.dialogue.id, "u")))
+
+    run_eval("rolememo", three_personas, "slow", out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=2),
+             similarity=HashEmbeddings(64), framework_factory=factory, progress=False, respond=False, ragas=False)
+    assert state["peak"] == 2  # three personas, two at a time
+
+
+def test_graph_with_a_settings_dict_context_and_a_registered_framework(three_personas, tmp_path):
+    out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "full-context",
+                        "respond": False, "personas": ["a-first"]},
+                       context={"embedder": "hash:64", "store_uri": str(tmp_path / "db")})
+    records = out["results"][0]["records"]
+    assert len(records) == 3 and not any(r["errors"] for r in records)
+    assert all(r["retrieved"] and r["retrieved"][0]["session"] == "s4" for r in records)  # full context: newest first
+    assert (tmp_path / "db" / "a-first").exists()  # each persona writes to its own store folder
+
+
+def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    factory = Factory()
+    calls = {"n": 0}
+
+    def crash_once(record):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("judge crashed")
+
+    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1), similarity=HashEmbeddings(64),
+                      framework_factory=factory, judge=FakeChatModel(responses=[{"reasoning": "", "score": 3}], cycle=True),
+                      judge_repetitions=1, on_judged=crash_once)
+    runnable = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
+    inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,
+              "personas": ["a-first", "c-last"]}
+    with pytest.raises(RuntimeError, match="judge crashed"):
+        runnable.invoke(inputs, config, context=ctx)
+    assert factory.built == Counter({"a-first": 1, "c-last": 1})
+    out = runnable.invoke(None, config, context=ctx)
+    assert factory.built == Counter({"a-first": 1, "c-last": 1})  # ingestion kept from the checkpoint
+    assert out["summary"]["judges"]["logical_quality"] == {"mean": 3.0, "n": 6.0, "errors": 0.0}

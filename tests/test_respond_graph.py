@@ -1,0 +1,153 @@
+"""Respond graph, generic reader and the dualmem framework on a real LanceDB directory."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+
+from dualmem.frameworks import FrameworkContext, RetrievedItem, open_framework
+from dualmem.frameworks.dualmem import DualMemFramework
+from dualmem.frameworks.respond import answer_from_items
+from dualmem.graphs.respond import builder, respond
+from dualmem.graphs.write import write_history
+from dualmem.nodes.writer import WriterResources
+from dualmem.schema import Persona, Session, Turn
+from dualmem.stores import DualStore
+from dualmem.testing import FakeChatModel, HashEmbeddings
+
+PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
+NS = ("dr-lee", "user")
+
+FACTS = {
+    "s0": ("works night shifts at the warehouse", "the night shifts drain her, exhaustion rather than laziness"),
+    "s1": ("adopted a rescue dog named Biscuit", "caring for Biscuit gives her a steady routine"),
+    "s2": ("failed the nursing exam in spring", "the failed exam still weighs on her confidence"),
+}
+
+
+def _sessions() -> list[Session]:
+    return [
+        Session(id=sid, time=f"2024-0{i + 1}-01", turns=[Turn(id=f"{sid}t0", role="user", text=f"{sid}: {fact}"), Turn(id=f"{sid}t1", role="assistant", text="I see.")])
+        for i, (sid, (fact, _)) in enumerate(FACTS.items())
+    ]
+
+
+def _writer(messages, tool=None):
+    prompt = str(messages[1].content)
+    sid = next(s for s in FACTS if f"[{s}t0]" in prompt)
+    fact, insight = FACTS[sid]
+    return {
+        "facts": [{"op": "ADD", "id": "N1", "text": fact, "turn_ids": [f"{sid}t0"]}],
+        "insights": [{"op": "ADD", "id": "M1", "text": insight, "fact_ids": ["N1"]}],
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+
+
+@pytest.fixture
+def filled(tmp_settings, store):
+    write_history(_sessions(), PERSONA, settings=tmp_settings.replace(chunk_tokens=200), model=FakeChatModel(responses=[_writer], cycle=True), store=store, progress=False, checkpointer=False)
+    return store
+
+
+def test_respond_retrieves_and_grounds_insights_in_the_prompt(tmp_settings, filled):
+    model = FakeChatModel(responses=["Those night shifts are wearing you down."])
+    reply = respond("why am I so tired after the night shifts?", PERSONA, settings=tmp_settings, model=model, store=filled, k=2, mode="dual")
+    assert reply.text == "Those night shifts are wearing you down."
+    assert len(reply.facts) == 2 and len(reply.insights) == 2
+    assert reply.facts[0].item.text == "works night shifts at the warehouse"
+    top = reply.insights[0].item
+    assert top.text.startswith("the night shifts drain her")
+    assert [f.text for f in reply.grounding[top.id]] == ["works night shifts at the warehouse"]
+    system = str(model.calls[-1][0].content)
+    assert "You are Dr. Lee" in system
+    assert "the night shifts drain her" in system and "because: works night shifts at the warehouse" in system
+    assert model.calls[-1][-1].content == "why am I so tired after the night shifts?"
+
+
+def test_merged_mode_returns_one_pool_of_k(tmp_settings, filled):
+    model = FakeChatModel(responses=["ok"])
+    reply = respond("Biscuit the rescue dog routine", PERSONA, settings=tmp_settings.replace(retrieval_mode="merged"), model=model, store=filled, k=3)
+    assert len(reply.merged) == 3
+    assert {h.item.id for h in reply.merged} == {h.item.id for h in [*reply.facts, *reply.insights]}
+    assert {h.item.kind for h in reply.merged} == {"fact", "insight"}
+    scores = [h.score for h in reply.merged]
+    assert scores == sorted(scores, reverse=True)
+    assert "Biscuit" in reply.merged[0].item.text
+
+
+def test_history_and_empty_memory(tmp_settings, store):
+    model = FakeChatModel(responses=["Hello again."])
+    reply = respond("do you remember me?", PERSONA, settings=tmp_settings, model=model, store=store, history=[("hi", "hello")])
+    assert reply.facts == [] and reply.insights == []
+    sent = model.calls[-1]
+    assert [type(m).__name__ for m in sent[1:]] == ["HumanMessage", "AIMessage", "HumanMessage"]
+    assert "nothing relevant remembered" in str(sent[0].content)
+
+
+def test_remember_writes_the_exchange_back(tmp_settings, store):
+    def both(messages, tool=None):
+        if tool:  # the writer asks for a MemoryUpdate
+            return {"facts": [{"op": "ADD", "id": "N1", "text": "plans to move to Lisbon next year", "turn_ids": []}], "insights": []}
+        return "Lisbon will suit you."
+
+    model = FakeChatModel(responses=[both], cycle=True)
+    reply = respond("I'm moving to Lisbon next year!", PERSONA, settings=tmp_settings, model=model, store=store, remember=True)
+    assert reply.text == "Lisbon will suit you."
+    assert [w["status"] for w in reply.written] == ["applied"]
+    (fact,) = store.list(NS, kind="fact")
+    assert fact.text == "plans to move to Lisbon next year" and fact.source.session_id.startswith("chat-")
+    assert len(fact.source.turn_ids) == 2  # no turn ids given: the exchange's turns
+
+
+def test_graph_streams_reply_tokens(tmp_settings, filled):
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="your night shifts wear you down")]))
+    graph = builder.compile()
+    context = WriterResources(tmp_settings, model=model, store=filled, role="chat")
+    inputs = {"persona": PERSONA.model_dump(mode="json"), "messages": [HumanMessage(content="why so tired?")]}
+    chunks = [c for c, meta in graph.stream(inputs, context=context, stream_mode="messages") if meta["langgraph_node"] == "reply"]
+    assert len(chunks) > 3 and all(isinstance(c, AIMessageChunk) for c in chunks)
+    assert "".join(str(c.content) for c in chunks) == "your night shifts wear you down"
+
+
+def test_graph_takes_the_last_human_message_and_appends_the_reply(tmp_settings, filled):
+    model = FakeChatModel(responses=["Rest more."])
+    out = builder.compile().invoke(
+        {"persona": PERSONA.model_dump(mode="json"), "messages": [HumanMessage(content="night shifts again")]},
+        context=WriterResources(tmp_settings, model=model, store=filled, role="chat"),
+    )
+    assert [m.content for m in out["messages"]] == ["night shifts again", "Rest more."]
+    assert out["facts"] and out["facts"][0]["item"]["text"] == "works night shifts at the warehouse"
+
+
+def test_answer_from_items_uses_persona_and_items(tmp_settings):
+    model = FakeChatModel(responses=["Remember the dog."])
+    context = FrameworkContext(namespace=NS, settings=tmp_settings, persona=PERSONA, chat_model=model)
+    items = [RetrievedItem(text="adopted a rescue dog", kind="fact", score=1.0, source_session="s1")]
+    assert answer_from_items(context, "what helps me?", items) == "Remember the dog."
+    system = str(model.calls[-1][0].content)
+    assert "You are Dr. Lee" in system and "- (fact, session s1) adopted a rescue dog" in system
+
+
+def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
+    writer = FakeChatModel(responses=[_writer], cycle=True)
+    context = FrameworkContext(namespace=NS, settings=tmp_settings.replace(chunk_tokens=200), persona=PERSONA, chat_model=writer, embeddings=HashEmbeddings(64))
+    fw = open_framework("dualmem", context)
+    assert isinstance(fw, DualMemFramework)
+    reports = [fw.ingest(s) for s in _sessions()]
+    assert [r.items_written for r in reports] == [2, 2, 2] and all(r.llm_calls == 1 for r in reports)
+    assert fw.ingest(_sessions()[0]).llm_calls == 0  # already applied: nothing asked
+    items = fw.retrieve("failed nursing exam confidence", k=4)
+    assert len(items) == 4 and {i.kind for i in items} <= {"fact", "insight"}
+    exam = [i for i in items if "exam" in i.text]
+    assert {i.source_session for i in exam} == {"s2"}
+    insight = next(i for i in exam if i.kind == "insight")
+    assert insight.source_sessions == ["s2"] and insight.meta["grounding_texts"] == ["failed the nursing exam in spring"]
+    dual = DualMemFramework(context, mode="dual").retrieve("failed nursing exam confidence", k=4)
+    assert [i.kind for i in dual].count("insight") == 2 and len(dual) == 4
+    fw.reset()
+    assert fw.retrieve("exam", k=4) == []

@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--variants", default="raw-turns,best", help="comma-separated: raw-turns, best")
     parser.add_argument("--personas", type=int, default=None, help="only the first N personas (quick runs)")
     parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache folder")
+    parser.add_argument(
+        "--raw-turns-cached-only",
+        action="store_true",
+        help="run raw-turns only on personas whose every turn is already in the embedding cache (slow CPUs)",
+    )
     args = parser.parse_args(argv)
     if not args.data.exists():
         raise SystemExit(f"RealMem data not found at {args.data}; pass --data (see ../shared/data/README.md)")
@@ -132,7 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cache = EmbeddingCache(load_embeddings(BUNDLED_EMBEDDER), args.cache)
     cached_before = len(cache)
     t0 = time.perf_counter()
-    texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns if t.role == "user" or "raw-turns" in variants]
+    raw_items = items
+    if args.raw_turns_cached_only:
+        raw_items = [it for it in items if not cache.missing([t.text for s in it.dialogue.sessions for t in s.turns])]
+    texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns if t.role == "user"]
+    if "raw-turns" in variants:
+        texts += [t.text for it in raw_items for s in it.dialogue.sessions for t in s.turns]
     cache.embed(texts, progress="embedding turns")
     embed_s = time.perf_counter() - t0
     config = SessionRankConfig()
@@ -153,9 +163,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="realmem-raw-turns-") as tmp:
             emb = CachedEmbeddings(cache)
-            per = {it.dialogue.id: run_raw_turns(it, emb, Path(tmp)) for it in tqdm(items, desc="raw-turns")}
+            per = {it.dialogue.id: run_raw_turns(it, emb, Path(tmp)) for it in tqdm(raw_items, desc="raw-turns")}
         results["variants"]["raw-turns"] = _summary(per) | {
             "description": "every turn verbatim in LanceDB (raw-turns framework), dense; session = best turn",
+            "personas": [it.dialogue.id for it in raw_items],
         }
         results["timing_s"]["raw-turns"] = round(time.perf_counter() - t0, 1)
     if "best" in variants:
@@ -167,6 +178,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "config": asdict(config),
         }
         results["timing_s"]["best"] = round(time.perf_counter() - t0, 1)
+        raw = results["variants"].get("raw-turns")
+        if raw and len(raw["personas"]) < len(items):  # the same subset, for a like-for-like comparison
+            subset = {p: per[p] for p in raw["personas"]}
+            results["variants"]["best"]["macro_on_raw_turns_personas"] = _summary(subset)["macro"]
     results["timing_s"]["total"] = round(time.perf_counter() - started, 1)
 
     _print(results)

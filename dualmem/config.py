@@ -63,6 +63,7 @@ class Settings:
         "bundled:all-MiniLM-L6-v2",
         "embedder: bundled:all-MiniLM-L6-v2, a sentence-transformers path, or provider:model",
     )
+    eval_embedder: str = _setting("", "embedder of similarity metrics (Recall@10); empty = embedder (paper: Qwen3-Embedding-0.6B)")
     store_uri: str = _setting(".dualmem/lancedb", "LanceDB directory or URI (s3://…, gs://…)")
     checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
     user_id: str = _setting("user", "user id: second part of every memory namespace")

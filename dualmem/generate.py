@@ -108,6 +108,12 @@ def run_graph(
         start: dict[str, Any] | None = inputs
         if saver is not None:
             snapshot = runnable.get_state(config)
+            saved = (snapshot.values or {}).get("options")
+            if saved is not None and saved != inputs.get("options"):
+                raise ConfigurationError(
+                    f"thread {thread_id!r} was started with other options ({saved}); "
+                    "re-run with the same options to resume it, or pass a new thread id"
+                )
             if snapshot.next:
                 start = None  # resume the interrupted run
                 if on_resume is not None:
@@ -164,8 +170,7 @@ def generate_rolememo(
     from dualmem.nodes.weave_steps import GenResources, WeaveOptions
 
     settings = Settings.resolve(settings)
-    files = json_files(personas_dir)
-    personas = [read_persona(f) for f in files]
+    personas = [read_persona(f) for f in json_files(personas_dir)]
     ids = [p.id for p in personas]
     if len(set(ids)) != len(ids):
         raise ConfigurationError(f"persona ids must be unique, got {ids}; set distinct \"id\" keys in the persona files")
@@ -202,7 +207,7 @@ def generate_rolememo(
     out.mkdir(parents=True, exist_ok=True)
     from dualmem.datasets.rolememo import parse_rolememo
 
-    files = []
+    files: list[str] = []
     for data in values.get("items") or []:
         target = out / length_folder(data["meta"]["assembly"]["target_tokens"]) / f"{data['id']}.json"
         parse_rolememo(data, target)  # never write what the loader cannot read back
@@ -281,6 +286,8 @@ def generate_realmem(
     issues = data["_metadata"].get("issues") or []
     n_queries = sum(1 for s in data["dialogues"] for t in s["dialogue_turns"] if t.get("is_query"))
     n_points = sum(len(s["extracted_memory"]) for s in data["dialogues"])
+    if not data["dialogues"]:
+        console.print(f"[yellow]no session could be simulated; the issues are listed in {target} under _metadata.issues")
     console.print(
         f"RealMem simulation: {len(data['dialogues'])} sessions, {n_queries} memory queries, {n_points} memory points, "
         f"{len(issues)} issue(s) recorded -> {target}"

@@ -86,7 +86,7 @@ def test_cosines_match_cosine():
 
 
 def test_score_emotion_returns_vector_in_schema_order_and_repairs():
-    bad = {"joy": 11, "acceptance": 1, "fear": 1, "surprise": 1, "sadness": 1, "disgust": 1, "anger": 1, "anticipation": 1}
+    bad = {"joy": "very", "acceptance": 1, "fear": 1, "surprise": 1, "sadness": 1, "disgust": 1, "anger": 1}
     good = {name: i + 1 for i, name in enumerate(EMOTIONS)}
     model = FakeChatModel(responses=[bad, good])
     result = score_emotion(model, "I lost my job today")
@@ -94,6 +94,9 @@ def test_score_emotion_returns_vector_in_schema_order_and_repairs():
     assert result.value.vector() == [float(i + 1) for i in range(8)]
     assert "I lost my job today" in str(model.calls[0][-1].content)
     assert not score_emotion(FakeChatModel(responses=["nonsense"]), "x", retries=1).ok
+    clamped = {**good, "joy": 0, "anger": 12.5}
+    value = score_emotion(FakeChatModel(responses=[clamped]), "x").value
+    assert value.joy == 1.0 and value.anger == 10.0 and value.fear == float(EMOTIONS.index("fear") + 1)
 
 
 def _emotion_for(text: str) -> dict[str, int]:

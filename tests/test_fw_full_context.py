@@ -50,7 +50,7 @@ def test_retrieve_returns_newest_first_with_sessions(tmp_settings):
     assert [i.id for i in items] == ["b-t3", "b-t2", "b-t1"]
     assert [i.source_session for i in items] == ["b", "b", "b"]
     assert items[0].score > items[1].score > items[2].score
-    assert {i.kind for i in items} == {"fact"}
+    assert {i.kind for i in items} == {"turn"}
 
 
 def test_reingest_is_idempotent_and_survives_restart(tmp_settings):

@@ -156,3 +156,25 @@ def test_exchanges_group_user_and_assistant_turns():
                                Turn(id="a1", role="assistant", text="y"), Turn(id="a2", role="assistant", text="z"),
                                Turn(id="u2", role="user", text="w")])
     assert [[t.id for t in e] for e in exchanges(s)] == [["a0"], ["u1", "a1", "a2"], ["u2"]]
+
+
+def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
+    from dualmem.tokens import count_tokens
+
+    def run(chunk_tokens: int) -> FakeChatModel:
+        model = FakeChatModel(responses=[script], cycle=True)
+        ctx = FrameworkContext(namespace=("p", str(chunk_tokens)), settings=tmp_settings.replace(chunk_tokens=chunk_tokens),
+                               chat_model=model, embeddings=HashEmbeddings())
+        long = " ".join(["detail"] * 60)
+        Mem0ClassicFramework(ctx).ingest(_session("s1", f"first {long}", f"second {long}", f"third {long}"))
+        return model
+
+    def summaries(model):
+        return [c for c in model.calls if "running summary" in str(c[-1].content)]
+
+    assert len(summaries(run(10_000))) == 1  # once, at the end of the session
+    small = run(40)
+    assert len(summaries(small)) == 3  # every exchange reaches the token budget
+    last = [c for c in small.calls if "NEW EXCHANGE:" in str(c[-1].content)][-1]
+    recent = str(last[-1].content).split("Recent messages:")[1].split("Session date:")[0]
+    assert 0 < count_tokens(recent) <= 40 + 5

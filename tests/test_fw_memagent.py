@@ -104,3 +104,22 @@ def test_retrieve_ranks_memory_lines(tmp_settings):
     assert len(items) == 2 and items[0].text == "loves hiking in the alps"
     assert items[0].score >= items[1].score
     assert isinstance(open_framework("memagent", fw.context), MemAgentFramework)
+
+
+def test_respond_runs_a_question_conditioned_pass(tmp_settings):
+    def script(messages):
+        prompt = str(messages[-1].content)
+        if "Question:" in prompt:  # the focus pass sees the memory and the question
+            assert "has a cat named Miso" in prompt and "cat's name" in prompt
+            return "has a cat named Miso"
+        if "<chunk>" in prompt:
+            return "works night shifts\nhas a cat named Miso"
+        return "Your cat is Miso."
+
+    model = FakeChatModel(responses=[script], cycle=True)
+    fw = _fw(tmp_settings.replace(chunk_tokens=10_000), model)
+    fw.ingest(_session("a", 1))
+    assert fw.respond("what is my cat's name?") == "Your cat is Miso."
+    reader_prompt = "\n".join(str(m.content) for m in model.calls[-1])
+    assert "has a cat named Miso" in reader_prompt and "night shifts" not in reader_prompt
+    assert len(model.calls) == 3  # rewrite, focus pass, reader

@@ -121,3 +121,69 @@ def test_future_event_leak_detected():
     future = ["Adopting a greyhound named Comet from the shelter"]
     assert mentions_future("Should I adopt Comet the greyhound?", future, past) == future[0]
     assert mentions_future("How should I split the kitchen budget?", future, past) is None
+
+
+def test_paraphrase_without_shared_words_found_by_the_bundled_embedder():
+    try:
+        from dualmem.models import load_embeddings
+
+        embedder = load_embeddings("bundled:all-MiniLM-L6-v2")
+    except Exception as exc:  # noqa: BLE001 - the bundled embedder package is optional
+        pytest.skip(f"bundled embedder unavailable: {exc}")
+    turns = dialogue(
+        "These days my job has me on overnight duty at a storage depot, so mornings feel like evenings.",
+        "Forgot to eat at midday because I wanted to complete the jigsaw.",
+        "The weather was lovely for a walk.",
+        replies=("Sounds like the city is quiet when you get home.", "Jigsaws are absorbing."),
+    )
+    assert not difficulty_check(turns, FRAGS).ok  # no lexical overlap to speak of ...
+    result = difficulty_check(turns, FRAGS, embeddings=embedder)
+    assert result.ok, result.reasons  # ... but the meaning matches
+    assert result.fragment_turns == [0, 2]
+    echoed = dialogue(turns[0]["text"], turns[2]["text"], replies=("Overnight shifts in a warehouse, then.", "Nice."))
+    assert not difficulty_check(echoed, FRAGS, embeddings=embedder).ok
+
+
+INSIGHT = {"id": "ins-1", "task_type": "Decision Guidance", "text": "Late gaming is his way to reclaim time", "reasoning_steps": ["a", "b"], "fact_kinds": ["work", "leisure"]}
+
+
+def test_specificity_needs_all_four_checks():
+    from dualmem.nodes.weave_steps import check_specificity
+    from dualmem.schema import Persona
+
+    persona = Persona(id="p", name="P")
+    yes = {"perspective_unique": True, "conversational": True, "needs_fact_combination": True, "testable": True}
+    assert check_specificity(GenResources(model=FakeChatModel(responses=[yes])), persona, INSIGHT) == (True, "")
+    ok, reason = check_specificity(GenResources(model=FakeChatModel(responses=[{**yes, "testable": False, "reason": "vague"}])), persona, INSIGHT)
+    assert not ok and "testable" in reason and "vague" in reason
+    ok, reason = check_specificity(GenResources(model=FakeChatModel(responses=["not json"])), persona, INSIGHT)
+    assert not ok and "invalid after" in reason
+
+
+def test_necessity_keeps_only_questions_that_need_memory():
+    from dualmem.nodes.weave_steps import QuerySeed, check_necessity
+    from dualmem.schema import Persona
+
+    persona = Persona(id="p", name="P")
+    seed = QuerySeed(fragment_1="a", fragment_2="b", question="Should I take the offer?")
+    model = FakeChatModel(responses=["Generic advice.", {"needs_memory": True, "reason": "generic"}])
+    kept, reason, answer = check_necessity(GenResources(model=model), persona, INSIGHT, seed)
+    assert kept and answer == "Generic advice."
+    assert "Generic advice." in str(model.calls[1][-1].content)  # the judge sees the no-memory answer
+    model = FakeChatModel(responses=["You reclaim time by gaming.", {"needs_memory": False, "reason": "already there"}])
+    kept, reason, _ = check_necessity(GenResources(model=model), persona, INSIGHT, seed)
+    assert not kept and "without memory" in reason
+
+
+def test_question_may_not_reuse_the_insight_concepts():
+    from dualmem.nodes.weave_steps import write_seed
+    from dualmem.schema import Persona
+
+    persona = Persona(id="p", name="P")
+    base = {"fragment_1": "I play games until 3 am", "fragment_2": "I started night shifts"}
+    good = FakeChatModel(responses=[{**base, "question": "Should I take the weekend job?"}])
+    seed, reason = write_seed(GenResources(model=good), persona, INSIGHT)
+    assert seed is not None and reason == ""
+    bad = FakeChatModel(responses=[{**base, "question": "Is late gaming my way to reclaim time?"}])
+    seed, reason = write_seed(GenResources(model=bad), persona, INSIGHT)
+    assert seed is None and "core concepts" in reason

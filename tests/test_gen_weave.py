@@ -104,3 +104,11 @@ def test_weave_parts_split_long_dialogues():
     assert weave_parts(10, 6) == [5, 5]
     assert weave_parts(5, 6) == [5] and weave_parts(24, 0) == [24]
     assert sum(weave_parts(25, 6)) == 25
+
+
+def test_reusing_a_thread_with_other_options_is_refused(tmp_path):
+    from dualmem.errors import ConfigurationError
+
+    run(tmp_path, weave_model(), thread="t-opts", lengths=(2000,), options={**OPTIONS, "n_per_type": 1})
+    with pytest.raises(ConfigurationError, match="new thread id"):
+        run(tmp_path, weave_model(), thread="t-opts", lengths=(4000,), options={**OPTIONS, "n_per_type": 1})

@@ -110,3 +110,15 @@ def test_turn_index_speaker_words_and_neighbour():
     assert with_nb["D1:2"] - with_nb["D2:1"] > without["D1:2"] - without["D2:1"]  # the neighbour is lifted
     with pytest.raises(ValueError, match="same length"):
         TurnIndex(["a"], ["s"], ["x", "y"], np.zeros((2, 64)))
+
+
+def test_turn_index_named_speaker_bonus():
+    emb = HashEmbeddings(64)
+    texts = ["I adopted a dog named Oscar"] * 2  # only the speaker tells them apart
+    vectors = np.asarray(emb.embed_documents(texts))
+    question = "What is the name of Melanie's dog?"
+    qv = np.asarray(emb.embed_query(question))
+    for weight, first in ((5.0, "D1:2"), (0.0, "D1:1")):
+        index = TurnIndex(["D1:1", "D1:2"], ["s1", "s1"], texts, vectors, TurnRankConfig(w_speaker=weight),
+                          speakers=["Caroline", "Melanie"])
+        assert index.rank(question, qv, k=1)[0][0] == first

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 from dualmem.frameworks import FrameworkContext, RetrievedItem, open_framework
 from dualmem.frameworks.dualmem import DualMemFramework
 from dualmem.frameworks.respond import answer_from_items
-from dualmem.graphs.respond import builder, respond
+from dualmem.graphs.respond import arespond, builder, respond
 from dualmem.graphs.write import write_history
 from dualmem.nodes.writer import WriterResources
 from dualmem.schema import Persona, Session, Turn
@@ -34,6 +34,8 @@ def _sessions() -> list[Session]:
 
 
 def _writer(messages, tool=None):
+    if tool is None:  # asked for a reply, not a MemoryUpdate
+        return "Your exam does not define you."
     prompt = str(messages[1].content)
     sid = next(s for s in FACTS if f"[{s}t0]" in prompt)
     fact, insight = FACTS[sid]
@@ -101,7 +103,7 @@ def test_remember_writes_the_exchange_back(tmp_settings, store):
     assert [w["status"] for w in reply.written] == ["applied"]
     (fact,) = store.list(NS, kind="fact")
     assert fact.text == "plans to move to Lisbon next year" and fact.source.session_id.startswith("chat-")
-    assert len(fact.source.turn_ids) == 2  # no turn ids given: the exchange's turns
+    assert fact.source.turn_ids == [reply.written[0]["turn_ids"][0]]  # no turn ids given: the user's turn
 
 
 def test_graph_streams_reply_tokens(tmp_settings, filled):
@@ -149,5 +151,36 @@ def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
     assert insight.source_sessions == ["s2"] and insight.meta["grounding_texts"] == ["failed the nursing exam in spring"]
     dual = DualMemFramework(context, mode="dual").retrieve("failed nursing exam confidence", k=4)
     assert [i.kind for i in dual].count("insight") == 2 and len(dual) == 4
+    assert fw.respond("why do I doubt myself since the nursing exam?", k=2) == "Your exam does not define you."
+    assert "failed the nursing exam in spring" in str(writer.calls[-1][0].content)
     fw.reset()
     assert fw.retrieve("exam", k=4) == []
+
+
+async def test_arespond(tmp_settings, filled):
+    reply = await arespond("night shifts", PERSONA, settings=tmp_settings, model=FakeChatModel(responses=["ok"]), store=filled, k=1)
+    assert reply.text == "ok" and len(reply.facts) == 1 and len(reply.insights) == 1
+
+
+def test_respond_graph_serves_another_framework(tmp_settings):
+    settings = tmp_settings.replace(framework="full-context")
+    fw = open_framework("full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64)))
+    fw.ingest(Session(id="s9", turns=[Turn(id="s9t0", role="user", text="my cat is called Miso")]))
+    model = FakeChatModel(responses=["Miso, of course."])
+    reply = respond("what is my cat called?", PERSONA, settings=settings, model=model, remember=True)
+    assert reply.text == "Miso, of course." and reply.facts == []
+    assert [i.source_session for i in reply.items] == ["s9"] and "Miso" in reply.items[0].text
+    assert "my cat is called Miso" in str(model.calls[-1][0].content)
+    assert reply.written[0]["items_written"] == 2  # the exchange went into that framework's memory
+    again = open_framework("full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64)))
+    assert len(again.window()) == 3
+
+
+def test_respond_graph_with_a_settings_dict_context(tmp_settings, filled):
+    from dualmem.graphs.respond import graph
+
+    context = {"store_uri": filled.uri, "embedder": "hash:64", "chat_model": "fake:memory", "retrieval_k": 1}
+    out = graph.invoke({"persona": PERSONA.model_dump(mode="json"), "query": "the nursing exam"}, context=context)
+    assert out["reply"].startswith("(fake reply)")
+    assert [f["item"]["text"] for f in out["facts"]] == ["failed the nursing exam in spring"]
+    assert [m.type for m in out["messages"]] == ["human", "ai"]

@@ -250,3 +250,27 @@ def test_ram_cache_agrees_with_lance_scan(filled, tmp_path, filters):
         scanned = scan.search(NS, query, kind="fact", k=3, mode="vector", **filters)
         assert [h.item.id for h in cached] == [h.item.id for h in scanned]
         assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)
+
+
+def test_own_writes_patch_the_ram_cache_without_reloading(filled, monkeypatch):
+    from dualmem.stores import _vcache
+
+    filled.search(NS, "cat", kind="fact", mode="vector")  # load facts of NS once
+    loads = []
+    real_load = _vcache.load
+    monkeypatch.setattr(_vcache, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    filled.upsert([fact("f4", "sings in a gospel choir", event_time="2024-04-01"), fact("f1", "drives a night bus")])
+    filled.upsert([fact("f2", "plays video games until three in the morning", status="superseded")])
+    filled.upsert([insight("f3", "the cat is a coping strategy", ["f1"])])  # moves f3 to insights
+    filled.supersede(["f4"])
+    filled.upsert([fact("f5", "sings in a gospel choir on sundays")])
+    filled.delete(["f5"])
+    filled.upsert([fact("f6", "bakes sourdough bread", event_time="2024-05-01")])
+    scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)
+    for query in ("night bus", "gospel choir", "video games", "grey cat", "sourdough bread"):
+        for filters in ({}, {"since": "2024-03-01"}):
+            cached = filled.search(NS, query, kind="fact", k=5, mode="vector", **filters)
+            scanned = scan.search(NS, query, kind="fact", k=5, mode="vector", **filters)
+            assert [(h.item.id, h.item.text) for h in cached] == [(h.item.id, h.item.text) for h in scanned]
+            assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)
+    assert [a for a in loads if a[4] > 0] == []  # `filled` never reloaded: its writes patched the cache

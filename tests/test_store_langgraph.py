@@ -110,6 +110,7 @@ asyncio.run(use())
 """
 
 
+@pytest.mark.slow
 def test_langgraph_server_loader_accepts_make_store(tmp_path):
     """Load the store the way `langgraph dev` does (file path from langgraph.json), in a clean process."""
     pytest.importorskip("langgraph_api")

@@ -142,3 +142,22 @@ def test_tools_take_the_graph_store_when_none_is_given(tmp_path):
 def test_resolve_namespace():
     assert resolve_namespace(("a", "{u}"), {"configurable": {"u": "x"}}) == ("a", "x")
     assert resolve_namespace("solo", None) == ("solo",)
+
+
+def test_tools_run_in_a_tool_node(tmp_path):
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import MessagesState
+    from langgraph.prebuilt import ToolNode
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([create_manage_memory_tool(), create_search_memory_tool()]))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    store = LanceDBStore(str(tmp_path / "t"), index={"dims": 32, "embed": HashEmbeddings(32), "fields": ["content"]})
+    graph = builder.compile(store=store)
+    call = {"name": "manage_memory", "args": {"content": "listens to jazz on sundays"}, "id": "call-1"}
+    out = graph.invoke({"messages": [AIMessage(content="", tool_calls=[call])]}, config=CFG)
+    assert out["messages"][-1].content.startswith("created memory")
+    call = {"name": "search_memory", "args": {"query": "jazz"}, "id": "call-2"}
+    out = graph.invoke({"messages": [AIMessage(content="", tool_calls=[call])]}, config=CFG)
+    assert json.loads(out["messages"][-1].content)[0]["content"] == "listens to jazz on sundays"

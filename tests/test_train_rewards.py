@@ -97,3 +97,11 @@ def test_compute_score_signature_and_values(gt):
     assert compute_score("dualmem", dangling, gt, extra)["score"] < compute_score("dualmem", clean, gt, extra)["score"]
     replayed = compute_score("dualmem", "", gt, {**extra, "memory": gt["facts"], "dangling": 1})
     assert replayed["fact_recall"] == 1.0 and replayed["penalty"] == pytest.approx(CFG.dangling_penalty)
+
+
+def test_top_memory_ranks_by_similarity():
+    from dualmem.training.rewards import top_memory
+
+    memory = [f"unrelated note {i} about gardening" for i in range(12)] + ["works night shifts at the warehouse"]
+    top = top_memory("night shifts warehouse", memory, EMBED, k=3)
+    assert top[0] == "works night shifts at the warehouse" and len(top) == 3

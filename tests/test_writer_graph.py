@@ -126,7 +126,25 @@ def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
     fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
     again = retry_failed(sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False, thread_id="t-fail")
     assert len(fixed.calls) == 1  # only the failed chunk was redone
-    assert [r["status"] for r in again.chunks] == ["applied"] * 3 and again.failed_chunks == []
+    assert [r["status"] for r in again.chunks] == ["skipped", "applied", "skipped"] and again.failed_chunks == []
+    assert store.count(NS, kind="fact") == 3
+
+
+def test_graph_retry_failed_flag_redoes_only_failed_chunks(tmp_settings, store):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "studio"}}
+    inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(3)]}
+    flaky = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
+    settings = tmp_settings.replace(chunk_tokens=40, max_retries=0)
+    out = graph.invoke(inputs, config, context=WriterResources(settings, model=flaky, store=store))
+    (failed,) = out["failed_chunks"]
+    assert failed["chunk"]["turn_ids"] == ["s1t0", "s1t1"] and out["sessions"] == []
+    fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    again = graph.invoke({"retry_failed": True}, config, context=WriterResources(settings, model=fixed, store=store))
+    assert len(fixed.calls) == 1 and again["failed_chunks"] == []
+    assert [r["status"] for r in again["report"]] == ["applied"]
     assert store.count(NS, kind="fact") == 3
 
 
@@ -156,7 +174,7 @@ def test_resume_after_a_crash_in_the_model_step(tmp_settings, store):
     assert store.count(NS, kind="fact") == 2
     report = _run(tmp_settings, model, store, sessions, thread_id="t-crash")
     assert len(model.calls) == 5 + 1  # each chunk once, plus the call that crashed
-    assert [r["status"] for r in report.chunks] == ["applied"] * 5
+    assert [r["status"] for r in report.chunks] == ["skipped"] * 2 + ["applied"] * 3  # 2 applied by the killed run
     assert store.count(NS, kind="fact") == 5 and store.count(NS, kind="insight") == 5
     assert all(store.chunk_applied(NS, r["chunk_id"]) for r in report.chunks)
 
@@ -182,7 +200,7 @@ def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
     assert len(model.calls) == 3
     report = _run(tmp_settings, model, store, sessions, thread_id="t-apply")
     assert len(model.calls) == 4  # the drafted plan of chunk 3 was replayed, not re-asked
-    assert [r["status"] for r in report.chunks] == ["applied"] * 4
+    assert [r["status"] for r in report.chunks] == ["skipped"] * 2 + ["applied"] * 2
     assert store.count(NS, kind="fact") == 4 and store.count(NS, kind="insight") == 4
     assert store.count(NS, status=None) == 8  # no duplicates, no orphans
 
@@ -270,5 +288,21 @@ def test_a_crashed_thread_given_a_longer_history_finishes_both(tmp_settings, sto
     with pytest.raises(RuntimeError):
         _run(tmp_settings, model, store, _sessions(2), thread_id="grow")
     report = _run(tmp_settings, model, store, _sessions(4), thread_id="grow")
-    assert [r["status"] for r in report.chunks] == ["applied"] * 4
+    assert [r["status"] for r in report.chunks] == ["skipped"] + ["applied"] * 3
     assert store.count(NS, kind="fact") == 4 and len(model.calls) == 5
+
+
+def test_checkpoints_hold_one_batch_not_the_whole_history(tmp_settings, store):
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from dualmem.graphs.write import BATCH_CHUNKS
+
+    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
+    report = _run(tmp_settings, model, store, _sessions(BATCH_CHUNKS * 2 + 3), thread_id="long")
+    assert len(report.chunks) == BATCH_CHUNKS * 2 + 3 and {r["status"] for r in report.chunks} == {"applied"}
+    with sqlite3.connect(tmp_settings.checkpoint_path, check_same_thread=False) as conn:
+        state = builder.compile(checkpointer=SqliteSaver(conn)).get_state({"configurable": {"thread_id": "long"}})
+    assert len(state.values["chunks"]) == 3 and len(state.values["report"]) == 3  # the last batch only
+    assert not state.values.get("sessions")

@@ -70,7 +70,7 @@ def test_render_writer_messages_is_pure_and_carries_persona_view_chunk():
 
 
 def _chunk(turn_ids=("t1", "t2")):
-    return {"id": "c-1", "index": 0, "session_id": "s1", "time": "2024-01-01", "turn_ids": list(turn_ids), "text": "", "tokens": 0}
+    return {"id": "c-1", "index": 0, "session_id": "s1", "time": "2024-01-01", "turn_ids": list(turn_ids), "user_turn_ids": ["t1"], "text": "", "tokens": 0}
 
 
 def _view():
@@ -94,6 +94,8 @@ def test_add_fact_and_insight_citing_it_in_the_same_update():
     fact, insight = plan["upserts"]
     assert fact["kind"] == "fact" and fact["source"]["turn_ids"] == ["t2"]  # unknown turn ids dropped
     assert fact["source"]["chunk_id"] == "c-1" and fact["event_time"] == "2024-01-01"
+    unsourced = _plan(MemoryUpdate(facts=[FactOp(op="ADD", id="N1", text="moved to Porto")]))["upserts"][0]
+    assert unsourced["source"]["turn_ids"] == ["t1"] and unsourced["meta"]["turn_ids_inferred"]  # the user's turns
     assert insight["grounding"] == [fact["id"], "f-old"]
     assert _plan(update)["upserts"][0]["id"] == fact["id"]  # deterministic ids
 

@@ -84,7 +84,10 @@ def evaluate_records(
             results = langsmith.evaluate(target, **kwargs)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in results:
-        qid = row["example"].inputs["query_id"]
+        example = row["example"]
+        if example is None:  # langsmith types it optional; evaluate always sets it
+            continue
+        qid = (example.inputs or {})["query_id"]
         out[qid] = {
             res.key: {"key": res.key, "score": res.score, "comment": res.comment, "extra": res.extra}
             for res in row["evaluation_results"]["results"]

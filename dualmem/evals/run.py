@@ -15,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,7 +26,7 @@ from dualmem.errors import ConfigurationError
 from dualmem.evals.reports import RECORDS, compare_runs, read_summary, write_comparison, write_report
 from dualmem.evals.runners import realmem_plan
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.graphs.evaluate import EvalContext, builder, dataset
+from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, builder, dataset
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 from dualmem.schema import stable_id
 
@@ -74,7 +75,11 @@ def run_eval(
 
     ``judge`` is a model spec or object (None: no LLM judges); ``model`` the
     chat model shared by frameworks (None: from settings); ``similarity`` the
-    embedder of similarity metrics (None: the settings' embedder). ``ragas``
+    embedder of similarity metrics (None: the settings' embedder). ``limit``
+    keeps the first N queries of each history (RealMem replays only up to the
+    session of the N-th query; LoCoMo and RoleMemo still ingest the whole
+    history). Each persona writes to its own store folder under the run's
+    store (``<out>/lancedb`` unless ``store_uri`` is set explicitly). ``ragas``
     recomputes the ID-based context recall/precision with ragas itself into
     ``summary["ragas"]``.
     """
@@ -86,15 +91,19 @@ def run_eval(
         raise ConfigurationError(f"dataset path {path} does not exist; pass the file or folder of a {dataset_kind} dataset")
     run_dir = Path(out) if out else default_out(dataset_kind, framework)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if similarity is None and settings.eval_embedder:
+        from dualmem.models import load_embeddings
+
+        similarity = load_embeddings(settings.eval_embedder)
     chat = load_chat_model(model, settings) if model is not None else None
     judge_model = load_chat_model(judge, settings, role="judge") if judge is not None else None
     ctx = EvalContext(settings=settings, chat_model=chat, embeddings=embeddings, similarity=similarity, judge=judge_model,
                       judge_repetitions=judge_repetitions, store_uri=_store_uri(settings, run_dir),
                       framework_factory=framework_factory)
-    inputs = {"dataset_kind": dataset_kind, "path": path, "framework": framework, "limit": limit, "respond": respond,
+    inputs: EvalState = {"dataset_kind": dataset_kind, "path": path, "framework": framework, "limit": limit, "respond": respond,
               "personas": list(personas or [])}
     thread = stable_id(run_dir.resolve(), dataset_kind, path, framework, limit, respond, sorted(personas or []))
-    config = {"configurable": {"thread_id": thread}, "max_concurrency": settings.concurrency, "recursion_limit": 100}
+    config: RunnableConfig = {"configurable": {"thread_id": thread}, "max_concurrency": settings.concurrency, "recursion_limit": 100}
     n_queries, n_sessions = _totals(dataset_kind, path, limit, personas)
     console = Console(stderr=True)
     conn = sqlite3.connect(str(run_dir / CHECKPOINTS), check_same_thread=False)
@@ -112,11 +121,11 @@ def run_eval(
                 ctx.on_judged = lambda _rec: bar.advance(j_task)
             if snapshot.next:  # interrupted earlier: resume, finished personas are kept
                 console.print(f"resuming run {run_dir} ({len(snapshot.values.get('results') or [])} persona(s) done)")
-                values = runnable.invoke(None, config, context=ctx)
+                values = runnable.invoke(None, config, context=as_context(ctx))
             elif snapshot.values.get("summary"):
                 values = snapshot.values
             else:
-                values = runnable.invoke(inputs, config, context=ctx)
+                values = runnable.invoke(inputs, config, context=as_context(ctx))
     finally:
         conn.close()
     summary = dict(values["summary"])
@@ -127,7 +136,7 @@ def run_eval(
         "chat_model": model_name(chat) if chat is not None else settings.chat_model,
         "judge_model": model_name(judge_model) if judge_model is not None else None,
         "judge_repetitions": judge_repetitions if judge_model is not None else None,
-        "similarity_embedder": describe_embeddings(ctx.similarity) if ctx.similarity is not None else settings.embedder,
+        "similarity_embedder": describe_embeddings(ctx.similarity) if ctx.similarity is not None else (settings.eval_embedder or settings.embedder),
         "limit": limit,
         "respond": respond,
         "retrieval_k": settings.retrieval_k,

@@ -114,7 +114,7 @@ class BookmarksFramework(MemoryFramework):
             report.meta["skipped"] = "session already ingested"
             return report
         ordinal = len(meta["sessions"]) + 1
-        records = []
+        records: list[dict[str, Any]] = []
         parts = session_chunks(session, self.context.settings.chunk_tokens)
         for index, turns in enumerate(tqdm(parts, desc=f"bookmarks {session.id}", disable=len(parts) < 4, leave=False)):
             records.append({
@@ -147,7 +147,8 @@ class BookmarksFramework(MemoryFramework):
         if not chunks:
             return []
         sims = cosines(qvec, [c["vector"] for c in chunks])
-        picked, used = [], 0
+        picked: list[dict[str, Any]] = []
+        used = 0
         for i in sorted(range(len(chunks)), key=lambda i: -sims[i])[:limit]:
             if picked and used + chunks[i]["tokens"] > self.read_tokens:
                 break

@@ -72,7 +72,7 @@ class EmotionalRAGFramework(MemoryFramework):
                 report.meta.setdefault("errors", {})[frag_id] = result.error
             pending.append({
                 "id": frag_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                "text": text, "emotion": result.value.vector() if result.ok else None,
+                "text": text, "emotion": result.value.vector() if result.value is not None else None,
             })
             if len(pending) >= 16:
                 report.items_written += self._write(pending)
@@ -93,7 +93,7 @@ class EmotionalRAGFramework(MemoryFramework):
         """Return the query's emotion vector, scored once per query text (None if scoring failed)."""
         if query not in self._query_emotions:
             result = score_emotion(self.context.chat(), query, retries=self.context.settings.max_retries)
-            self._query_emotions[query] = result.value.vector() if result.ok else None
+            self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]
 
     def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:

@@ -9,11 +9,13 @@ cut to its last tokens.
 
 ``retrieve(query, k)`` ignores the query: it returns the ``k`` newest turns of
 the window, **newest first** (score 1.0 for the newest, decreasing), kind
-``"fact"`` with ``meta["unit"] == "turn"``. ``respond`` puts the *whole* window,
-oldest first, into the shared reader prompt.
+``"turn"`` (as ``raw-turns``), ``id`` the turn id, ``meta`` with role and turn
+id. ``respond`` puts the *whole* window, oldest first, into the shared reader
+prompt.
 
-This module also holds two helpers the other baselines share: :class:`LanceState`
-(JSON values by key in a LanceDB table) and :func:`truncate_tokens`.
+This module also holds helpers the other baselines share: :class:`LanceState`
+(JSON values by key in a LanceDB table), :func:`truncate_tokens`,
+:func:`render_turn` and :func:`session_chunks`.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ class FullContextFramework(MemoryFramework):
     @staticmethod
     def _item(session_id: str, turn: dict[str, Any], text: str, truncated: bool = False) -> RetrievedItem:
         meta = {"unit": "turn", "role": turn["role"], "turn_id": turn["id"], "truncated": truncated}
-        return RetrievedItem(text=text, kind="fact", score=0.0, source_session=session_id, id=turn["id"], meta=meta)
+        return RetrievedItem(text=text, kind="turn", score=0.0, source_session=session_id, id=turn["id"], meta=meta)
 
     def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
         """Return the ``k`` newest turns of the window, newest first (the query is ignored)."""

@@ -13,8 +13,11 @@ For every exchange (a user turn and the assistant turns that follow it):
    kept for history, hidden from search) or ``NOOP``. With no stored fact yet
    the fact is added without a model call.
 
-The summary is refreshed every ``summary_every`` exchanges and at the end of
-each session (the paper refreshes it asynchronously). Facts are ``MemoryItem``s
+The summary is refreshed every ``summary_every`` exchanges (or sooner once the
+messages since the last refresh reach ``settings.chunk_tokens`` tokens) and at
+the end of each session (the paper refreshes it asynchronously); the recent
+messages shown to the extractor are capped at ``chunk_tokens`` tokens (newest
+kept), since assistant turns can be long. Facts are ``MemoryItem``s
 of kind ``fact`` in a :class:`~dualmem.stores.dual.DualStore` at
 ``{uri}/mem0-classic``; the chunk ledger (one entry per exchange) makes ingest
 idempotent, and summary and recent messages persist across restarts.
@@ -33,6 +36,7 @@ from dualmem.prompts.mem0 import MEM0_EXTRACT, MEM0_EXTRACT_SYSTEM, MEM0_SUMMARY
 from dualmem.schema import Fact, MemoryItem, Session, SourceRef, Turn, stable_id
 from dualmem.stores.dual import DualStore
 from dualmem.structured import invoke_structured
+from dualmem.tokens import count_tokens
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -107,7 +111,7 @@ class Mem0ClassicFramework(MemoryFramework):
         """Return (candidate facts or None, error, attempts) for one exchange."""
         prompt = MEM0_EXTRACT.format(
             summary=summary or "(none yet)",
-            recent="\n".join(recent) or "(none)",
+            recent=truncate_tokens("\n".join(recent), self.context.settings.chunk_tokens, keep="end") or "(none)",
             date=session.time or "unknown",
             exchange="\n".join(render_turn(t) for t in exchange),
         )
@@ -155,7 +159,8 @@ class Mem0ClassicFramework(MemoryFramework):
         return decision.event
 
     def _summarize(self, summary: str, messages: list[str], report: IngestReport) -> str:
-        prompt = MEM0_SUMMARY.format(summary=summary or "(empty)", messages="\n".join(messages), max_words=self.summary_words)
+        recent = truncate_tokens("\n".join(messages), 2 * self.context.settings.chunk_tokens, keep="end")
+        prompt = MEM0_SUMMARY.format(summary=summary or "(empty)", messages=recent, max_words=self.summary_words)
         report.llm_calls += 1
         try:
             answer = self.context.chat().invoke([HumanMessage(content=prompt)])
@@ -186,7 +191,8 @@ class Mem0ClassicFramework(MemoryFramework):
                 lines = [render_turn(t) for t in exchange]
                 state["recent"] = (state["recent"] + lines)[-self.recent_messages :]
                 state["pending"] = state["pending"] + lines
-                if len(state["pending"]) >= 2 * self.summary_every:
+                budget = self.context.settings.chunk_tokens
+                if len(state["pending"]) >= 2 * self.summary_every or count_tokens("\n".join(state["pending"])) >= budget:
                     state["summary"], state["pending"] = self._summarize(state["summary"], state["pending"], report), []
                 self.state.put(self.namespace, {"context": state})
         if state["pending"]:

@@ -63,6 +63,7 @@ class MemAgentFramework(MemoryFramework):
         self.question_pass = question_pass
         self.namespace = tuple(context.namespace)
         self.state = LanceState(f"{context.uri}/{self.name}")
+        self._line_cache: tuple[list[str], list[list[float]]] = ([], [])
 
     # ------------------------------------------------------------------ memory
 
@@ -151,7 +152,9 @@ class MemAgentFramework(MemoryFramework):
         if not lines:
             return []
         embedder = self.context.embedder()
-        vectors = embedder.embed_documents(lines)
+        if self._line_cache[0] != lines:  # the memory changes only on ingest: embed its lines once
+            self._line_cache = (lines, embedder.embed_documents(lines))
+        vectors = self._line_cache[1]
         q = embedder.embed_query(query)
         scored = sorted(((_cosine(q, v), i) for i, v in enumerate(vectors)), key=lambda p: (-p[0], p[1]))
         version = self.version

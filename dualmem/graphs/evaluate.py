@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -109,6 +109,11 @@ class EvalContext:
         return self.judges
 
 
+def as_context(ctx: EvalContext) -> Settings:
+    """Return ``ctx`` typed as the graph's declared context (nodes accept both, see :func:`eval_context`)."""
+    return cast(Settings, ctx)
+
+
 def eval_context(context: Any) -> EvalContext:
     """Return an :class:`EvalContext` from a runtime context (object, settings dict or None)."""
     if isinstance(context, EvalContext):
@@ -180,8 +185,9 @@ def fan_out(state: EvalState) -> list[Send]:
     ]
 
 
-def run_persona(task: PersonaTask, runtime: Runtime[Any]) -> Command[Literal["judge_persona"]]:
+def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> Command[Literal["judge_persona"]]:
     """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics; hand over to judging."""
+    task = state
     ctx = eval_context(runtime.context)
     item = persona_item(task["dataset_kind"], task["path"], task["persona"])
     factory = ctx.framework_factory or default_framework
@@ -202,10 +208,10 @@ def run_persona(task: PersonaTask, runtime: Runtime[Any]) -> Command[Literal["ju
     return Command(goto=Send("judge_persona", JudgeTask(task=task, result=result)))
 
 
-def judge_persona(job: JudgeTask, runtime: Runtime[Any]) -> dict[str, Any]:
+def judge_persona(state: JudgeTask, runtime: Runtime[Settings]) -> dict[str, Any]:
     """Score the persona's answers with the LLM judges (a separate step: a judge crash never redoes ingest)."""
     ctx = eval_context(runtime.context)
-    task, result = job["task"], job["result"]
+    task, result = state["task"], state["result"]
     judges = ctx.judge_functions(task["dataset_kind"]) if task["respond"] else []
     if judges:
         text = persona_text(persona_item(task["dataset_kind"], task["path"], task["persona"]))

@@ -1,5 +1,9 @@
 """The respond graph: message → dual-stream retrieval → in-character reply (→ remember).
 
+With ``settings.framework`` other than ``dualmem`` the same graph asks that
+framework's ``retrieve`` (and ``ingest`` to remember) and shows its items in
+the same reply prompt, so every framework can be chatted with.
+
 ``retrieve`` searches the persona's facts and insights (``retrieval_k`` each, or
 one merged top-k pool with ``retrieval_mode="merged"`` as in the paper),
 insights expanded with the facts they cite; ``reply`` calls the chat model
@@ -14,7 +18,7 @@ Input: ``persona`` (dict) and either ``query`` or a last human message in
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -25,7 +29,10 @@ from typing_extensions import TypedDict
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
+from dualmem.frameworks.base import MemoryFramework, RetrievedItem
+from dualmem.frameworks.respond import items_text
 from dualmem.nodes.respond import (
+    exchange_session,
     message_text,
     recall_memory,
     remember_exchange,
@@ -34,8 +41,9 @@ from dualmem.nodes.respond import (
     result_to_state,
 )
 from dualmem.nodes.writer import SettingsContext, WriterResources, resources
+from dualmem.prompts.respond import render_respond_messages
 from dualmem.schema import MemoryItem, Persona
-from dualmem.stores.dual import DualStore, ScoredItem
+from dualmem.stores.dual import DualResult, DualStore, ScoredItem
 
 
 class RespondInput(TypedDict, total=False):
@@ -57,6 +65,7 @@ class RespondState(RespondInput, total=False):
     insights: list[dict[str, Any]]
     merged: list[dict[str, Any]]
     grounding: dict[str, list[dict[str, Any]]]
+    items: list[dict[str, Any]]
     reply: str
     written: list[dict[str, Any]]
 
@@ -77,21 +86,42 @@ def _query_and_history(state: RespondState) -> tuple[str, list[AnyMessage], bool
     raise ConfigurationError("the respond graph needs `query` or a last human message in `messages`")
 
 
+def _framework(res: WriterResources, namespace: tuple[str, ...], persona: Persona) -> MemoryFramework:
+    """Open the baseline named by ``settings.framework`` (anything but dualmem) for this namespace."""
+    from dualmem.frameworks import FrameworkContext, open_framework
+
+    s = res.settings
+    ns = (namespace[0], namespace[1] if len(namespace) > 1 else s.user_id)
+    context = FrameworkContext(namespace=ns, settings=s, persona=persona, chat_model=res.chat(), embeddings=res.embeddings, store_uri=s.store_uri)
+    return open_framework(s.framework, context)
+
+
 def retrieve(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Search facts and insights for the user's message."""
+    """Search facts and insights for the user's message (or ask ``settings.framework``'s retrieve)."""
     res = resources(runtime.context, role="chat")
     s = res.settings
     query, _, _ = _query_and_history(state)
-    namespace = tuple(state.get("namespace") or (_persona(state).id, s.user_id))
-    result = recall_memory(res, namespace, query, k=state.get("k") or s.retrieval_k, mode=state.get("mode") or s.retrieval_mode)
-    return {"query": query, "namespace": list(namespace), **result_to_state(result)}
+    persona = _persona(state)
+    namespace = tuple(state.get("namespace") or (persona.id, s.user_id))
+    k = state.get("k") or s.retrieval_k
+    if s.framework != "dualmem":
+        items = _framework(res, namespace, persona).retrieve(query, k)
+        empty = result_to_state(DualResult())
+        return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items], **empty}
+    result = recall_memory(res, namespace, query, k=k, mode=state.get("mode") or s.retrieval_mode)
+    return {"query": query, "namespace": list(namespace), "items": [], **result_to_state(result)}
 
 
 def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Answer in character from the retrieved memory and the recent turns."""
     res = resources(runtime.context, role="chat")
     query, history, in_messages = _query_and_history(state)
-    messages = reply_messages(_persona(state), result_from_state(dict(state)), query, history)
+    persona = _persona(state)
+    if state.get("items"):
+        items = [RetrievedItem(**i) for i in state["items"]]
+        messages = render_respond_messages(persona, items_text(items), query, history)
+    else:
+        messages = reply_messages(persona, result_from_state(dict(state)), query, history)
     answer = res.chat().invoke(messages)  # the node's config (callbacks, streaming) flows in implicitly
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
@@ -99,9 +129,13 @@ def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
 
 
 def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Write the exchange back into memory through the writer."""
+    """Write the exchange back into memory through the writer (or the framework's ingest)."""
     res = resources(runtime.context, role="chat")
-    rows = remember_exchange(res, tuple(state["namespace"]), _persona(state), state["query"], state["reply"])
+    namespace, persona = tuple(state["namespace"]), _persona(state)
+    if res.settings.framework != "dualmem":
+        report = _framework(res, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"]))
+        return {"written": [asdict(report)]}
+    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"])
     return {"written": [dict(r) for r in rows]}
 
 
@@ -135,6 +169,7 @@ class Reply:
     grounding: dict[str, list[MemoryItem]] = field(default_factory=dict)
     merged: list[ScoredItem] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
+    items: list[RetrievedItem] = field(default_factory=list)
 
 
 def _call(
@@ -178,7 +213,8 @@ def _call(
 
 def _reply(out: dict[str, Any]) -> Reply:
     result = result_from_state(out)
-    return Reply(out.get("reply", ""), result.facts, result.insights, result.grounding, result.merged, list(out.get("written") or []))
+    items = [RetrievedItem(**i) for i in out.get("items") or []]
+    return Reply(out.get("reply", ""), result.facts, result.insights, result.grounding, result.merged, list(out.get("written") or []), items)
 
 
 def respond(

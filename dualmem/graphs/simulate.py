@@ -59,7 +59,7 @@ def outline(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Plan the user's projects from the persona and goals."""
     res, persona, opts = _ctx(state, runtime)
     out = A.ask(res, [HumanMessage(content=P.OUTLINE_USER.format(n=opts.projects, persona=persona.render()))], A.ProjectOutline)
-    if not out.ok or not out.value.projects:
+    if out.value is None or not out.value.projects:
         return {"projects": [], "issues": [{"stage": "outline", "reason": out.error or "no projects"}]}
     return {"projects": [p.model_dump() for p in out.value.projects]}
 
@@ -69,7 +69,7 @@ def events(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     res, persona, opts = _ctx(state, runtime)
     projects = "\n".join(f"- {p['title']} (topic: {p['topic']}): {p['goal']}" for p in state["projects"])
     out = A.ask(res, [HumanMessage(content=P.EVENTS_USER.format(n=opts.sessions, persona=persona.render(), projects=projects))], A.EventPlan)
-    if not out.ok:
+    if out.value is None:
         return {"events": [], "issues": [{"stage": "events", "reason": out.error}]}
     planned = A.schedule(
         state["projects"], [e.model_dump() for e in out.value.events], opts.sessions,
@@ -85,7 +85,7 @@ def plans(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     evs = state["events"]
     lines = "\n".join(f"{e['index'] + 1}. {e['date']} [{e['project']}] {A.event_text(e)}" for e in evs)
     out = A.ask(res, [HumanMessage(content=P.SUMMARIES_USER.format(n=len(evs), persona=persona.render(), schedule=lines))], A.SessionPlans)
-    got = [p.model_dump() for p in out.value.sessions] if out.ok else []
+    got = [p.model_dump() for p in out.value.sessions] if out.value is not None else []
     issues = [] if len(got) >= len(evs) else [{"stage": "plans", "reason": out.error or f"{len(got)} of {len(evs)} session plans; filled from the events"}]
     filled = [got[i] if i < len(got) else {"summary": A.event_text(e), "goal": f"get help with: {e['title']}"} for i, e in enumerate(evs)]
     return {"plans": filled, "cursor": 0, "turns": [], "retrieved": [], "known_points": [], "blocked": "", "goal_met": False, "issues": issues}

@@ -1,13 +1,19 @@
 """The recurrent memory writer graph: history → chunks → (draft → apply)* → report.
 
-``prepare`` cuts the sessions into chunks; then, chunk by chunk, ``draft``
-recalls the working view, asks the writer model (as the persona) for a
-``MemoryUpdate`` and validates it into a plan, and ``apply`` writes the plan to
-the dual store once (chunk ledger). Under a checkpointer (SQLite by default in
-:func:`write_history`) a killed run resumes from its last step: a plan drafted
-before the crash is applied, never re-asked. A chunk whose answer stays
-malformed after the repairs is recorded in ``failed_chunks``; run again with
-``retry_failed=True`` (or :func:`retry_failed`) to redo only those.
+``prepare`` cuts the sessions into chunks (or takes ready ``chunks``); then,
+chunk by chunk, ``draft`` recalls the working view, asks the writer model (as
+the persona) for a ``MemoryUpdate`` and validates it into a plan, and ``apply``
+writes the plan to the dual store once (chunk ledger). Under a checkpointer a
+killed run resumes from its last step: a plan drafted before the crash is
+applied, never re-asked. A chunk whose answer stays malformed after the
+repairs is recorded in ``failed_chunks``; run the thread again with
+``retry_failed=True`` to redo only those.
+
+:func:`write_history` is the Python API: it checkpoints to SQLite
+(``settings.checkpoint_path``) and feeds the graph ``BATCH_CHUNKS`` chunks per
+run, so each checkpoint stays small however long the history (SQLite
+checkpoints store the whole state at every step). Chunks already in the
+store's ledger are skipped, so re-running it also retries failed chunks.
 
 Context: ``Settings`` (or a dict of settings; ``langgraph dev`` passes one) or
 :class:`~dualmem.nodes.writer.WriterResources` carrying a model and a store.
@@ -48,18 +54,18 @@ def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | 
 
 
 class WriteInput(TypedDict, total=False):
-    """Input of the writer graph: the persona, the sessions, optionally a namespace or ``retry_failed``."""
+    """Input of the writer graph: persona, sessions (or ready chunks), optional namespace or ``retry_failed``."""
 
     persona: dict[str, Any]
     sessions: list[dict[str, Any]]
+    chunks: list[Chunk]
     namespace: list[str]
     retry_failed: bool
 
 
 class WriteState(WriteInput, total=False):
-    """State of the writer graph."""
+    """State of the writer graph (``report`` holds the rows of the latest run)."""
 
-    chunks: list[Chunk]
     cursor: int
     draft: Draft | None
     report: Annotated[list[dict[str, Any]], merge_rows]
@@ -73,16 +79,18 @@ def _namespace(state: WriteState, settings: Settings) -> tuple[str, ...]:
 
 
 def prepare(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Chunk the sessions (or pick the failed chunks when ``retry_failed``)."""
+    """Chunk the sessions (or take the given chunks, or the failed ones when ``retry_failed``)."""
     settings = resources(runtime.context).settings
     namespace = _namespace(state, settings)
+    reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
+    update: dict[str, Any] = {"cursor": 0, "draft": None, "namespace": list(namespace), "report": reset, "sessions": []}
     if state.get("retry_failed"):
-        failed = {f["chunk_id"] for f in state.get("failed_chunks") or []}
-        chunks = [c for c in state.get("chunks") or [] if c["id"] in failed]
-        drops = [{"chunk_id": cid, "drop": True} for cid in failed]
-        return {"chunks": chunks, "cursor": 0, "draft": None, "retry_failed": False, "namespace": list(namespace), "failed_chunks": drops}
-    chunks = chunk_sessions(as_sessions(state.get("sessions") or []), namespace, settings.chunk_tokens)
-    return {"chunks": chunks, "cursor": 0, "draft": None, "namespace": list(namespace)}
+        failed = [f for f in state.get("failed_chunks") or [] if f.get("chunk")]
+        drops = [{"chunk_id": f["chunk_id"], "drop": True} for f in failed]
+        return {**update, "chunks": [f["chunk"] for f in failed], "retry_failed": False, "failed_chunks": drops}
+    if state.get("sessions"):
+        return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, settings.chunk_tokens)}
+    return {**update, "chunks": list(state.get("chunks") or [])}
 
 
 def _current(state: WriteState) -> Chunk:
@@ -103,11 +111,12 @@ def apply(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     if current is None:
         raise RuntimeError("apply reached without a draft; the graph's edges are broken")
     row = apply_draft(res, tuple(state["namespace"]), current)
-    earlier = {r["chunk_id"]: r for r in state.get("report") or []}.get(row["chunk_id"])
-    keep = row["status"] == "skipped" and earlier is not None and earlier.get("status") == "applied"
-    update: dict[str, Any] = {"report": [] if keep else [row], "cursor": state["cursor"] + 1, "draft": None}
+    update: dict[str, Any] = {"report": [row], "cursor": state["cursor"] + 1, "draft": None}
     if row["status"] == "failed":
-        update["failed_chunks"] = [{"chunk_id": row["chunk_id"], "index": row["index"], "error": row.get("error"), "attempts": row.get("attempts")}]
+        entry = {"chunk_id": row["chunk_id"], "index": row["index"], "error": row.get("error"), "attempts": row.get("attempts")}
+        update["failed_chunks"] = [{**entry, "chunk": _current(state)}]
+    else:
+        update["failed_chunks"] = [{"chunk_id": row["chunk_id"], "drop": True}]
     return update
 
 
@@ -130,10 +139,12 @@ graph.name = "write"
 
 # --------------------------------------------------------------------------- Python API
 
+BATCH_CHUNKS = 8
+
 
 @dataclass
 class WriteReport:
-    """What a writer run did, chunk by chunk (also the graph's final state)."""
+    """What a writer call did, one row per chunk of the history (``skipped`` = applied before)."""
 
     namespace: tuple[str, ...]
     thread_id: str
@@ -182,15 +193,44 @@ class WriteReport:
         )
 
 
+def _failed(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("chunk_id", "index", "error", "attempts")
+    return [{k: r.get(k) for k in keys} for r in rows if r.get("status") == "failed"]
+
+
 @dataclass
 class _Job:
-    inputs: dict[str, Any]
+    persona: dict[str, Any]
     context: WriterResources
-    config: RunnableConfig
-    chunk_ids: list[str]
+    chunks: list[Chunk]
     namespace: tuple[str, ...]
     thread_id: str
     checkpoint_path: str | None
+
+    def config(self) -> RunnableConfig:
+        return RunnableConfig(configurable={"thread_id": self.thread_id}, recursion_limit=2 * BATCH_CHUNKS + 16)
+
+    def todo(self) -> list[Chunk]:
+        """Return the chunks the ledger has not seen applied (new and failed ones)."""
+        store = self.context.db()
+        return [c for c in self.chunks if not store.chunk_applied(self.namespace, c["id"])]
+
+    def batches(self) -> list[dict[str, Any]]:
+        todo = self.todo()
+        return [
+            {"persona": self.persona, "namespace": list(self.namespace), "chunks": todo[i : i + BATCH_CHUNKS]}
+            for i in range(0, len(todo), BATCH_CHUNKS)
+        ]
+
+    def report(self, rows: dict[str, dict[str, Any]]) -> WriteReport:
+        """Return rows in chunk order; chunks this call did not write were applied before."""
+        out = []
+        for chunk in self.chunks:
+            row = rows.get(chunk["id"])
+            if row is None:
+                row = {"chunk_id": chunk["id"], "index": chunk["index"], "session_id": chunk["session_id"], "turn_ids": chunk["turn_ids"], "status": "skipped", "attempts": 0}
+            out.append(row)
+        return WriteReport(self.namespace, self.thread_id, chunks=out, failed_chunks=_failed(out))
 
 
 def _job(
@@ -213,52 +253,26 @@ def _job(
         raise ConfigurationError("write_history needs a persona: pass persona=Persona(...) (the writer writes through it)")
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
     ns = tuple(namespace) if namespace else (who.id, settings.user_id)
-    sessions = as_sessions(history)
-    chunk_ids = [c["id"] for c in chunk_sessions(sessions, ns, settings.chunk_tokens)]
+    chunks = chunk_sessions(as_sessions(history), ns, settings.chunk_tokens)
     res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=store, embeddings=embeddings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
-    inputs: dict[str, Any] = {"persona": who.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in sessions], "namespace": list(ns)}
-    config = RunnableConfig(configurable={"thread_id": thread}, recursion_limit=2 * len(chunk_ids) + 16)
     path = settings.checkpoint_path if checkpointer is None else None
     if path and path != ":memory:":
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return _Job(inputs, res, config, chunk_ids, ns, thread, path)
+    return _Job(who.model_dump(mode="json"), res, chunks, ns, thread, path)
 
 
-def _report(job: _Job, values: dict[str, Any]) -> WriteReport:
-    rows = sorted(values.get("report") or [], key=lambda r: r.get("index", 0))
-    return WriteReport(job.namespace, job.thread_id, chunks=rows, failed_chunks=list(values.get("failed_chunks") or []))
-
-
-def _runs(job: _Job, saved: Any, retry: bool) -> list[dict[str, Any] | None]:
-    """Return the inputs of the runs to do: resume a pending run first, then the asked one."""
-    if saved is None:  # no checkpointer: the ledger skips what was applied, failed chunks are redone
-        return [job.inputs]
-    pending = bool(saved.next)
-    runs: list[dict[str, Any] | None] = [None] if pending else []
-    same = [c["id"] for c in saved.values.get("chunks") or []] == job.chunk_ids
-    if retry and saved.values.get("chunks"):
-        runs.append({"retry_failed": True})
-    elif not (pending and same):
-        runs.append(job.inputs)
-    return runs
-
-
-def _track(bar: Progress, task: Any, mode: Any, chunk: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """Advance the bar on applied chunks; return the latest full state."""
-    if mode == "values":
-        return chunk
-    if "prepare" in chunk:
-        bar.update(task, total=len(chunk["prepare"].get("chunks") or []), completed=0)
-    if "apply" in chunk:
+def _collect(rows: dict[str, dict[str, Any]], bar: Progress, task: Any, update: Any) -> None:
+    """Keep the report row of every chunk this call applied; advance the bar."""
+    for row in (update.get("apply") or {}).get("report") or []:
+        rows[row["chunk_id"]] = row
         bar.advance(task)
-    return values
 
 
 def _progress(enabled: bool) -> Progress:
     return Progress(
         TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
-        disable=not enabled, transient=False,
+        disable=not enabled,
     )
 
 
@@ -274,29 +288,30 @@ def write_history(
     thread_id: str | None = None,
     progress: bool = True,
     checkpointer: Any = None,
-    retry_failed: bool = False,
 ) -> WriteReport:
-    """Write a history into memory through ``persona``; resumable by ``thread_id``.
+    """Write a history into memory through ``persona``; resumable, and re-running retries failed chunks.
 
     ``checkpointer``: None = SQLite at ``settings.checkpoint_path``; False = none
     (the chunk ledger still makes re-runs idempotent); or a LangGraph saver.
     """
     job = _job(history, persona, settings, model, store, embeddings, namespace, thread_id, checkpointer)
     conn = sqlite3.connect(job.checkpoint_path, check_same_thread=False) if job.checkpoint_path else None
+    rows: dict[str, dict[str, Any]] = {}
     try:
-        saver = SqliteSaver(conn) if conn is not None else (checkpointer or None)
-        runnable = builder.compile(checkpointer=saver)
-        saved = runnable.get_state(job.config) if saver else None
-        values: dict[str, Any] = {}
+        runnable = builder.compile(checkpointer=SqliteSaver(conn) if conn is not None else (checkpointer or None))
+        context, config = cast(Any, job.context), job.config()
         with _progress(progress) as bar:
-            task = bar.add_task("write", total=len(job.chunk_ids))
-            for inputs in _runs(job, saved, retry_failed):
-                for mode, chunk in runnable.stream(cast(Any, inputs), job.config, context=cast(Any, job.context), stream_mode=["updates", "values"]):
-                    values = _track(bar, task, mode, chunk, values)
+            task = bar.add_task("write", total=len(job.todo()))
+            if runnable.checkpointer and runnable.get_state(config).next:  # a killed run: finish it first
+                for update in runnable.stream(None, config, context=context, stream_mode="updates"):
+                    _collect(rows, bar, task, update)
+            for batch in job.batches():
+                for update in runnable.stream(cast(Any, batch), config, context=context, stream_mode="updates"):
+                    _collect(rows, bar, task, update)
     finally:
         if conn is not None:
             conn.close()
-    return _report(job, values)
+    return job.report(rows)
 
 
 async def awrite_history(
@@ -311,7 +326,6 @@ async def awrite_history(
     thread_id: str | None = None,
     progress: bool = True,
     checkpointer: Any = None,
-    retry_failed: bool = False,
 ) -> WriteReport:
     """Async :func:`write_history` (same graph and nodes, async SQLite checkpointer)."""
     import aiosqlite
@@ -319,20 +333,22 @@ async def awrite_history(
 
     job = _job(history, persona, settings, model, store, embeddings, namespace, thread_id, checkpointer)
     conn = await aiosqlite.connect(job.checkpoint_path) if job.checkpoint_path else None
+    rows: dict[str, dict[str, Any]] = {}
     try:
-        saver = AsyncSqliteSaver(conn) if conn is not None else (checkpointer or None)
-        runnable = builder.compile(checkpointer=saver)
-        saved = (await runnable.aget_state(job.config)) if saver else None
-        values: dict[str, Any] = {}
+        runnable = builder.compile(checkpointer=AsyncSqliteSaver(conn) if conn is not None else (checkpointer or None))
+        context, config = cast(Any, job.context), job.config()
         with _progress(progress) as bar:
-            task = bar.add_task("write", total=len(job.chunk_ids))
-            for inputs in _runs(job, saved, retry_failed):
-                async for mode, chunk in runnable.astream(cast(Any, inputs), job.config, context=cast(Any, job.context), stream_mode=["updates", "values"]):
-                    values = _track(bar, task, mode, chunk, values)
+            task = bar.add_task("write", total=len(job.todo()))
+            if runnable.checkpointer and (await runnable.aget_state(config)).next:
+                async for update in runnable.astream(None, config, context=context, stream_mode="updates"):
+                    _collect(rows, bar, task, update)
+            for batch in job.batches():
+                async for update in runnable.astream(cast(Any, batch), config, context=context, stream_mode="updates"):
+                    _collect(rows, bar, task, update)
     finally:
         if conn is not None:
             await conn.close()
-    return _report(job, values)
+    return job.report(rows)
 
 
 def retry_failed(
@@ -340,5 +356,5 @@ def retry_failed(
     persona: Persona | dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> WriteReport:
-    """Redo only the failed chunks of a checkpointed thread (same arguments as :func:`write_history`)."""
-    return write_history(history, persona, retry_failed=True, **kwargs)
+    """Redo the chunks not applied yet (failed ones) of a history; applied chunks are skipped, not re-asked."""
+    return write_history(history, persona, **kwargs)

@@ -215,18 +215,18 @@ def assemble_history(
             topic, raw, toks = fillers[ref]
             idx, meta, filler = list(range(len(raw))), {"topic": topic}, True
         else:
-            w_i, idx, p_no = ref
+            w_i, idx, _ = ref
             raw, toks = woven[w_i]["turns"], tok_of[w_i]
-            meta, filler = {"query_id": woven[w_i]["query_id"], "part": p_no + 1, "topic": woven[w_i].get("topic", "")}, False
-        turns = []
+            meta, filler = {"topic": woven[w_i].get("topic", "")}, False  # no query ids: nothing in a session hints at evidence
+        session_turns: list[Turn] = []
         for j, t_i in enumerate(idx):
             tid = f"{sid}-t{j:03d}"
             speaker = persona.name if raw[t_i]["role"] == "assistant" else "User"
-            turns.append(Turn(id=tid, role=raw[t_i]["role"], speaker=speaker, text=str(raw[t_i]["text"])))
+            session_turns.append(Turn(id=tid, role=raw[t_i]["role"], speaker=speaker, text=str(raw[t_i]["text"])))
             if kind == "woven":
                 where[(ref[0], t_i)] = (sid, tid, offset)
             offset += toks[t_i]
-        sessions.append(Session(id=sid, time=clock.isoformat(timespec="minutes"), turns=turns, filler=filler, meta=meta))
+        sessions.append(Session(id=sid, time=clock.isoformat(timespec="minutes"), turns=session_turns, filler=filler, meta=meta))
     queries = []
     session_index = {s.id: n for n, s in enumerate(sessions)}
     for i in kept:

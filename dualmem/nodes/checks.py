@@ -45,8 +45,7 @@ def units(text: str, *, ngram: int = 2) -> list[str]:
     out = [_stem(w) for w in _WORD.findall(lowered) if w not in STOPWORDS and len(w) > 1]
     for run in _CJK_RUN.findall(lowered):
         out.extend([run] if len(run) < ngram else [run[i : i + ngram] for i in range(len(run) - ngram + 1)])
-    seen: set[str] = set()
-    return [u for u in out if not (u in seen or seen.add(u))]
+    return list(dict.fromkeys(out))
 
 
 def fragment_overlap(fragment: str, text: str, *, ngram: int = 2) -> float:
@@ -119,7 +118,7 @@ def difficulty_check(
     *,
     embeddings: Embeddings | None = None,
     overlap_threshold: float = 0.6,
-    similarity_threshold: float = 0.8,
+    similarity_threshold: float = 0.6,
     echo_overlap_threshold: float | None = None,
     echo_similarity_threshold: float | None = None,
     ngram: int = 2,

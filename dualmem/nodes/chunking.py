@@ -31,6 +31,7 @@ class Chunk(TypedDict):
     session_id: str
     time: str | None
     turn_ids: list[str]
+    user_turn_ids: list[str]
     text: str
     tokens: int
 
@@ -86,6 +87,7 @@ def chunk_sessions(
                     session_id=session.id,
                     time=session.time,
                     turn_ids=ids,
+                    user_turn_ids=[t.id for t in group if t.role == "user"],
                     text=format_chunk(group, session_id=session.id, time=session.time),
                     tokens=sum(sizes),
                 )

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from dualmem.errors import ConfigurationError
 from dualmem.prompts.emotion import EMOTION_SCORE, EMOTION_SYSTEM
@@ -41,21 +42,29 @@ STRATEGIES: tuple[str, ...] = ("C-A", "C-M", "S-S", "S-E")
 DEFAULT_POOL = 20
 
 
-def _score_field(name: str) -> object:
+def _score_field(name: str) -> Any:
     return Field(ge=1, le=10, description=f"how much {name} the text expresses, 1 (absent) to 10 (overwhelming)")
 
 
 class EmotionScores(BaseModel):
-    """Eight Plutchik emotion scores of a text, each 1–10."""
+    """Eight Plutchik emotion scores of a text, each 1–10 (numbers outside are clamped)."""
 
-    joy: int = _score_field("joy")
-    acceptance: int = _score_field("acceptance (trust)")
-    fear: int = _score_field("fear")
-    surprise: int = _score_field("surprise")
-    sadness: int = _score_field("sadness")
-    disgust: int = _score_field("disgust")
-    anger: int = _score_field("anger")
-    anticipation: int = _score_field("anticipation")
+    joy: float = _score_field("joy")
+    acceptance: float = _score_field("acceptance (trust)")
+    fear: float = _score_field("fear")
+    surprise: float = _score_field("surprise")
+    sadness: float = _score_field("sadness")
+    disgust: float = _score_field("disgust")
+    anger: float = _score_field("anger")
+    anticipation: float = _score_field("anticipation")
+
+    @field_validator(*EMOTIONS, mode="before")
+    @classmethod
+    def _clamp(cls, value: Any) -> Any:
+        """Clamp numbers into 1–10 (a model saying 0 for "absent" is not wrong); leave the rest to validation."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return min(max(float(value), 1.0), 10.0)
+        return value
 
     def vector(self) -> list[float]:
         """Return the scores as a vector in the order of ``dualmem.schema.EMOTIONS``."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
 from dualmem.nodes.checks import fragment_overlap, mentions_future
 from dualmem.nodes.weave_steps import GenResources
@@ -124,7 +125,12 @@ class SimulateOptions:
     @classmethod
     def of(cls, value: SimulateOptions | dict[str, Any] | None) -> SimulateOptions:
         """Return options from an object, a dict or None."""
-        return value if isinstance(value, SimulateOptions) else cls(**dict(value or {}))
+        if isinstance(value, SimulateOptions):
+            return value
+        unknown = set(value or {}) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigurationError(f"unknown simulate option(s) {sorted(unknown)}; valid: {', '.join(f.name for f in fields(cls))}")
+        return cls(**dict(value or {}))
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as a JSON-friendly dict."""
@@ -244,7 +250,7 @@ def user_message(
     feedback, leak = "", None
     for _ in range(res.settings.max_retries + 1):
         out = ask(res, [system, HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback))], UserTurn)
-        if not out.ok:
+        if out.value is None:
             return None, f"user agent: model output invalid after {out.attempts} attempt(s): {out.error}"
         leak = mentions_future(out.value.message, later, known)
         if leak is None:
@@ -263,7 +269,7 @@ def assistant_reply(
     system = SystemMessage(content=P.ASSISTANT_SYSTEM.format(name=persona.name, date=date, memory=listing))
     history = [HumanMessage(content=render_dialogue(turns))]
     out = ask(res, [system, *history], AssistantTurn)
-    if not out.ok:
+    if out.value is None:
         return None, retrieved, [], f"assistant: model output invalid after {out.attempts} attempt(s): {out.error}"
     used = [retrieved[i - 1] for i in dict.fromkeys(out.value.used_memory) if 1 <= i <= len(retrieved)]
     return out.value.reply, retrieved, used, ""
@@ -272,7 +278,7 @@ def assistant_reply(
 def goal_met(res: GenResources, goal: str, turns: Sequence[dict[str, Any]]) -> tuple[bool, str]:
     """Ask the evaluator whether the session goal is met; an invalid answer counts as not met (with its reason)."""
     out = ask(res, [HumanMessage(content=P.GOAL_USER.format(goal=goal, dialogue=render_dialogue(turns)))], GoalCheck, judge=True)
-    if not out.ok:
+    if out.value is None:
         return False, f"evaluator: model output invalid after {out.attempts} attempt(s): {out.error}"
     return out.value.goal_met, out.value.reason
 
@@ -296,7 +302,7 @@ def extract_memory(res: GenResources, persona: Persona, turns: Sequence[dict[str
     """Extract the session's memory points (static, dynamic, schedule) with their source turn."""
     prompt = P.MEMORY_USER.format(name=persona.name, known="\n".join(f"- {k}" for k in known) or "(nothing)", dialogue=render_dialogue(turns))
     out = ask(res, [HumanMessage(content=prompt)], ExtractedMemory)
-    if not out.ok:
+    if out.value is None:
         return [], f"memory manager: model output invalid after {out.attempts} attempt(s): {out.error}"
     points = []
     for p in out.value.points:

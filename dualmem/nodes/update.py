@@ -84,7 +84,8 @@ class _Planner:
     def source(self, turn_ids: Sequence[str]) -> tuple[SourceRef, bool]:
         valid = [t for t in (str(x).strip("[] ") for x in turn_ids) if t in self.chunk["turn_ids"]]
         inferred = not valid
-        return SourceRef(session_id=self.chunk["session_id"], turn_ids=valid or list(self.chunk["turn_ids"]), chunk_id=self.chunk["id"]), inferred
+        fallback = self.chunk.get("user_turn_ids") or self.chunk["turn_ids"]  # facts come from what the user said
+        return SourceRef(session_id=self.chunk["session_id"], turn_ids=valid or list(fallback), chunk_id=self.chunk["id"]), inferred
 
     def new_id(self, stream: str, label: str) -> str:
         return stable_id(*self.namespace, self.chunk["id"], stream, label, prefix=stream[0])

@@ -9,7 +9,7 @@ runs one insight through all per-insight steps and returns one result row.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -18,8 +18,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
 from dualmem.models import load_chat_model, load_embeddings
-from dualmem.nodes.checks import difficulty_check, flag_turns
+from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap
 from dualmem.prompts import weave as P
 from dualmem.schema import TASK_TYPES, Persona, stable_id
 from dualmem.structured import Structured, invoke_structured
@@ -103,7 +104,8 @@ class WeaveOptions:
     min_rounds: int = 4
     weave_attempts: int = 2
     overlap_threshold: float = 0.6
-    similarity_threshold: float = 0.8
+    similarity_threshold: float = 0.6
+    max_concept_overlap: float = 0.4
     lengths: tuple[int, ...] = (32000, 64000, 128000, 256000)
     seed: int = 0
     depths: tuple[str, ...] = ("beginning", "middle", "end")
@@ -116,6 +118,9 @@ class WeaveOptions:
         if isinstance(value, WeaveOptions):
             return value
         data = dict(value or {})
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigurationError(f"unknown weave option(s) {sorted(unknown)}; valid: {', '.join(f.name for f in fields(cls))}")
         for key in ("lengths", "depths"):
             if key in data:
                 data[key] = tuple(data[key])
@@ -189,7 +194,7 @@ def ideate(res: GenResources, persona: Persona, opts: WeaveOptions) -> tuple[lis
         prompt = P.IDEATE_USER.format(n=opts.n_per_type, task_type=task_type, guide=P.TASK_GUIDE[task_type])
         out = _ask(res, [system, HumanMessage(content=prompt)], InsightBatch)
         base = {"persona_id": persona.id, "task_type": task_type, "stage": "ideation"}
-        if not out.ok:
+        if out.value is None:
             rejections.append({**base, "insight_id": None, "reason": _failed("ideation", out)})
             continue
         good = 0
@@ -218,24 +223,30 @@ def check_specificity(res: GenResources, persona: Persona, insight: dict[str, An
         steps=" -> ".join(insight["reasoning_steps"]), kinds=", ".join(insight["fact_kinds"]),
     )
     out = _ask(res, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
-    if not out.ok:
+    if out.value is None:
         return False, _failed("specificity", out)
     failed = [c for c in SPECIFICITY_CHECKS if not getattr(out.value, c)]
     return (not failed), (f"failed {', '.join(failed)}: {out.value.reason}" if failed else "")
 
 
-def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any]) -> tuple[QuerySeed | None, str]:
-    """Write the two fragments, the test question and the connector of one insight."""
+def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any], max_concept_overlap: float = 0.4) -> tuple[QuerySeed | None, str]:
+    """Write the two fragments, the test question and the connector of one insight.
+
+    A question sharing ``max_concept_overlap`` or more of the insight's content words is rejected.
+    """
     prompt = P.FRAGMENTS_USER.format(
         persona=persona.render(), user_profile=user_profile(persona), task_type=insight["task_type"],
         insight=insight["text"], steps=" -> ".join(insight["reasoning_steps"]),
     )
     out = _ask(res, [HumanMessage(content=prompt)], QuerySeed)
-    if not out.ok:
+    if out.value is None:
         return None, _failed("fragments", out)
     seed = out.value
     if not (seed.fragment_1.strip() and seed.fragment_2.strip() and seed.question.strip()):
         return None, "fragments: empty fragment or question"
+    leaked = fragment_overlap(insight["text"], seed.question)
+    if leaked >= max_concept_overlap:
+        return None, f"question uses the insight's core concepts: {leaked:.0%} of its words"
     return seed, ""
 
 
@@ -246,7 +257,7 @@ def check_necessity(res: GenResources, persona: Persona, insight: dict[str, Any]
     answer = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
     prompt = P.NECESSITY_USER.format(question=seed.question, answer=answer, insight=insight["text"])
     out = _ask(res, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)
-    if not out.ok:
+    if out.value is None:
         return False, _failed("necessity", out), answer
     if not out.value.needs_memory:
         return False, f"answerable without memory: {out.value.reason}", answer
@@ -281,7 +292,7 @@ def _write_dialogue(res: GenResources, persona: Persona, seed: QuerySeed, topic:
             feedback=P.WEAVE_FEEDBACK.format(reason=feedback) if feedback else "",
         )
         out = _ask(res, [HumanMessage(content=prompt)], WovenDialogue)
-        if not out.ok:
+        if out.value is None:
             return None, _failed("weave", out) + f" (part {n + 1} of {len(parts)})"
         turns.extend({"role": _role(t.role, persona), "text": t.text} for t in out.value.turns if t.text.strip())
     return turns, ""
@@ -316,7 +327,7 @@ def check_safety(res: GenResources, turns: list[dict[str, Any]]) -> tuple[bool, 
     kinds = sorted({f["kind"] for row in flagged for f in row["flags"]})
     lines = "\n".join(f"[{row['turn']}] {row['role']}: {row['text']}" for row in flagged)
     out = _ask(res, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
-    if not out.ok:
+    if out.value is None:
         return False, _failed("safety", out), flagged
     return out.value.safe, ("" if out.value.safe else f"unsafe ({', '.join(kinds)}): {out.value.reason}"), flagged
 
@@ -333,7 +344,7 @@ def build_query(res: GenResources, persona: Persona, insight: dict[str, Any], to
     if not ok:
         return reject("specificity", reason)
     row["checks"]["specificity"] = True
-    seed, reason = write_seed(res, persona, insight)
+    seed, reason = write_seed(res, persona, insight, opts.max_concept_overlap)
     if seed is None:
         return reject("fragments", reason)
     row["checks"]["fragments"] = True
@@ -350,7 +361,7 @@ def build_query(res: GenResources, persona: Persona, insight: dict[str, Any], to
         return reject(woven["stage"], woven["reason"])
     row["checks"]["weave"] = True
     row["checks"]["difficulty"] = True
-    safe, reason, flags = check_safety(res, woven["turns"])
+    safe, reason, flags = check_safety(res, [*woven["turns"], {"role": "user", "text": seed.question}])
     row["safety_flags"] = flags
     if not safe:
         return reject("safety", reason)

@@ -4,7 +4,7 @@
 checkpointed graph saves the plan between them: a crash while applying replays
 the same plan (deterministic ids, idempotent upserts) instead of asking the
 model again. The chunk ledger of the store makes every chunk apply once, also
-across threads and processes. Sync and async share everything but the model call.
+across threads and processes. (Async graph runs call these sync nodes in a worker thread.)
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ them for a question. Features (z-scored over all turns, weighted sum):
 - ``neighbour``: the best of the two adjacent turns' dense+BM25 scores in the
   same session — an answer often sits next to the turn that matches the words;
 - ``session``: the session's best turn score plus its BM25 as a whole —
-  relevant sessions lift all their turns.
+  relevant sessions lift all their turns;
+- ``speaker``: a bonus for turns spoken by the person the question names.
+
+``max_per_session`` caps how many turns one session may place in the top
+``k`` (questions whose evidence spans sessions gain).
 """
 
 from __future__ import annotations
@@ -25,14 +29,16 @@ from dualmem.retrieval.sessions import zscore
 
 @dataclass(frozen=True)
 class TurnRankConfig:
-    """Weights of the turn ranker (defaults tuned on LoCoMo conv-26 and conv-30)."""
+    """Weights of the turn ranker (defaults tuned on the 10 LoCoMo conversations: no held-out set)."""
 
     w_dense: float = field(default=1.0, metadata={"help": "question-turn cosine"})
-    w_bm25: float = field(default=0.6, metadata={"help": "BM25 of the question vs 'speaker: text'"})
-    w_neighbour: float = field(default=0.15, metadata={"help": "best adjacent turn's score"})
-    w_session: float = field(default=0.2, metadata={"help": "session-level score (best turn + session BM25)"})
+    w_bm25: float = field(default=0.45, metadata={"help": "BM25 of the question vs 'speaker: text'"})
+    w_neighbour: float = field(default=0.4, metadata={"help": "best adjacent turn's score"})
+    w_session: float = field(default=1.0, metadata={"help": "session-level score (best turn + session BM25)"})
+    w_speaker: float = field(default=5.0, metadata={"help": "bonus for turns whose speaker the question names"})
+    max_per_session: int = field(default=0, metadata={"help": "at most this many turns per session (0: no cap)"})
     bm25_k1: float = field(default=1.2, metadata={"help": "BM25 k1"})
-    bm25_b: float = field(default=0.5, metadata={"help": "BM25 b"})
+    bm25_b: float = field(default=0.3, metadata={"help": "BM25 b"})
 
 
 class TurnIndex:
@@ -45,6 +51,7 @@ class TurnIndex:
         texts: Sequence[str],
         vectors: np.ndarray,
         config: TurnRankConfig | None = None,
+        speakers: Sequence[str] | None = None,
     ) -> None:
         if not (len(turn_ids) == len(session_ids) == len(texts) == len(vectors)):
             raise ValueError("turn_ids, session_ids, texts and vectors must have the same length")
@@ -52,6 +59,7 @@ class TurnIndex:
         self.turn_ids = list(turn_ids)
         self.session_ids = list(session_ids)
         self.vectors = np.asarray(vectors, dtype=np.float32)
+        self.speakers = [s.lower() for s in speakers] if speakers is not None else None
         cfg = self.config
         self._bm25 = BM25([tokenize(t) for t in texts], k1=cfg.bm25_k1, b=cfg.bm25_b)
         sessions = list(dict.fromkeys(self.session_ids))
@@ -83,10 +91,28 @@ class TurnIndex:
             np.maximum.at(best, self._session_of, base)
             session_score = zscore(best) + zscore(self._session_bm25.scores(tokens))
             score += cfg.w_session * zscore(session_score[self._session_of])
+        if cfg.w_speaker and self.speakers is not None:
+            words = set(question.lower().replace("'s", " ").replace("?", " ").split())
+            named = np.asarray([sp in words for sp in self.speakers], dtype=float)
+            if 0 < named.sum() < len(named):
+                score += cfg.w_speaker * named
         return score
 
     def rank(self, question: str, question_vector: np.ndarray, k: int = 10) -> list[tuple[str, float]]:
         """Return the ``k`` best ``(turn id, score)``, best first."""
         score = self.scores(question, question_vector)
-        order = np.argsort(-score, kind="stable")[:k]
+        order = np.argsort(-score, kind="stable")
+        cap = self.config.max_per_session
+        if cap:
+            taken: dict[int, int] = {}
+            picked = []
+            for i in order:
+                sess = int(self._session_of[i])
+                if taken.get(sess, 0) < cap:
+                    taken[sess] = taken.get(sess, 0) + 1
+                    picked.append(i)
+                    if len(picked) == k:
+                        break
+            order = np.asarray(picked, dtype=int)
+        order = order[:k]
         return [(self.turn_ids[i], float(score[i])) for i in order]

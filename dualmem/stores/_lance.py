@@ -226,10 +226,16 @@ def unindexed_rows(table: Any, column: str) -> int:
 
 
 def ensure_base_indexes(table: Any) -> None:
-    """Create the scalar (id, namespace, status) and full-text (text) indexes a memory table lacks."""
+    """Create the scalar (id, namespace, status, event_time) and full-text (text) indexes a table lacks."""
     from lancedb.index import FTS, Bitmap, BTree
 
-    wanted = {"id": BTree(), "namespace": Bitmap(), "status": Bitmap(), "text": FTS(with_position=False)}
+    wanted = {
+        "id": BTree(),
+        "namespace": Bitmap(),
+        "status": Bitmap(),
+        "event_time": BTree(),
+        "text": FTS(with_position=False),
+    }
     have = {tuple(i.columns) for i in table.list_indices()}
     for column, config in wanted.items():
         if (column,) not in have:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dualmem.schema import EMOTIONS, MemoryItem, SourceRef
+from dualmem.schema import EMOTIONS, MemoryItem, SourceRef, utcnow
 from dualmem.stores import _lance as L
 
 TS = pa.timestamp("us", tz="UTC")
@@ -102,8 +102,8 @@ def row_to_item(row: dict[str, Any]) -> MemoryItem:
         text=row["text"],
         source=SourceRef(session_id=row["session_id"], turn_ids=row["turn_ids"] or [], chunk_id=row["chunk_id"]),
         event_time=row["event_time"],
-        created_at=L.utc(row["created_at"]),
-        updated_at=L.utc(row["updated_at"]),
+        created_at=L.utc(row["created_at"]) or utcnow(),
+        updated_at=L.utc(row["updated_at"]) or utcnow(),
         grounding=row["grounding"] or [],
         emotion=row["emotion"],
         status=row["status"],

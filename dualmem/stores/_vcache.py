@@ -76,6 +76,19 @@ class Entry:
             keep &= allowed
         return keep
 
+    def patched(self, stamp_: tuple[int, int], drop: set[str], rows: list[dict[str, Any]] | None = None) -> Entry:
+        """Return a copy without the ``drop`` ids, plus ``rows`` (dicts with a ``vector``; active ones kept)."""
+        assert self.matrix is not None and self.rows is not None
+        keep = np.fromiter((i not in drop for i in self.ids), dtype=bool, count=len(self.ids))
+        table, matrix = self.rows.filter(pa.array(keep)), self.matrix[keep]
+        added = [r for r in rows or [] if r.get("status") == "active"]
+        if added:
+            vecs = np.asarray([r["vector"] for r in added], dtype=np.float32)
+            vecs /= np.where((n := np.linalg.norm(vecs, axis=1, keepdims=True)) == 0, 1.0, n)
+            extra = pa.Table.from_pylist([{c: r[c] for c in table.column_names} for r in added], schema=table.schema)
+            table, matrix = pa.concat_tables([table, extra]).combine_chunks(), np.vstack([matrix, vecs])
+        return Entry(stamp_, table, np.ascontiguousarray(matrix))
+
     def top(self, query: np.ndarray, k: int, mask: np.ndarray | None, columns: list[str]) -> list[dict[str, Any]]:
         """Return the ``k`` nearest rows (only ``columns`` plus ``_distance`` = 1 - cosine), best first."""
         assert self.matrix is not None and self.rows is not None
@@ -91,7 +104,10 @@ class Entry:
             return []
         top = np.argpartition(-scores, k - 1)[:k] if k < len(self.ids) else np.arange(len(self.ids))
         top = top[np.argsort(-scores[top], kind="stable")]
-        picked = self.rows.select(columns).take(pa.array(top)).to_pylist()
+        if columns == ["id"]:
+            picked = [{"id": self.ids[t]} for t in top.tolist()]
+        else:
+            picked = self.rows.select(columns).take(pa.array(top)).to_pylist()
         for row, t in zip(picked, top.tolist(), strict=True):
             row["_distance"] = 1.0 - float(scores[t])
         return picked
@@ -127,6 +143,24 @@ class VectorCache:
                 _, gone = self._entries.popitem(last=False)
                 self._rows -= len(gone)
 
+    def patch(self, uri: str, kind: str, ns_key: str | None, drop: set[str], rows: list[dict[str, Any]]) -> None:
+        """Record a write (see ``bump``) and apply it to this cache's fresh entries instead of dropping them.
+
+        ``ns_key`` None means a write whose namespace is unknown (delete/supersede by id): every
+        cached namespace of the table loses the ``drop`` ids.
+        """
+        with self._lock:
+            keys = [k for k in self._entries if k[:2] == (uri, kind) and (ns_key is None or k[2] == ns_key)]
+            before = {k: stamp(k) for k in keys}
+            bump(uri, kind, ns_key)
+            for key in keys:
+                entry = self._entries[key]
+                if entry.stamp != before[key] or entry.matrix is None:
+                    continue
+                new = entry.patched(stamp(key), drop, rows)
+                self._rows += len(new) - len(entry)
+                self._entries[key] = new
+
 
 def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, stamp_: tuple[int, int]) -> Entry:
     """Read a namespace's rows and vectors from ``table`` (an uncached entry if over ``max_rows``)."""
@@ -134,7 +168,7 @@ def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, s
     if data.num_rows > max_rows:
         return Entry(stamp_)
     flat = data.column("vector").combine_chunks().values.to_numpy(zero_copy_only=False)
-    matrix = np.asarray(flat, dtype=np.float32).reshape(data.num_rows, dims)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix = matrix / np.where(norms == 0, 1.0, norms)
+    raw = np.asarray(flat, dtype=np.float32).reshape(data.num_rows, dims)
+    norms = np.linalg.norm(raw, axis=1, keepdims=True)
+    matrix = (raw / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
     return Entry(stamp_, data.drop_columns(["vector"]).combine_chunks(), matrix)

@@ -6,8 +6,8 @@ agent tools) is a thin shell over this class.
 Layout at ``uri``: tables ``facts`` and ``insights`` (one row per
 ``MemoryItem``; namespace stored as its JSON array string, vectors as
 fixed-size float32 lists, ``meta`` as JSON) and ``chunk_ledger`` (chunks a
-writer already applied). Indexes: BTREE on ``id``, BITMAP on ``namespace`` and
-``status``, native full-text on ``text``, and an IVF vector index once a table
+writer already applied). Indexes: BTREE on ``id`` and ``event_time``, BITMAP on
+``namespace`` and ``status``, native full-text on ``text``, and an IVF vector index once a table
 holds ``vector_index_min_rows`` rows. Rows written after an index was built are
 still searched (LanceDB scans unindexed rows); ``optimize()`` folds them into
 the indexes and runs by itself before a full-text search once enough accumulate.
@@ -26,6 +26,7 @@ prefiltered search (through the IVF index once built).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,8 +96,11 @@ class DualStore:
 
     Additions (backward compatible): ``upsert(items, vectors=None)`` takes
     precomputed vectors; ``search(..., vector=None)`` a precomputed query vector;
-    ``optimize()`` folds new rows into the indexes; ``search_vectors(...)`` returns
-    ids and scores only (no item parsing), for bulk callers and benchmarks.
+    ``search_vectors(namespace, vector, k, kind, where)`` returns ``(id, score)``
+    only; ``optimize()`` folds new rows into the indexes (and builds the vector
+    index); ``ledger_payload(namespace, chunk_id)``; tuning keywords of
+    ``__init__``: ``dims``, ``vector_index_min_rows``, ``flat_search_max_rows``,
+    ``fts_reindex_rows``, ``cache_rows``.
     """
 
     def __init__(
@@ -164,13 +168,14 @@ class DualStore:
                 rows.append(item_to_row(it, vec, created_at=created, updated_at=now, dims=self.dims))
             self._merge(table, rows)
             self._dirty[kind] = True
-            for nskey in {r["namespace"] for r in rows}:
-                _vcache.bump(self.uri, kind, nskey)
+            for nskey in {r["namespace"] for r in rows}:  # keep this store's RAM cache fresh, not reloaded
+                mine = [r for r in rows if r["namespace"] == nskey]
+                self._cache.patch(self.uri, kind, nskey, {r["id"] for r in mine}, mine)
             other_kind = "insight" if kind == "fact" else "fact"
             moved = L.sql_in("id", ids)
             if self._tables[other_kind].count_rows(moved):
                 self._tables[other_kind].delete(moved)
-                _vcache.bump(self.uri, other_kind)
+                self._cache.patch(self.uri, other_kind, None, set(ids), [])
             if not self._vector_indexed[kind] and table.count_rows() >= self.vector_index_min_rows:
                 L.build_vector_index(table, table.count_rows())
                 self._vector_indexed[kind] = True
@@ -187,7 +192,7 @@ class DualStore:
             return
         for kind, table in self._tables.items():
             table.update(where=L.sql_in("id", ids), values={"status": "superseded", "updated_at": utcnow()})
-            _vcache.bump(self.uri, kind)
+            self._cache.patch(self.uri, kind, None, set(ids), [])
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete items for good."""
@@ -195,7 +200,7 @@ class DualStore:
             return
         for kind, table in self._tables.items():
             table.delete(L.sql_in("id", ids))
-            _vcache.bump(self.uri, kind)
+            self._cache.patch(self.uri, kind, None, set(ids), [])
 
     def drop_namespace(self, namespace: Namespace) -> None:
         """Delete every item and ledger row of a namespace."""
@@ -234,7 +239,7 @@ class DualStore:
         status: str | None = "active",
         limit: int | None = None,
         newest_first: bool = True,
-    ) -> list[MemoryItem]:
+    ) -> builtins.list[MemoryItem]:
         """List a namespace's items."""
         where = L.and_all(L.ns_eq_sql(namespace), L.status_sql(status))
         rows = [r for table in self._pick(kind) for r in L.query_rows(table, where, ITEM_COLUMNS)]
@@ -246,7 +251,7 @@ class DualStore:
         where = L.and_all(L.ns_eq_sql(namespace), L.status_sql(status))
         return sum(table.count_rows(where) for table in self._pick(kind))
 
-    def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
+    def namespaces(self, prefix: Namespace = ()) -> builtins.list[Namespace]:
         """List the namespaces holding items."""
         keys: set[str] = set()
         for table in self._tables.values():
@@ -269,14 +274,14 @@ class DualStore:
         since: str | None = None,
         until: str | None = None,
         vector: Sequence[float] | None = None,
-    ) -> list[ScoredItem]:
+    ) -> builtins.list[ScoredItem]:
         """Search one namespace."""
         if mode not in ("hybrid", "vector", "fts"):
             raise ConfigurationError(f"search mode {mode!r} is not one of hybrid, vector, fts")
         scope = L.Scope(tuple(namespace), status, where, since, until)
         if mode != "fts" and vector is None:
             vector = self.embeddings.embed_query(query)
-        hits: list[ScoredItem] = []
+        hits: builtins.list[ScoredItem] = []
         for kd in ["fact", "insight"] if kind is None else [kind]:
             rows = self._search_rows(kd, query, vector, k, mode, scope)
             hits.extend(ScoredItem(row_to_item(r), s) for r, s in rows)
@@ -290,7 +295,7 @@ class DualStore:
         k: int = 10,
         kind: MemoryKind = "fact",
         where: str | None = None,
-    ) -> list[tuple[str, float]]:
+    ) -> builtins.list[tuple[str, float]]:
         """Return ``(id, cosine score)`` of the ``k`` nearest active items, without parsing items."""
         rows = self._vector_rows(kind, vector, k, L.Scope(tuple(namespace), "active", where), ["id"])
         return [(r["id"], 1.0 - r["_distance"]) for r in rows]
@@ -347,7 +352,7 @@ class DualStore:
 
     # ------------------------------------------------------------------ internals
 
-    def _pick(self, kind: MemoryKind | None) -> list[Any]:
+    def _pick(self, kind: MemoryKind | None) -> builtins.list[Any]:
         if kind is None:
             return list(self._tables.values())
         if kind not in self._tables:
@@ -356,7 +361,7 @@ class DualStore:
 
     def _search_rows(
         self, kind: str, query: str, vector: Any, k: int, mode: str, scope: L.Scope
-    ) -> list[tuple[dict[str, Any], float]]:
+    ) -> builtins.list[tuple[dict[str, Any], float]]:
         table = self._tables[kind]
         filt = scope.sql()
         if mode == "vector":
@@ -384,8 +389,8 @@ class DualStore:
         return entry if entry.matrix is not None else None
 
     def _vector_rows(
-        self, kind: str, vector: Any, k: int, scope: L.Scope, columns: list[str] | None = None
-    ) -> list[dict[str, Any]]:
+        self, kind: str, vector: Any, k: int, scope: L.Scope, columns: builtins.list[str] | None = None
+    ) -> builtins.list[dict[str, Any]]:
         table = self._tables[kind]
         columns = columns or ITEM_COLUMNS
         entry = self._cached(kind, scope)
@@ -404,7 +409,7 @@ class DualStore:
                 query = query.nprobes(32).refine_factor(5)
         return query.select([*columns, "_distance"]).limit(k).to_arrow().to_pylist()
 
-    def _fts_rows(self, table: Any, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
+    def _fts_rows(self, table: Any, query: str, k: int, filt: str | None) -> builtins.list[dict[str, Any]]:
         if not query.strip():
             return []
         search = table.search(query, query_type="fts", fts_columns="text")

@@ -218,10 +218,10 @@ class LanceDBStore(BaseStore):
                 rows = {r["id"]: r for r in L.query_rows(self._items, L.sql_in("id", set(ids.values())), _ITEM_COLS)}
                 for i, iid in ids.items():
                     results[i] = _to_item(rows[iid]) if iid in rows else None
-            for i, op in plan.searches.items():
-                results[i] = self._search(op, qmap.get(op.query) if op.query else None)
-            for i, op in plan.lists.items():
-                results[i] = self._list_namespaces(op)
+            for i, search in plan.searches.items():
+                results[i] = self._search(search, qmap.get(search.query) if search.query else None)
+            for i, listing in plan.lists.items():
+                results[i] = self._list_namespaces(listing)
             if plan.puts:
                 self._apply_puts(plan, dvecs)
         return results

@@ -190,19 +190,30 @@ def judge_weighted(scores: JudgeScores) -> float:
     return sum(getattr(scores, k) * w for k, w in JUDGE_WEIGHTS.items()) / 10.0
 
 
-def answer_from_memory(persona: Persona, query: str, memory: list[str], model: Any, k: int = 10) -> str:
-    """Return the persona's in-character answer to ``query`` from the ``k`` most similar memory items."""
-    top = memory[:k]
-    text = "\n".join(f"- {m}" for m in top) or "(nothing)"
+def top_memory(query: str, memory: list[str], embed: Embeddings | None, k: int = 10) -> list[str]:
+    """Return the ``k`` memory texts most similar to ``query`` (all of them, in order, without an embedder)."""
+    if embed is None or len(memory) <= k:
+        return memory[:k] if embed is None else list(memory)
+    from dualmem.evals.metrics import embed_texts
+
+    vecs = embed_texts(embed, [query, *memory])
+    sims = vecs[1:] @ vecs[0]
+    order = sorted(range(len(memory)), key=lambda i: -float(sims[i]))
+    return [memory[i] for i in order[:k]]
+
+
+def answer_from_memory(persona: Persona, query: str, memory: list[str], model: Any, k: int = 10, embed: Embeddings | None = None) -> str:
+    """Return the persona's in-character answer to ``query`` from the ``k`` memory items most similar to it."""
+    text = "\n".join(f"- {m}" for m in top_memory(query, memory, embed, k)) or "(nothing)"
     messages = [SystemMessage(ANSWER_SYSTEM.format(name=persona.name, persona=persona.render(), memory=text)), HumanMessage(query)]
     return str(model.invoke(messages).content)
 
 
 def persona_judge(
-    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = 2
+    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = 2, embed: Embeddings | None = None
 ) -> tuple[float | None, str | None]:
     """Answer ``query`` from ``memory`` in character and judge it; return (score in [0,1], error)."""
-    answer = answer_from_memory(persona, query["text"], memory, model)
+    answer = answer_from_memory(persona, query["text"], memory, model, embed=embed)
     messages = [
         SystemMessage(
             JUDGE_SYSTEM.format(facts="; ".join(query.get("facts") or []), insight=query.get("insight") or "", persona=persona.render())
@@ -238,7 +249,7 @@ def episode_reward(
         persona = Persona.model_validate(ground_truth.get("persona") or {"id": "persona", "name": "the persona"})
         scores, errors = [], []
         for query in ground_truth["queries"]:
-            value, error = persona_judge(persona, query, memory, judge)
+            value, error = persona_judge(persona, query, memory, judge, embed=embed or _embeddings(cfg.embedder))
             if value is None:
                 errors.append(f"{query.get('id')}: {error}")
             else:

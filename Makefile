@@ -10,6 +10,8 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: demo test test-integration lint bench venv dev clean
 
+include Makefile.train
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -32,8 +34,9 @@ dev: $(VENV)/.dev
 demo: venv
 	$(BIN)/dualmem demo
 
-test: dev
+test: dev $(VERL_VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not integration"
+	$(MAKE) test-verl
 
 test-integration: dev
 	$(BIN)/python -m pytest -q -m integration

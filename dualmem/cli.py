@@ -269,6 +269,8 @@ def generate_rolememo(
     personas: Path = typer.Option(..., "--personas", exists=True, help="folder of persona .json files"),
     out: Path = typer.Option(..., "--out", help="output folder"),
     lengths: str = typer.Option("32k,64k,128k,256k", "--lengths", help="history lengths in tokens, e.g. 32k,128k"),
+    per_type: int = typer.Option(5, "--per-type", help="insights generated per task type (4 types)"),
+    rounds: int = typer.Option(24, "--rounds", help="rounds of each woven dialogue"),
     model: str | None = ModelOpt,
     thread: str | None = typer.Option(None, "--thread", help="checkpoint thread (re-run to resume)"),
 ) -> None:
@@ -276,7 +278,7 @@ def generate_rolememo(
     from dualmem.generate import generate_rolememo as run
 
     sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
-    run(personas, out, lengths=sizes, settings=_settings(model), thread_id=thread)
+    run(personas, out, lengths=sizes, settings=_settings(model), thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
 
 
 @generate_app.command("realmem")
@@ -285,12 +287,14 @@ def generate_realmem(
     persona: Path = typer.Option(..., "--persona", exists=True, help="persona .json file"),
     out: Path = typer.Option(..., "--out", help="output folder"),
     sessions: int = typer.Option(10, "--sessions", help="number of sessions"),
+    framework: str = typer.Option("raw-turns", "--framework", "-f", help="memory framework of the assistant agent"),
     model: str | None = ModelOpt,
+    thread: str | None = typer.Option(None, "--thread", help="checkpoint thread (re-run to resume)"),
 ) -> None:
     """Simulate a RealMem-style multi-session history with a user agent, assistant and memory manager."""
     from dualmem.generate import generate_realmem as run
 
-    run(persona, out, sessions=sessions, settings=_settings(model))
+    run(persona, out, sessions=sessions, settings=_settings(model), framework=framework, thread_id=thread)
 
 
 _mount_train()

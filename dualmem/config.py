@@ -47,7 +47,7 @@ def _setting(default: Any, help: str, kind: type = str) -> Any:
     def factory() -> Any:
         return _env(holder["name"], default, kind)
 
-    return field(default_factory=factory, metadata={"help": help, "default": default, "holder": holder})
+    return field(default_factory=factory, metadata={"help": help, "env_default": default, "holder": holder})
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,6 @@ def settings_table() -> list[tuple[str, str, str, str]]:
     rows = []
     for f in fields(Settings):
         var = ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper())
-        rows.append((f.name, var, repr(f.metadata["default"]), f.metadata["help"]))
+        rows.append((f.name, var, repr(f.metadata["env_default"]), f.metadata["help"]))
     return rows
 

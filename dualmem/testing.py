@@ -131,7 +131,8 @@ def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
     """Answer MemoryUpdate requests with one fact and one insight taken from the chunk."""
     text = str(messages[-1].content) if messages else ""
     if tool == "MemoryUpdate":
-        lines = [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
+        turns = re.findall(r"^\[[^\]]+\]\s*[^:\n]+:\s*(.+)$", text, re.M)
+        lines = turns or [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
         user = next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
         return {
             "facts": [{"op": "ADD", "id": "N1", "text": f"User said: {user[:160]}", "turn_ids": []}],

@@ -32,7 +32,7 @@ PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 def _fields_help(cls: type) -> str:
     rows = []
     for f in fields(cls):
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
         rows.append(f"--{f.name} (default {default!r}): {f.metadata.get('help', '')}")
     return "\n\n".join(rows)
 
@@ -49,7 +49,7 @@ def _parse(cls: type, args: list[str]) -> Any:
     from transformers import HfArgumentParser
 
     try:
-        (cfg,) = HfArgumentParser(cls).parse_args_into_dataclasses(args=args)
+        (cfg,) = HfArgumentParser(cls).parse_args_into_dataclasses(args=args)  # type: ignore[arg-type]
     except SystemExit as exc:
         raise typer.Exit(int(exc.code or 0)) from None
     return cfg

@@ -107,10 +107,10 @@ class MemoryState:
         """Apply ``update`` against ``view``; count invalid ops and dangling citations instead of raising."""
         stats = ApplyStats()
         new: dict[str, str] = {}
-        for op in update.facts:
-            self._fact(op, view, chunk_id, new, stats)
-        for op in update.insights:
-            self._insight(op, view, chunk_id, new, stats)
+        for fact in update.facts:
+            self._fact(fact, view, chunk_id, new, stats)
+        for insight in update.insights:
+            self._insight(insight, view, chunk_id, new, stats)
         return stats
 
     def _next(self) -> int:

@@ -28,7 +28,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,13 +113,13 @@ def validate_record(record: dict[str, Any]) -> list[str]:
     for op in update.facts:
         if op.op != "ADD" and op.id not in view_ids:
             errors.append(f"fact {op.op} {op.id}: not in the working view")
-    for op in update.insights:
-        if op.op != "ADD" and op.id not in view_ids:
-            errors.append(f"insight {op.op} {op.id}: not in the working view")
-        if op.op != "DELETE":
-            if not op.fact_ids:
-                errors.append(f"insight {op.id}: cites no fact")
-            errors += [f"insight {op.id}: cites missing fact {f}" for f in op.fact_ids if f not in new and f not in view_ids]
+    for ins in update.insights:
+        if ins.op != "ADD" and ins.id not in view_ids:
+            errors.append(f"insight {ins.op} {ins.id}: not in the working view")
+        if ins.op != "DELETE":
+            if not ins.fact_ids:
+                errors.append(f"insight {ins.id}: cites no fact")
+            errors += [f"insight {ins.id}: cites missing fact {f}" for f in ins.fact_ids if f not in new and f not in view_ids]
     return errors
 
 
@@ -175,7 +175,7 @@ def export_sft(
     out_dir: str | Path,
     *,
     dataset: Dataset | None = None,
-    traces: list[str | Path] = (),  # type: ignore[assignment]
+    traces: Sequence[str | Path] = (),
     chunk_tokens: int = 1024,
     view_k: int = 8,
     view_recent: int = 4,

@@ -126,7 +126,8 @@ class EpisodeRunner:
         """TRL ``rollout_func``: return ids for each (episode, turn) sample and its trajectory's episode reward."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class
-        claims, fresh = [], {}
+        claims: list[tuple[Any, int]] = []
+        fresh: dict[str, list[Any]] = {}
         for prompt in prompts:
             key = json.loads(prompt if isinstance(prompt, str) else prompt[-1]["content"])
             eid, turn = key["episode"], int(key["turn"])
@@ -203,10 +204,10 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
 
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[episode_reward_func, fact_recall, insight_recall], args=args,
+        model=model, reward_funcs=[episode_reward_func, fact_recall, insight_recall], args=args,  # type: ignore[list-item]
         train_dataset=HFDataset.from_list(runner.rows()), processing_class=tokenizer, rollout_func=runner, peft_config=peft_config,
     )
-    trainer.dualmem_runner = runner
+    trainer.dualmem_runner = runner  # type: ignore[attr-defined]
     return trainer
 
 
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run TRL GRPO from command-line flags (every ``GRPORunConfig`` field is a ``--flag``)."""
     from transformers import HfArgumentParser
 
-    (cfg,) = HfArgumentParser(GRPORunConfig).parse_args_into_dataclasses(args=argv)
+    (cfg,) = HfArgumentParser(GRPORunConfig).parse_args_into_dataclasses(args=argv)  # type: ignore[arg-type]
     return train_grpo(cfg)
 
 

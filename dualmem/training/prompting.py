@@ -19,12 +19,13 @@ ROLE = {"system": "system", "human": "user", "user": "user", "ai": "assistant", 
 
 def to_dicts(messages: list[Any]) -> list[dict[str, str]]:
     """Return LangChain messages (or dicts) as ``[{"role", "content"}]`` with OpenAI role names."""
-    out = []
+    out: list[dict[str, str]] = []
     for m in messages:
         if isinstance(m, dict):
-            out.append({"role": ROLE.get(m["role"], m["role"]), "content": str(m["content"])})
+            role = str(m["role"])
+            out.append({"role": ROLE.get(role, role), "content": str(m["content"])})
         else:
-            out.append({"role": ROLE.get(m.type, m.type), "content": str(m.content)})
+            out.append({"role": ROLE.get(str(m.type), str(m.type)), "content": str(m.content)})
     return out
 
 

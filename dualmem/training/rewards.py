@@ -288,6 +288,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
             counts["invalid"] += stats.invalid
             counts["dangling"] += stats.dangling
         memory = state.texts()
-    out = episode_reward(memory, gt, cfg=cfg, **counts).as_dict()
+    out = episode_reward(
+        memory, gt, cfg=cfg, unparseable=counts["unparseable"], invalid=counts["invalid"], dangling=counts["dangling"]
+    ).as_dict()
     # VeRL averages every returned key into metrics: keep numbers only (a missing judge stays absent, not 0)
     return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}

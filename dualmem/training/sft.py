@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run SFT from command-line flags (every ``SFTRunConfig`` field is a ``--flag``)."""
     from transformers import HfArgumentParser
 
-    (cfg,) = HfArgumentParser(SFTRunConfig).parse_args_into_dataclasses(args=argv)
+    (cfg,) = HfArgumentParser(SFTRunConfig).parse_args_into_dataclasses(args=argv)  # type: ignore[arg-type]
     return train_sft(cfg)
 
 

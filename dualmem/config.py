@@ -68,6 +68,7 @@ class Settings:
     checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
     user_id: str = _setting("user", "user id: second part of every memory namespace")
     chunk_tokens: int = _setting(1024, "writer chunk size in tokens (cut at turn boundaries)", int)
+    context_tokens: int = _setting(8000, "history window of the full-context baseline, in tokens", int)
     view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)

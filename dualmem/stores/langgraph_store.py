@@ -49,6 +49,7 @@ from langgraph.store.base import (
 )
 
 from dualmem.config import Settings
+from dualmem.stores import memory_view
 from dualmem.errors import ConfigurationError
 from dualmem.schema import stable_id, utcnow
 from dualmem.stores import _lance as L
@@ -99,6 +100,7 @@ class _Plan:
         self.puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         self.queries: list[str] = []
         self.texts: list[tuple[str, str, str]] = []  # (item id, path, text)
+        self.memory: dict[int, Op] = {}  # ops on ("dualmem", …) namespaces: the dual memory
 
 
 class LanceDBStore(BaseStore):
@@ -181,7 +183,10 @@ class LanceDBStore(BaseStore):
         ops = list(ops)
         plan = _Plan(size=len(ops))
         for i, op in enumerate(ops):
-            if isinstance(op, GetOp):
+            ns = getattr(op, "namespace_prefix", getattr(op, "namespace", None))
+            if ns is not None and memory_view.is_memory_namespace(tuple(ns)):
+                plan.memory[i] = op
+            elif isinstance(op, GetOp):
                 plan.gets[i] = op
             elif isinstance(op, SearchOp):
                 plan.searches[i] = op
@@ -224,6 +229,8 @@ class LanceDBStore(BaseStore):
                 results[i] = self._list_namespaces(listing)
             if plan.puts:
                 self._apply_puts(plan, dvecs)
+            for i, op in plan.memory.items():
+                results[i] = memory_view.execute(self.dual, op, _matches)  # type: ignore[arg-type]
         return results
 
     def _apply_puts(self, plan: _Plan, dvecs: list[list[float]]) -> None:
@@ -327,6 +334,8 @@ class LanceDBStore(BaseStore):
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         col = self._items.search().select(["namespace"]).limit(None).to_arrow().column("namespace")
         namespaces = [L.ns_parse(k) for k in col.unique().to_pylist()]
+        if self.embeddings is not None:
+            namespaces += memory_view.namespaces(self.dual)
         for cond in op.match_conditions or ():
             namespaces = [ns for ns in namespaces if _ns_matches(cond, ns)]
         if op.max_depth is not None:

@@ -1,0 +1,115 @@
+"""`langgraph dev` serves the write and respond graphs and the LanceDB store (real server, loopback).
+
+The server runs with the offline `fake:memory` chat model and hash embeddings so
+the test checks the serving path, not a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    exe = shutil.which("langgraph", path=str(Path(os.sys.executable).parent)) or shutil.which("langgraph")
+    if exe is None:
+        pytest.skip("langgraph-cli[inmem] is not installed (make test installs it)")
+    work = tmp_path_factory.mktemp("server")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_URI": str(work / "lancedb"),
+        "DUALMEM_CHECKPOINT_PATH": str(work / "ck.sqlite"),
+        "LANGSMITH_TRACING": "false",
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    }
+    log = work / "server.log"
+    cmd = [exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port), "--config", str(REPO / "langgraph.json")]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"langgraph dev exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/ok", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    pytest.fail(f"langgraph dev did not answer in 240 s:\n{log.read_text()[-4000:]}")
+                time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_write_and_respond_through_the_server(server):
+    from langgraph_sdk import get_client
+
+    from dualmem.datasets import load_sample
+
+    sample = load_sample()
+    persona = sample.dialogue.persona
+    assert persona is not None
+    sessions = [s.model_dump(mode="json") for s in sample.dialogue.sessions[:2]]
+
+    async def scenario() -> None:
+        client = get_client(url=server)
+        assistants = {a["graph_id"] for a in await client.assistants.search()}
+        assert {"write", "respond"} <= assistants
+
+        thread = await client.threads.create()
+        state = await client.runs.wait(thread["thread_id"], "write", input={"persona": persona.model_dump(mode="json"), "sessions": sessions})
+        assert isinstance(state, dict) and "__error__" not in state, state
+        rows = state.get("report") or []
+        assert rows and all(r["status"] == "applied" for r in rows), rows
+
+        # the stored facts and insights come back through the server's store API
+        facts = await client.store.search_items(["dualmem", persona.id, "user", "fact"], limit=50)
+        insights = await client.store.search_items(["dualmem", persona.id, "user", "insight"], limit=50)
+        assert facts["items"] and insights["items"]
+        fact_ids = {item["key"] for item in facts["items"]}
+        for item in insights["items"]:
+            assert set(item["value"]["grounding"]) <= fact_ids, "insights cite stored facts"
+        found = await client.store.search_items(["dualmem", persona.id, "user", "fact"], query=facts["items"][0]["value"]["text"], limit=3)
+        assert found["items"]
+
+        # plain BaseStore values round-trip too
+        await client.store.put_item(["notes", persona.id], key="k1", value={"text": "likes tea"})
+        got = await client.store.get_item(["notes", persona.id], key="k1")
+        assert got["value"] == {"text": "likes tea"}
+
+        thread2 = await client.threads.create()
+        reply = await client.runs.wait(
+            thread2["thread_id"], "respond", input={"persona": persona.model_dump(mode="json"), "query": sample.queries[0].text}
+        )
+        assert isinstance(reply, dict) and reply.get("reply"), reply
+        assert reply.get("facts") or reply.get("insights"), "the reply state lists the retrieved memory"
+
+    asyncio.run(scenario())

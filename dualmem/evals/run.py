@@ -40,7 +40,7 @@ def default_out(dataset_kind: str, framework: str) -> Path:
 
 def _store_uri(settings: Settings, run_dir: Path) -> str:
     """Return the store of the run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
-    default = next(f.metadata["default"] for f in fields(Settings) if f.name == "store_uri")
+    default = next(f.metadata["env_default"] for f in fields(Settings) if f.name == "store_uri")
     return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
 
 

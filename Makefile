@@ -35,6 +35,8 @@ demo: venv
 	$(BIN)/dualmem demo
 
 test: dev $(VERL_VENV)/.installed
+	$(BIN)/ruff check dualmem tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not integration"
 	$(MAKE) test-verl
 

@@ -49,6 +49,7 @@ def _load(name: str) -> tuple[Any, Any]:
     from dualmem.models import bundled_gguf_path
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     if name not in LOCAL_MODELS:
         raise ConfigurationError(f"unknown local model {name!r}; the bundled one is local:smollm2")
     target = cache_dir() / LOCAL_MODELS[name]

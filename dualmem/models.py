@@ -126,7 +126,8 @@ class SentenceTransformerEmbeddings(Embeddings):
         self.path = str(path)
         self.batch_size = batch_size
         self.model = SentenceTransformer(self.path, device="cpu")
-        self.dims: int = int(self.model.get_sentence_embedding_dimension() or 0)
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dims: int = int(getter() or 0)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed several texts."""

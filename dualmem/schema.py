@@ -7,7 +7,7 @@ output); graph state stays a ``TypedDict``.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -42,7 +42,7 @@ EMOTIONS: tuple[str, ...] = (
 
 def utcnow() -> datetime:
     """Return the current time, timezone-aware UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def stable_id(*parts: object, prefix: str = "") -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from collections.abc import Generator
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -135,6 +135,7 @@ def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) 
     for _ in range(retries + 1):
         out.attempts += 1
         result = yield msgs
+        error: str | None
         if isinstance(result, Exception):
             value, error, raw = None, _short(result), ""
         else:

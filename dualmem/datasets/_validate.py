@@ -64,7 +64,7 @@ def _expected(err: dict[str, Any]) -> str:
 
 def error_from_validation(file: str | Path, exc: ValidationError, prefix: tuple[Any, ...] = ()) -> DatasetError:
     """Turn the first error of a pydantic ``ValidationError`` into a one-line ``DatasetError``."""
-    err = exc.errors(include_url=False)[0]
+    err: dict[str, Any] = dict(exc.errors(include_url=False)[0])
     loc = tuple(prefix) + tuple(err["loc"])
     if err["type"] == "missing":
         return DatasetError(str(file), json_path(loc), _expected(err), "nothing (key missing)")

@@ -148,8 +148,8 @@ def parse_locomo_sample(
                     f"{head.speaker_a!r} or {head.speaker_b!r}",
                     repr(t.speaker),
                 )
-            meta = {k: v for k, v in conv[key][t_index].items() if k not in {"speaker", "dia_id", "text"}}
-            turns.append(Turn(id=t.dia_id, role=roles[t.speaker], speaker=t.speaker, text=_text(t), meta=meta))
+            extra = {k: v for k, v in conv[key][t_index].items() if k not in {"speaker", "dia_id", "text"}}
+            turns.append(Turn(id=t.dia_id, role=roles[t.speaker], speaker=t.speaker, text=_text(t), meta=extra))  # type: ignore[arg-type]
         time = conv.get(f"{key}_date_time")
         sessions.append(
             Session(id=key, time=time, turns=turns, memory_points=_observations(raw.observation, n, key), meta={"n": n})

@@ -63,7 +63,7 @@ class EmbeddingCache:
         """Write the cache to disk (atomically)."""
         keys = sorted(self._index, key=self._index.__getitem__)
         _atomic_save(self.folder / "vectors.npy", self._write_vectors)
-        _atomic_save(self.folder / "keys.json", lambda p: p.write_text(json.dumps(keys)))
+        _atomic_save(self.folder / "keys.json", lambda p: None if p.write_text(json.dumps(keys)) else None)
 
     def _write_vectors(self, path: Path) -> None:
         with open(path, "wb") as fh:

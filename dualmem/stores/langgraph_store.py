@@ -49,10 +49,10 @@ from langgraph.store.base import (
 )
 
 from dualmem.config import Settings
-from dualmem.stores import memory_view
 from dualmem.errors import ConfigurationError
 from dualmem.schema import stable_id, utcnow
 from dualmem.stores import _lance as L
+from dualmem.stores import memory_view
 
 ITEMS, VECTORS = "lg_items", "lg_vectors"
 _TS = pa.timestamp("us", tz="UTC")

@@ -44,7 +44,7 @@ def _value(item: MemoryItem) -> dict[str, Any]:
 
 
 def _item(item: MemoryItem, score: float | None | bool = False) -> Item:
-    kwargs = {"namespace": store_namespace(item), "key": item.id, "value": _value(item), "created_at": item.created_at, "updated_at": item.updated_at}
+    kwargs: dict[str, Any] = {"namespace": store_namespace(item), "key": item.id, "value": _value(item), "created_at": item.created_at, "updated_at": item.updated_at}
     if score is False:
         return Item(**kwargs)
     return SearchItem(**kwargs, score=score)  # type: ignore[arg-type]

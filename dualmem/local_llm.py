@@ -24,8 +24,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
-from langchain_core.utils.function_calling import convert_to_json_schema
-from pydantic import BaseModel, PrivateAttr, ValidationError
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from dualmem.errors import ConfigurationError
 
@@ -80,6 +80,7 @@ class LocalChatModel(BaseChatModel):
     name_: str = "smollm2"
     temperature: float = 0.0
     max_new_tokens: int = 512
+    tools_json: list[dict[str, Any]] = Field(default_factory=list)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
@@ -111,6 +112,7 @@ class LocalChatModel(BaseChatModel):
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": tok.eos_token_id,
             "repetition_penalty": 1.15,
+            "eos_token_id": _stop_ids(tok),
         }
         if self.temperature > 0:
             kwargs.update(do_sample=True, temperature=self.temperature, top_p=0.95)
@@ -133,6 +135,42 @@ class LocalChatModel(BaseChatModel):
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         return tok.decode(new, skip_special_tokens=True), usage
 
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
+        """Return a copy that answers with tool calls, decoded under a grammar of the tools' schemas."""
+        clone = self.model_copy(update={"tools_json": [convert_to_openai_tool(t) for t in tools]})
+        clone._lock = self._lock
+        return clone
+
+    def _tool_calls(self, messages: list[BaseMessage]) -> AIMessage:
+        """Generate tool calls as JSON constrained to the bound tools."""
+        functions = [t["function"] for t in self.tools_json]
+        call = {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "enum": [f["name"]]}, "arguments": f.get("parameters") or {"type": "object"}},
+                    "required": ["name", "arguments"],
+                }
+                for f in functions
+            ]
+        }
+        schema = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}}, "required": ["tool_calls"]}
+        listing = "\n".join(f"- {f['name']}: {f.get('description', '')} arguments schema {json.dumps(f.get('parameters', {}))}" for f in functions)
+        hint = f"Call one or more of these tools. Answer with JSON {{\"tool_calls\": [{{\"name\": ..., \"arguments\": {{...}}}}]}}.\n{listing}"
+        messages = [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})] if messages else messages
+        factory = _grammar_factory(self.name_, json.dumps(schema))
+        text, usage = self._run(messages, None, **({"logits_processor": [factory()]} if factory else {}))
+        try:
+            calls = (json.loads(text) if factory else _loose_json(text)).get("tool_calls", [])
+        except (ValueError, AttributeError):
+            return AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
+        tool_calls = [
+            {"name": c.get("name", ""), "args": c.get("arguments") or {}, "id": f"call_{i}", "type": "tool_call"}
+            for i, c in enumerate(calls)
+            if isinstance(c, dict)
+        ]
+        return AIMessage(content="", tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -140,6 +178,8 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.tools_json:
+            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages))])
         text, usage = self._run(messages, stop)
         message = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -208,7 +248,21 @@ def _loose_json(text: str) -> Any:
     return extract_json(text)
 
 
+def _stop_ids(tok: Any) -> list[int]:
+    """Return every end-of-turn token id: a grammar may close on any of them."""
+    ids = {tok.eos_token_id}
+    for token in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+        tid = tok.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid >= 0 and tid != tok.unk_token_id:
+            ids.add(tid)
+    return sorted(i for i in ids if i is not None)
+
+
 MAX_STRING = 200
+MIN_TEXT = 12
+# The 135M model almost never volunteers an insight: its grammar asks for at least one fact and one
+# insight per writer answer so that smoke runs exercise both streams (validation still rejects bad citations).
+TINY_MODEL_MIN_ITEMS = {"facts": 1, "insights": 1, "fact_ids": 1}
 MAX_ITEMS = 6
 
 
@@ -216,10 +270,20 @@ def _bound(node: Any) -> Any:
     """Cap string lengths and list sizes so a tiny model cannot ramble past its token budget."""
     if isinstance(node, dict):
         out = {k: _bound(v) for k, v in node.items()}
+        props = out.get("properties")
+        if isinstance(props, dict) and isinstance(props.get("text"), dict) and props["text"].get("type") == "string":
+            props["text"].setdefault("minLength", MIN_TEXT)  # no "..." placeholders from a tiny model
         if out.get("type") == "string" and "enum" not in out:
             out.setdefault("maxLength", MAX_STRING)
         if out.get("type") == "array":
             out.setdefault("maxItems", MAX_ITEMS)
+        if isinstance(props, dict):
+            for name, least in TINY_MODEL_MIN_ITEMS.items():
+                if isinstance(props.get(name), dict) and props[name].get("type") == "array":
+                    props[name]["minItems"] = least
+                    out["required"] = sorted({*out.get("required", []), name})
+            if isinstance(props.get("text"), dict):
+                out["required"] = sorted({*out.get("required", []), "text"})
         return out
     if isinstance(node, list):
         return [_bound(v) for v in node]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -196,7 +196,7 @@ class FactOp(BaseModel):
     """
 
     op: OpName
-    id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE")
+    id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE", pattern=r"^[NF][0-9]{1,3}$")
     text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)")
     turn_ids: list[str] = Field(default_factory=list, description="ids of the turns it comes from")
 
@@ -205,9 +205,9 @@ class InsightOp(BaseModel):
     """One operation on the insight stream; ``fact_ids`` cite view or new fact labels."""
 
     op: OpName
-    id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE")
+    id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE", pattern=r"^[MI][0-9]{1,3}$")
     text: str = Field(default="", description="the persona's interpretation (empty for DELETE)")
-    fact_ids: list[str] = Field(
+    fact_ids: list[Annotated[str, Field(pattern=r"^[NF][0-9]{1,3}$")]] = Field(
         default_factory=list, description="fact ids it rests on: view ids (F3) or new labels (N1)"
     )
 

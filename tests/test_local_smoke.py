@@ -53,3 +53,16 @@ def test_writer_and_responder_run_on_the_bundled_model(local_model, tmp_path):
     assert row["status"] == "applied" or row.get("error"), "a failed chunk must carry its error"
     reply = respond("Should I keep gaming after my shifts?", PERSONA, settings=settings, model=local_model)
     assert reply.text.strip()
+
+
+def test_local_model_calls_bound_tools(local_model):
+    from pydantic import BaseModel
+
+    class Memory(BaseModel):
+        """Save one memory."""
+
+        content: str
+
+    message = local_model.bind_tools([Memory]).invoke("Remember that I work night shifts.")
+    assert message.tool_calls and message.tool_calls[0]["name"] == "Memory"
+    assert isinstance(message.tool_calls[0]["args"].get("content"), str)

@@ -43,8 +43,10 @@ fact you already remember. If nothing new was revealed, return empty lists.
 
 ## Output
 Answer with one JSON object only:
-{{"facts": [{{"op": "ADD", "id": "N1", "text": "...", "turn_ids": ["..."]}}], \
-"insights": [{{"op": "ADD", "id": "M1", "text": "...", "fact_ids": ["N1", "F2"]}}]}}"""
+{{"facts": [{{"op": "ADD", "id": "N1", "text": "The user moved to night shifts at the warehouse.", \
+"turn_ids": ["s2:t3"]}}], "insights": [{{"op": "ADD", "id": "M1", "text": "I read the gaming until \
+3 a.m. as decompression after exhausting shifts, not laziness.", "fact_ids": ["N1"]}}]}}
+(The example only shows the shape: write about THIS conversation.)"""
 
 WRITER_USER = """## WORKING MEMORY
 {view}

@@ -273,7 +273,7 @@ def _bound(node: Any) -> Any:
         props = out.get("properties")
         if isinstance(props, dict) and isinstance(props.get("text"), dict) and props["text"].get("type") == "string":
             props["text"].setdefault("minLength", MIN_TEXT)  # no "..." placeholders from a tiny model
-        if out.get("type") == "string" and "enum" not in out:
+        if out.get("type") == "string" and "enum" not in out and "pattern" not in out:
             out.setdefault("maxLength", MAX_STRING)
         if out.get("type") == "array":
             out.setdefault("maxItems", MAX_ITEMS)

@@ -128,7 +128,8 @@ def test_update_rewrites_in_place_and_keeps_the_old_version():
 
 def test_delete_supersedes_and_unknown_ids_are_rejected():
     update = MemoryUpdate(
-        facts=[FactOp(op="DELETE", id="F2"), FactOp(op="UPDATE", id="F9", text="x"), FactOp(op="DELETE", id="I1")],
+        # "I1" as a fact id fails the schema's id pattern; model_construct stands for an answer that slipped past it
+        facts=[FactOp(op="DELETE", id="F2"), FactOp(op="UPDATE", id="F9", text="x"), FactOp.model_construct(op="DELETE", id="I1", text="", turn_ids=[])],
         insights=[InsightOp(op="ADD", id="M1", text="her routine is crumbling", fact_ids=["F2"])],
     )
     plan = _plan(update)

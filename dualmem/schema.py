@@ -197,7 +197,7 @@ class FactOp(BaseModel):
 
     op: OpName
     id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE", pattern=r"^[NF][0-9]{1,3}$")
-    text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)")
+    text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)", max_length=300)
     turn_ids: list[str] = Field(default_factory=list, description="ids of the turns it comes from")
 
 
@@ -206,7 +206,7 @@ class InsightOp(BaseModel):
 
     op: OpName
     id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE", pattern=r"^[MI][0-9]{1,3}$")
-    text: str = Field(default="", description="the persona's interpretation (empty for DELETE)")
+    text: str = Field(default="", description="the persona's interpretation (empty for DELETE)", max_length=500)
     fact_ids: list[Annotated[str, Field(pattern=r"^[NF][0-9]{1,3}$")]] = Field(
         default_factory=list, description="fact ids it rests on: view ids (F3) or new labels (N1)"
     )

@@ -21,6 +21,21 @@ from pydantic import BaseModel, ValidationError
 
 T = TypeVar("T", bound=BaseModel)
 
+
+def _output_errors() -> tuple[type[BaseException], ...]:
+    """Return the exception types that mean "the answer was unusable" (retry), not "the call failed"."""
+    errors: list[type[BaseException]] = [ValueError, ValidationError]
+    try:  # the OpenAI client raises when a structured answer hits the length limit
+        from openai import ContentFilterFinishReasonError, LengthFinishReasonError
+
+        errors += [LengthFinishReasonError, ContentFilterFinishReasonError]
+    except ImportError:  # pragma: no cover - openai is optional
+        pass
+    return tuple(errors)
+
+
+OUTPUT_ERRORS = _output_errors()
+
 JSON_INSTRUCTION = (
     "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
 )
@@ -165,7 +180,7 @@ def invoke_structured(
     while True:
         try:
             result: Any = runnable.invoke(request, config=config)
-        except (ValueError, ValidationError) as exc:  # parser errors raised by some providers
+        except OUTPUT_ERRORS as exc:  # parser and length errors raised by some providers
             result = exc
         try:
             request = core.send(result)
@@ -189,7 +204,7 @@ async def ainvoke_structured(
     while True:
         try:
             result: Any = await runnable.ainvoke(request, config=config)
-        except (ValueError, ValidationError) as exc:
+        except OUTPUT_ERRORS as exc:
             result = exc
         try:
             request = core.send(result)

@@ -41,6 +41,7 @@ class FakeChatModel(BaseChatModel):
     responses: list[Any] = Field(default_factory=list)
     cycle: bool = False
     bound_tool: str | None = None
+    bound_schema: dict[str, Any] | None = None
     _state: dict[str, Any] = PrivateAttr(default_factory=lambda: {"i": 0, "calls": []})
 
     @property
@@ -54,8 +55,9 @@ class FakeChatModel(BaseChatModel):
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
         """Return a copy that answers with a call of the first tool."""
-        name = convert_to_openai_tool(tools[0])["function"]["name"] if tools else None
-        clone = self.model_copy(update={"bound_tool": name})
+        spec = convert_to_openai_tool(tools[0])["function"] if tools else None
+        update = {"bound_tool": spec["name"] if spec else None, "bound_schema": spec.get("parameters") if spec else None}
+        clone = self.model_copy(update=update)
         clone._state = self._state  # share the script and the call log
         return clone
 
@@ -81,6 +83,8 @@ class FakeChatModel(BaseChatModel):
         item = self._next(messages)
         if isinstance(item, BaseException):
             raise item
+        if item is None and self.bound_schema is not None:
+            item = minimal_instance(self.bound_schema)
         if isinstance(item, BaseModel):
             item = item.model_dump(mode="json")
         if isinstance(item, dict):
@@ -139,7 +143,7 @@ def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
             "insights": [{"op": "ADD", "id": "M1", "text": f"I read this as telling: {user[:80]}", "fact_ids": ["N1"]}],
         }
     if tool:
-        return {}
+        return None  # FakeChatModel fills a minimal valid instance of the bound schema
     return f"(fake reply) {text[-200:]}"
 
 
@@ -151,3 +155,37 @@ def make_fake(name: str) -> FakeChatModel:
     if name in {"memory", "echo", ""}:
         return FakeChatModel(responses=[_echo_memory], cycle=True)
     raise ValueError(f"unknown fake model {name!r}; use fake:memory")
+
+
+def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+    """Return a small value valid for a JSON schema (required fields only; refs resolved)."""
+    root = root or schema
+    if "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        return minimal_instance(node, root)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return minimal_instance(options[0], root)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        return {name: minimal_instance(props[name], root) for name in schema.get("required", []) if name in props}
+    if kind == "array":
+        return [minimal_instance(schema["items"], root) for _ in range(schema.get("minItems", 0))] if "items" in schema else []
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        return max(low, 1) if schema.get("maximum", 10) >= 1 else low
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        return "fake text that is long enough"[: schema.get("maxLength", 64)]
+    return None

@@ -12,7 +12,7 @@ Variants:
 - ``raw-turns`` — the :class:`~dualmem.frameworks.raw_turns.RawTurnsFramework`
   on a temporary LanceDB: every turn verbatim, dense retrieval.
 - ``best`` — :class:`~dualmem.retrieval.turns.TurnIndex`: dense + BM25 over
-  ``speaker: text`` + adjacent-turn and session smoothing + a bonus for turns
+  ``speaker: text`` + 3-turn windows (dense and BM25) + adjacent-turn and session smoothing + a bonus for turns
   of the person the question names. The evidence and observation fields are
   never used for retrieval; the weights were tuned on these same 10
   conversations (there is no held-out split).
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         per = {it.dialogue.id: run_best(it, cache, config) for it in tqdm(items, desc="best")}
         results["variants"]["best"] = _summary(per) | {
-            "description": "dense + BM25('speaker: text') + adjacent-turn and session smoothing + named-speaker bonus; "
+            "description": "dense + BM25('speaker: text') + 3-turn window dense/BM25 + adjacent-turn and session smoothing + named-speaker bonus; "
             "weights tuned on these 10 conversations",
             "config": asdict(config),
         }

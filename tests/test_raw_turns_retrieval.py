@@ -122,3 +122,45 @@ def test_turn_index_named_speaker_bonus():
         index = TurnIndex(["D1:1", "D1:2"], ["s1", "s1"], texts, vectors, TurnRankConfig(w_speaker=weight),
                           speakers=["Caroline", "Melanie"])
         assert index.rank(question, qv, k=1)[0][0] == first
+
+
+def test_bm25_tfidf_rows_are_unit_and_query_cosine_matches():
+    docs = [tokenize(t) for t in ("bike trip Berlin Copenhagen", "bike repair shop", "tax forms due")]
+    index = BM25(docs)
+    rows = index.tfidf().toarray()
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0)
+    sims = index.tfidf_query(tokenize("Copenhagen bike route"))
+    assert sims.argmax() == 0 and sims[2] == 0.0
+    assert index.tfidf_query(tokenize("nothing shared")).tolist() == [0.0, 0.0, 0.0]
+    assert index.tfidf(upto=2).shape[0] == 2  # statistics of a visible prefix only
+
+
+def test_session_index_thread_affinity_lifts_sessions_of_the_same_project():
+    # "b" shares the query's rare word only through its neighbour "a"; "c" is unrelated but equally dense-similar
+    emb = HashEmbeddings(64)
+    texts = {"a": "Müritz cycling route Copenhagen hostel", "b": "Copenhagen hostel booking ferry times",
+             "c": "quarterly tax forms and receipts"}
+    zero = np.zeros((1, 64), np.float32)
+    query = "what about the Müritz cycling plan"
+    qv = np.asarray(emb.embed_query(query))
+    scores = {}
+    for weight in (0.0, 2.0):
+        cfg = SessionRankConfig(w_dense=0.0, w_reply=0.0, w_context=0.0, w_recency=0.0, w_propagation=0.0,
+                                w_bm25=0.0, w_thread=weight)
+        index = SessionIndex(dims=64, config=cfg)
+        for sid, text in texts.items():
+            index.add(sid, zero, text)
+        scores[weight] = dict(index.rank(query, qv))
+    assert scores[0.0]["b"] == scores[0.0]["c"]
+    assert scores[2.0]["b"] > scores[2.0]["c"]
+
+
+def test_session_index_uses_assistant_turn_vectors_when_given():
+    emb = HashEmbeddings(64)
+    index = SessionIndex(dims=64, config=SessionRankConfig(w_dense=0.0, w_context=0.0, w_bm25=0.0, w_thread=0.0,
+                                                            w_recency=0.0, w_propagation=0.0, w_reply=1.0))
+    user = np.asarray(emb.embed_documents(["hello there"]))
+    index.add("s0", user, "hello there", np.asarray(emb.embed_documents(["the pill organizer is refilled on Sunday"])))
+    index.add("s1", user, "hello there", np.asarray(emb.embed_documents(["climbing gym opens at noon"])))
+    query = "pill organizer refilled on Sunday"
+    assert index.rank(query, np.asarray(emb.embed_query(query)))[0][0] == "s0"

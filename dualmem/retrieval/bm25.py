@@ -83,6 +83,34 @@ class BM25:
             self._lengths = np.asarray([sum(r.values()) for r in self._rows], dtype=float)
         return self._matrix
 
+    def tfidf(self, upto: int | None = None) -> sparse.csr_matrix:
+        """Return L2-normalised sublinear tf-idf rows of the first ``upto`` documents (their statistics only)."""
+        n = len(self._rows) if upto is None else min(upto, len(self._rows))
+        matrix = sparse.csr_matrix(self._build()[:n])
+        df = np.asarray((matrix > 0).sum(axis=0)).ravel()
+        idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
+        weighted = matrix.copy()
+        weighted.data = 1.0 + np.log(weighted.data)
+        weighted = sparse.csr_matrix(weighted.multiply(idf[None, :]))
+        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
+        norms[norms == 0] = 1.0
+        return sparse.csr_matrix(sparse.diags(1.0 / norms) @ weighted)
+
+    def tfidf_query(self, query: Sequence[str], upto: int | None = None) -> np.ndarray:
+        """Return the cosine between ``query`` (as a sublinear tf-idf vector) and each of the first ``upto`` documents."""
+        n = len(self._rows) if upto is None else min(upto, len(self._rows))
+        counts: dict[int, int] = {}
+        for tok in query:
+            if tok in self.vocab:
+                counts[self.vocab[tok]] = counts.get(self.vocab[tok], 0) + 1
+        if n == 0 or not counts:
+            return np.zeros(n)
+        terms = np.asarray(list(counts), dtype=int)
+        df = np.asarray((self._build()[:n][:, terms] > 0).sum(axis=0)).ravel()
+        weights = (1.0 + np.log(np.asarray(list(counts.values()), dtype=float))) * (np.log((1.0 + n) / (1.0 + df)) + 1.0)
+        weights /= max(float(np.linalg.norm(weights)), 1e-12)
+        return np.asarray(self.tfidf(n)[:, terms] @ weights).ravel()
+
     def scores(self, query: Sequence[str], upto: int | None = None) -> np.ndarray:
         """Return the BM25 score of each of the first ``upto`` documents (all by default)."""
         n = len(self._rows) if upto is None else min(upto, len(self._rows))

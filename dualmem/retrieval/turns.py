@@ -6,6 +6,8 @@ them for a question. Features (z-scored over all turns, weighted sum):
 - ``dense``: cosine between the question and the turn;
 - ``bm25``: BM25 of the question against ``speaker: text`` of the turn
   (questions name the speaker: "When did Caroline ...");
+- ``window``: cosine and BM25 of the question against the turn joined with
+  its two neighbours in the same session (the answer may be split over turns);
 - ``neighbour``: the best of the two adjacent turns' dense+BM25 scores in the
   same session — an answer often sits next to the turn that matches the words;
 - ``session``: the session's best turn score plus its BM25 as a whole —
@@ -32,8 +34,10 @@ class TurnRankConfig:
     """Weights of the turn ranker (defaults tuned on the 10 LoCoMo conversations: no held-out set)."""
 
     w_dense: float = field(default=1.0, metadata={"help": "question-turn cosine"})
-    w_bm25: float = field(default=0.45, metadata={"help": "BM25 of the question vs 'speaker: text'"})
-    w_neighbour: float = field(default=0.4, metadata={"help": "best adjacent turn's score"})
+    w_bm25: float = field(default=0.3, metadata={"help": "BM25 of the question vs 'speaker: text'"})
+    w_window: float = field(default=0.15, metadata={"help": "cosine vs the turn's 3-turn window"})
+    w_window_bm25: float = field(default=0.15, metadata={"help": "BM25 vs the turn's 3-turn window"})
+    w_neighbour: float = field(default=0.55, metadata={"help": "best adjacent turn's score"})
     w_session: float = field(default=1.0, metadata={"help": "session-level score (best turn + session BM25)"})
     w_speaker: float = field(default=5.0, metadata={"help": "bonus for turns whose speaker the question names"})
     max_per_session: int = field(default=0, metadata={"help": "at most this many turns per session (0: no cap)"})
@@ -69,6 +73,20 @@ class TurnIndex:
         same_prev = np.r_[False, self._session_of[1:] == self._session_of[:-1]]
         self._has_prev = same_prev
         self._has_next = np.r_[same_prev[1:], False]
+        window = self.vectors.copy()
+        window[1:][same_prev[1:]] += self.vectors[:-1][same_prev[1:]]
+        window[:-1][self._has_next[:-1]] += self.vectors[1:][self._has_next[:-1]]
+        norms = np.linalg.norm(window, axis=1, keepdims=True)
+        self._window_vectors = window / np.where(norms > 0, norms, 1.0)
+        tokens = [tokenize(t) for t in texts]
+        self._window_bm25 = BM25(
+            [
+                (tokens[i - 1] if same_prev[i] else []) + tokens[i] + (tokens[i + 1] if self._has_next[i] else [])
+                for i in range(len(tokens))
+            ],
+            k1=cfg.bm25_k1,
+            b=0.75,
+        )
 
     def __len__(self) -> int:
         return len(self.turn_ids)
@@ -79,6 +97,10 @@ class TurnIndex:
         q = np.asarray(question_vector, dtype=np.float32)
         tokens = tokenize(question)
         base = cfg.w_dense * zscore(self.vectors @ q) + cfg.w_bm25 * zscore(self._bm25.scores(tokens))
+        if cfg.w_window:
+            base += cfg.w_window * zscore(self._window_vectors @ q)
+        if cfg.w_window_bm25:
+            base += cfg.w_window_bm25 * zscore(self._window_bm25.scores(tokens))
         score = base.copy()
         if cfg.w_neighbour:
             low = np.full(len(base), base.min() if len(base) else 0.0)

@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LANGSMITH_TEST_TRACKING := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-integration lint bench venv dev clean
+.PHONY: demo test test-integration lint bench venv dev llamacpp clean
 
 include Makefile.train
 
@@ -28,8 +28,16 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(PIP) install -q -e ".[dev,train]"
 	touch $@
 
+# llama.cpp engine for the bundled model (several times faster on CPU); builds from source, ~10 min.
+# Portable AVX2 kernels: a native build (AVX-512/AMX) segfaults on batched prompts on this machine type.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AVX_VNNI=OFF
+$(VENV)/.llamacpp: $(VENV)/.installed
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) install -q --no-cache-dir -e ".[llamacpp]"
+	touch $@
+
 venv: $(VENV)/.installed
-dev: $(VENV)/.dev
+dev: $(VENV)/.dev $(VENV)/.llamacpp
+llamacpp: $(VENV)/.llamacpp
 
 demo: venv
 	$(BIN)/dualmem demo

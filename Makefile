@@ -28,7 +28,7 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(PIP) install -q -e ".[dev,train]"
 	touch $@
 
-# llama.cpp engine for the bundled model (several times faster on CPU); builds from source, ~10 min.
+# Optional llama.cpp engine for the bundled model (`make llamacpp`); builds from source, ~10 min.
 # Portable AVX2 kernels: a native build (AVX-512/AMX) segfaults on batched prompts on this machine type.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AVX_VNNI=OFF
 $(VENV)/.llamacpp: $(VENV)/.installed
@@ -36,7 +36,7 @@ $(VENV)/.llamacpp: $(VENV)/.installed
 	touch $@
 
 venv: $(VENV)/.installed
-dev: $(VENV)/.dev $(VENV)/.llamacpp
+dev: $(VENV)/.dev
 llamacpp: $(VENV)/.llamacpp
 
 demo: venv

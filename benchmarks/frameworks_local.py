@@ -1,0 +1,126 @@
+"""Every registered memory framework through `dualmem eval` on the bundled local model.
+
+The acceptance run of the frameworks issue: for each name of the registry,
+``dualmem eval --dataset realmem <Sophie_Dubois> --framework NAME --limit N``
+with the bundled SmolLM2-135M (``local:smollm2``) as chat model and the bundled
+MiniLM embedder, each in its own run folder, then ``dualmem eval compare`` over
+all of them. It checks that every framework ingests, retrieves, answers and
+writes its report offline; the tiny model's quality means nothing here.
+
+Writes ``benchmarks/results/frameworks_local.json`` (status, wall time, sessions
+ingested, queries, errors and recall of each framework) and
+``<runs>/comparison.md``/``.html``. Re-running resumes unfinished runs (each
+run folder has its own checkpointer) and skips finished ones.
+
+Run: ``python benchmarks/frameworks_local.py [--limit 20] [--frameworks a,b] [--runs runs/frameworks-local]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dualmem.frameworks import REGISTRY  # noqa: E402
+
+DATA = REPO / ".." / "shared" / "data" / "realmem" / "Sophie_Dubois_dialogues_256k.json"
+OUT = REPO / "benchmarks" / "results" / "frameworks_local.json"
+
+
+def _dualmem() -> list[str]:
+    exe = Path(sys.executable).with_name("dualmem")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "dualmem.cli"]
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: int) -> dict[str, Any]:
+    """Run one framework's evaluation in a subprocess; return its status row."""
+    run_dir = runs / name
+    summary_path = run_dir / "summary.json"
+    row: dict[str, Any] = {"framework": name, "run_dir": str(run_dir)}
+    if summary_path.exists():
+        row["status"] = "ok (earlier run)"
+    else:
+        cmd = [*_dualmem(), "eval", str(data), "--dataset", "realmem", "--framework", name, "--limit", str(limit),
+               "--out", str(run_dir), "--model", model]
+        started = time.perf_counter()
+        log = runs / f"{name}.log"
+        runs.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as fh:
+            try:
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+                code: int | str = proc.returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        row["wall_s"] = round(time.perf_counter() - started, 1)
+        row["exit"] = code
+        row["status"] = "ok" if code == 0 and summary_path.exists() else "failed"
+        if row["status"] == "failed":
+            row["log_tail"] = log.read_text()[-2000:]
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        records = _records(run_dir)
+        row["queries"] = len(records)
+        row["answered"] = sum(1 for r in records if (r.get("answer") or "").strip())
+        row["queries_with_errors"] = summary.get("n_query_errors")
+        row["ingest"] = summary.get("ingest")
+        overall = summary.get("overall") or {}
+        row["metrics"] = {k: v for k, v in overall.items() if isinstance(v, int | float) and k.endswith("@10")}
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every framework (or those named), print a status table, write the JSON results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA, help="RealMem file (default: Sophie_Dubois)")
+    parser.add_argument("--limit", type=int, default=20, help="first N queries (replay stops at the N-th query's session)")
+    parser.add_argument("--frameworks", default=",".join(REGISTRY), help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "frameworks-local", help="folder of the run folders")
+    parser.add_argument("--model", default="local:smollm2", help="chat model of every framework")
+    parser.add_argument("--timeout", type=int, default=4 * 3600, help="seconds allowed per framework")
+    parser.add_argument("--out", type=Path, default=OUT, help="JSON file written with the results")
+    args = parser.parse_args(argv)
+    if not args.data.exists():
+        raise SystemExit(f"RealMem data not found at {args.data}; pass --data (see ../shared/data/README.md)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    names = [n.strip() for n in args.frameworks.split(",") if n.strip()]
+    rows = []
+    for name in names:
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {name} ...", flush=True)
+        row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout)
+        print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
+        rows.append(row)
+    done = [str(args.runs / r["framework"]) for r in rows if r["status"].startswith("ok")]
+    if done:
+        subprocess.run([*_dualmem(), "eval", "compare", *done, "--out", str(args.runs)], check=False)
+    results = {
+        "benchmark": "every framework through `dualmem eval` on the bundled local model",
+        "dataset": str(args.data.name),
+        "limit": args.limit,
+        "model": args.model,
+        "frameworks": rows,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -51,9 +51,12 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     """Run one framework's evaluation in a subprocess; return its status row."""
     run_dir = runs / name
     summary_path = run_dir / "summary.json"
+    status_path = runs / f"{name}.status.json"
     row: dict[str, Any] = {"framework": name, "run_dir": str(run_dir)}
-    if summary_path.exists():
-        row["status"] = "ok (earlier run)"
+    if summary_path.exists() and status_path.exists():
+        row = json.loads(status_path.read_text())
+    elif summary_path.exists():
+        row["status"] = "ok (earlier run, time not recorded)"
     else:
         cmd = [*_dualmem(), "eval", str(data), "--dataset", "realmem", "--framework", name, "--limit", str(limit),
                "--out", str(run_dir), "--model", model]
@@ -71,6 +74,7 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
         row["status"] = "ok" if code == 0 and summary_path.exists() else "failed"
         if row["status"] == "failed":
             row["log_tail"] = log.read_text()[-2000:]
+        status_path.write_text(json.dumps(row, indent=2) + "\n")
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         records = _records(run_dir)
@@ -104,9 +108,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout)
         print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
         rows.append(row)
+        _write(args, rows)
     done = [str(args.runs / r["framework"]) for r in rows if r["status"].startswith("ok")]
     if done:
         subprocess.run([*_dualmem(), "eval", "compare", *done, "--out", str(args.runs)], check=False)
+    return _write(args, rows)
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
     results = {
         "benchmark": "every framework through `dualmem eval` on the bundled local model",
         "dataset": str(args.data.name),

@@ -11,7 +11,7 @@ Variants:
 
 - ``raw-turns`` — the :class:`~dualmem.frameworks.raw_turns.RawTurnsFramework`
   on a temporary LanceDB: every turn verbatim, dense retrieval.
-- ``best`` — :class:`~dualmem.retrieval.turns.TurnIndex`: dense + BM25 over
+- ``best`` — :class:`~dualmem.retrieval.turns.TurnIndex`: dense (question without the speakers' names) + BM25 over
   ``speaker: text`` + 3-turn windows (dense and BM25) + adjacent-turn and session smoothing + a bonus for turns
   of the person the question names. The evidence and observation fields are
   never used for retrieval; the weights were tuned on these same 10
@@ -46,7 +46,7 @@ from dualmem.frameworks import FrameworkContext  # noqa: E402
 from dualmem.frameworks.raw_turns import RawTurnsFramework  # noqa: E402
 from dualmem.models import BUNDLED_EMBEDDER, load_embeddings  # noqa: E402
 from dualmem.retrieval.cache import DEFAULT_FOLDER, CachedEmbeddings, EmbeddingCache  # noqa: E402
-from dualmem.retrieval.turns import TurnIndex, TurnRankConfig  # noqa: E402
+from dualmem.retrieval.turns import TurnIndex, TurnRankConfig, dense_question  # noqa: E402
 from dualmem.schema import DatasetItem, Query  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "locomo" / "locomo10.json"
@@ -85,7 +85,8 @@ def run_best(item: DatasetItem, cache: EmbeddingCache, config: TurnRankConfig) -
         speakers=[t.speaker for t, _ in turns],
     )
     questions = _questions(item)
-    vectors = cache.embed([q.text for q in questions])
+    speakers = sorted({t.speaker for t, _ in turns if t.speaker})
+    vectors = cache.embed([dense_question(q.text, speakers) for q in questions])
     out = []
     for q, qv in zip(questions, vectors, strict=True):
         ranked = [tid for tid, _ in index.rank(q.text, qv, k=K)]
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         per = {it.dialogue.id: run_best(it, cache, config) for it in tqdm(items, desc="best")}
         results["variants"]["best"] = _summary(per) | {
-            "description": "dense + BM25('speaker: text') + 3-turn window dense/BM25 + adjacent-turn and session smoothing + named-speaker bonus; "
+            "description": "dense (question without speaker names) + BM25('speaker: text') + 3-turn window dense/BM25 + adjacent-turn and session smoothing + named-speaker bonus; "
             "weights tuned on these 10 conversations",
             "config": asdict(config),
         }

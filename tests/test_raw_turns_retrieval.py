@@ -8,7 +8,7 @@ import pytest
 from dualmem.retrieval.bm25 import BM25, tokenize
 from dualmem.retrieval.cache import CachedEmbeddings, EmbeddingCache
 from dualmem.retrieval.sessions import SessionIndex, SessionRankConfig, rank_by_best_item
-from dualmem.retrieval.turns import TurnIndex, TurnRankConfig
+from dualmem.retrieval.turns import TurnIndex, TurnRankConfig, dense_question
 from dualmem.testing import HashEmbeddings
 
 
@@ -164,3 +164,13 @@ def test_session_index_uses_assistant_turn_vectors_when_given():
     index.add("s1", user, "hello there", np.asarray(emb.embed_documents(["climbing gym opens at noon"])))
     query = "pill organizer refilled on Sunday"
     assert index.rank(query, np.asarray(emb.embed_query(query)))[0][0] == "s0"
+
+
+def test_dense_question_drops_speaker_names_but_keeps_the_rest():
+    speakers = ["Caroline", "Melanie"]
+    assert dense_question("When did Caroline go to the LGBTQ support group?", speakers) == (
+        "When did go to the LGBTQ support group?"
+    )
+    assert dense_question("What is melanie's dog called?", speakers) == "What is dog called?"
+    assert dense_question("Where did Carolineville host the fair?", speakers) == "Where did Carolineville host the fair?"
+    assert dense_question("Caroline", speakers) == "Caroline"  # nothing left: the question is kept whole

@@ -14,12 +14,18 @@ them for a question. Features (z-scored over all turns, weighted sum):
   relevant sessions lift all their turns;
 - ``speaker``: a bonus for turns spoken by the person the question names.
 
+The question's dense vector is best taken from :func:`dense_question`: the
+question with the speakers' names removed (people rarely say their own name,
+so the name only pulls the question vector away from the turns it asks about;
+the ``speaker`` feature uses the name instead).
+
 ``max_per_session`` caps how many turns one session may place in the top
 ``k`` (questions whose evidence spans sessions gain).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +33,19 @@ import numpy as np
 
 from dualmem.retrieval.bm25 import BM25, tokenize
 from dualmem.retrieval.sessions import zscore
+
+
+def dense_question(question: str, speakers: Sequence[str]) -> str:
+    """Return ``question`` without the names of ``speakers`` (and their possessive), for its dense vector.
+
+    >>> dense_question("When did Caroline's sister visit Melanie?", ["Caroline", "Melanie"])
+    'When did sister visit ?'
+    """
+    out = question
+    for name in sorted({s for s in speakers if s}, key=len, reverse=True):
+        out = re.sub(rf"\b{re.escape(name)}(?:'s)?\b", "", out, flags=re.IGNORECASE)
+    out = re.sub(r"\s+", " ", out).strip()
+    return out or question
 
 
 @dataclass(frozen=True)

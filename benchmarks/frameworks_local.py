@@ -52,7 +52,7 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     run_dir = runs / name
     summary_path = run_dir / "summary.json"
     status_path = runs / f"{name}.status.json"
-    row: dict[str, Any] = {"framework": name, "run_dir": str(run_dir)}
+    row: dict[str, Any] = {"framework": name, "run_dir": os.path.relpath(run_dir, REPO)}
     if summary_path.exists() and status_path.exists():
         row = json.loads(status_path.read_text())
     elif summary_path.exists():

@@ -10,7 +10,11 @@ writes its report offline; the tiny model's quality means nothing here.
 Writes ``benchmarks/results/frameworks_local.json`` (status, wall time, sessions
 ingested, queries, errors and recall of each framework) and
 ``<runs>/comparison.md``/``.html``. Re-running resumes unfinished runs (each
-run folder has its own checkpointer) and skips finished ones.
+run folder has its own checkpointer) and skips finished ones;
+a run stopped with Ctrl-C or ``kill`` is recorded as ``interrupted`` and its wall
+time so far is added to that of the run that resumes it (``segments`` counts them).
+
+It prints the README's markdown table of the frameworks it was given.
 
 Run: ``python benchmarks/frameworks_local.py [--limit 20] [--frameworks a,b] [--runs runs/frameworks-local]``
 """
@@ -21,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +36,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dualmem.config import Settings  # noqa: E402
 from dualmem.frameworks import REGISTRY  # noqa: E402
+from dualmem.local_llm import resolve_engine  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "realmem" / "Sophie_Dubois_dialogues_256k.json"
 OUT = REPO / "benchmarks" / "results" / "frameworks_local.json"
@@ -47,6 +54,11 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def _engine(model: str) -> str:
+    """Return the runtime that serves ``model`` (llama.cpp or transformers for local models)."""
+    return resolve_engine(Settings().local_engine) if model.startswith("local:") else model.split(":", 1)[0]
+
+
 def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: int) -> dict[str, Any]:
     """Run one framework's evaluation in a subprocess; return its status row."""
     run_dir = runs / name
@@ -58,23 +70,30 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     elif summary_path.exists():
         row["status"] = "ok (earlier run, time not recorded)"
     else:
+        earlier = json.loads(status_path.read_text()) if status_path.exists() else {}
+        earlier = earlier if earlier.get("status") == "interrupted" else {}
         cmd = [*_dualmem(), "eval", str(data), "--dataset", "realmem", "--framework", name, "--limit", str(limit),
                "--out", str(run_dir), "--model", model]
         started = time.perf_counter()
         log = runs / f"{name}.log"
         runs.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as fh:
-            try:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
-                code: int | str = proc.returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
-        row["wall_s"] = round(time.perf_counter() - started, 1)
-        row["exit"] = code
-        row["status"] = "ok" if code == 0 and summary_path.exists() else "failed"
-        if row["status"] == "failed":
-            row["log_tail"] = log.read_text()[-2000:]
-        status_path.write_text(json.dumps(row, indent=2) + "\n")
+        row["engine"] = _engine(model)
+        row["segments"] = int(earlier.get("segments", 1 if earlier else 0)) + 1
+        code: int | str = "interrupted"
+        try:
+            with open(log, "a") as fh:
+                try:
+                    proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+                    code = proc.returncode
+                except subprocess.TimeoutExpired:
+                    code = "timeout"
+        finally:  # an interrupted run resumes from its checkpoint next time; its time so far is kept
+            row["wall_s"] = round(float(earlier.get("wall_s", 0.0)) + time.perf_counter() - started, 1)
+            row["exit"] = code
+            row["status"] = "ok" if code == 0 and summary_path.exists() else ("interrupted" if code == "interrupted" else "failed")
+            if row["status"] == "failed":
+                row["log_tail"] = log.read_text()[-2000:]
+            status_path.write_text(json.dumps(row, indent=2) + "\n")
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         records = _records(run_dir)
@@ -101,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.data.exists():
         raise SystemExit(f"RealMem data not found at {args.data}; pass --data (see ../shared/data/README.md)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops like Ctrl-C: the run's time so far is recorded
     names = [n.strip() for n in args.frameworks.split(",") if n.strip()]
     rows = []
     for name in names:
@@ -109,10 +129,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
         rows.append(row)
         _write(args, rows)
+    print(markdown_table(rows))
     done = [str(args.runs / r["framework"]) for r in rows if r["status"].startswith("ok")]
     if done:
         subprocess.run([*_dualmem(), "eval", "compare", *done, "--out", str(args.runs)], check=False)
     return _write(args, rows)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """Return the README's table of ``rows``: status, engine, wall time, ingest and answers per framework."""
+    lines = [
+        "| framework | status | engine | wall time | sessions ingested | items written | failed chunks | queries answered | recall_any@10 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ingest = r.get("ingest") or {}
+        wall = f"{r['wall_s'] / 60:.0f} min" if r.get("wall_s") is not None else "-"
+        answered = f"{r['answered']}/{r['queries']}" if "queries" in r else "-"
+        recall = (r.get("metrics") or {}).get("recall_any@10")
+        lines.append(
+            f"| `{r['framework']}` | {r['status']} | {r.get('engine', '-')} | {wall} | {ingest.get('sessions', '-')} "
+            f"| {ingest.get('items_written', '-')} | {ingest.get('failed_chunks', '-')} | {answered} "
+            f"| {'-' if recall is None else round(recall, 2)} |"
+        )
+    return "\n".join(lines)
+
+
+def _interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
+    raise KeyboardInterrupt
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:

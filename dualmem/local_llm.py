@@ -35,7 +35,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from dualmem.errors import ConfigurationError
 
@@ -92,7 +92,6 @@ class LocalChatModel(BaseChatModel):
     engine: str = "transformers"
     temperature: float = 0.0
     max_new_tokens: int = 512
-    tools_json: list[dict[str, Any]] = Field(default_factory=list)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
@@ -170,15 +169,21 @@ class LocalChatModel(BaseChatModel):
             kwargs["logits_processor"] = LogitsProcessorList([factory()])
         return kwargs
 
-    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
-        """Return a copy that answers with tool calls, decoded under a grammar of the tools' schemas."""
-        clone = self.model_copy(update={"tools_json": [convert_to_openai_tool(t) for t in tools]})
-        clone._lock = self._lock
-        return clone
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Return a binding (``.bound`` is this model, as LangChain's models do) that answers with tool calls.
 
-    def _tool_calls(self, messages: list[BaseMessage]) -> AIMessage:
-        """Generate tool calls as JSON constrained to the bound tools."""
-        functions = [t["function"] for t in self.tools_json]
+        The calls are decoded under a grammar of the tools' schemas. ``tool_choice``: a tool's name (or
+        ``{"type": "function", "function": {"name": ...}}``) restricts the calls to that tool; ``"none"``
+        answers in text; anything else (``None``, ``"auto"``, ``"any"``, ``"required"``) makes at least one call.
+        """
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
+
+    def _tool_calls(self, messages: list[BaseMessage], tools: list[dict[str, Any]], tool_choice: Any = None) -> AIMessage:
+        """Generate tool calls as JSON constrained to ``tools`` (OpenAI tool dicts)."""
+        functions = [t["function"] for t in tools]
+        chosen = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice
+        if isinstance(chosen, str) and chosen in {f["name"] for f in functions}:
+            functions = [f for f in functions if f["name"] == chosen]
         call = {
             "anyOf": [
                 {
@@ -213,8 +218,9 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if self.tools_json:
-            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages))])
+        tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
+        if tools and tool_choice != "none":
+            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages, tools, tool_choice))])
         text, usage = self._run(messages, stop)
         message = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -226,6 +232,17 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
+        tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
+        if tools and tool_choice != "none":  # tool calls come whole, as one chunk
+            message = self._tool_calls(messages, tools, tool_choice)
+            calls = [
+                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                for i, c in enumerate(message.tool_calls)
+            ]
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(content=message.content, tool_call_chunks=calls, usage_metadata=message.usage_metadata)  # type: ignore[arg-type]
+            )
+            return
         for piece in self._pieces(messages, stop):
             if piece:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))

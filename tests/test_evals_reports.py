@@ -46,7 +46,12 @@ def test_rolememo_summary_and_report_files(tmp_path):
                    task_type=tt, judges={"logical_quality": {"key": "logical_quality", "score": score}})
 
     records = [rm(1, 2, 1, "Value Judgment", 4.0), rm(2, 2, 0, "Decision Guidance", 2.0)]
-    s = summarize("rolememo", records, ingest={"p": [{"session": "s1", "items": 3, "failed_chunks": ["c1"], "seconds": 1.0}]})
+    ingest = {"p": [{"session": "s1", "items": 3, "failed_chunks": ["c1"], "chunk_errors": {"c1": "ValidationError: facts | missing"},
+                     "seconds": 1.0}, {"session": "s2", "error": "RuntimeError: store gone"}]}
+    s = summarize("rolememo", records, ingest=ingest)
+    assert s["ingest"]["errors"] == [{"session": "s1", "chunk": "c1", "error": "ValidationError: facts | missing"},
+                                     {"session": "s2", "chunk": None, "error": "RuntimeError: store gone"}]
+    assert s["ingest"]["failed_sessions"] == ["s2"]
     assert s["overall"]["fact_recall@10"] == 0.75 and s["overall"]["insight_recall@10"] == 0.5
     assert s["by_task_type"]["Decision Guidance"]["insight_recall@10"] == 0.0
     assert s["ingest"]["failed_chunks"] == 1 and s["judges"]["logical_quality"]["mean"] == 3.0
@@ -57,6 +62,7 @@ def test_rolememo_summary_and_report_files(tmp_path):
     assert len((run / "records.jsonl").read_text().splitlines()) == 2
     md = (run / "report.md").read_text()
     assert "all-MiniLM-L6-v2 (bundled)" in md and "Decision Guidance" in md and "| logical_quality | 3.000 |" in md
+    assert "| s1 | c1 | ValidationError: facts / missing |" in md and "| s2 | (whole session) | RuntimeError: store gone |" in md
     html = (run / "report.html").read_text()
     assert "<table>" in html and 'id="recall_by_group"' in html and 'id="judge_radar"' in html
     assert "src=\"data:image/png;base64," in html and "http" not in html.split("<body>")[1]

@@ -121,3 +121,24 @@ def test_rolememo_runner_on_the_bundled_sample():
         assert rec["metrics"]["insight_recall"] == 0.0 or math.isnan(rec["metrics"]["insight_recall"])
     with pytest.raises(ValueError, match="similarity embedder"):
         run_rolememo(item, GoldEcho(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False))
+
+
+def test_ingest_log_keeps_the_reason_of_each_failed_chunk(sophie):
+    from dualmem.frameworks.base import FrameworkContext, IngestReport
+
+    class HalfFailing(MemoryFramework):
+        """Fails the second chunk of every session, with a reason, and one chunk without one."""
+
+        name = "half-failing"
+        description = "test"
+
+        def ingest(self, session):
+            return IngestReport(session_id=session.id, items_written=1, failed_chunks=[f"{session.id}:1", f"{session.id}:2"],
+                                meta={"errors": {f"{session.id}:1": "ValidationError: facts"}})
+
+        def retrieve(self, query, k=10):
+            return []
+
+    out = run_realmem(sophie, HalfFailing(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False, embed=HashEmbeddings(64), limit=1))
+    first = out["ingest"][0]
+    assert first["chunk_errors"] == {f"{first['session']}:1": "ValidationError: facts", f"{first['session']}:2": "no reason recorded"}

@@ -67,9 +67,25 @@ def test_local_model_calls_bound_tools(local_model):
 
         content: str
 
-    message = local_model.bind_tools([Memory]).invoke("Remember that I work night shifts.")
-    assert message.tool_calls and message.tool_calls[0]["name"] == "Memory"
+    class Forget(BaseModel):
+        """Delete one memory."""
+
+        memory_id: str
+
+    bound = local_model.bind_tools([Memory, Forget], tool_choice="Memory")
+    # LangChain's convention, which trustcall (langmem) relies on: a binding over the model itself
+    assert bound.bound is local_model
+    message = bound.invoke("Remember that I work night shifts.")
+    assert message.tool_calls and {c["name"] for c in message.tool_calls} == {"Memory"}
     assert isinstance(message.tool_calls[0]["args"].get("content"), str)
+    chunks = list(local_model.bind_tools([Forget]).stream("Forget memory m1."))
+    merged = chunks[0]
+    for c in chunks[1:]:
+        merged += c
+    assert merged.tool_calls and merged.tool_calls[0]["name"] == "Forget"
+    assert isinstance(merged.tool_calls[0]["args"].get("memory_id"), str)
+    plain = local_model.bind_tools([Memory], tool_choice="none").invoke("Say hi.")
+    assert not plain.tool_calls and str(plain.content).strip()
 
 
 def test_local_model_streams_and_stops_at_end_of_turn(local_model):

@@ -19,6 +19,7 @@ from typing import Any
 from dualmem.evals import plots
 
 RECORDS = "records.jsonl"
+MAX_ERRORS_SHOWN = 20  # ingest errors listed in the report (all are in summary.json)
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -124,7 +125,13 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         parts += ["## ragas ID-based context metrics (recomputed with ragas, micro mean)", "",
                   md_table(list(rg), [list(rg.values())]), ""]
     if summary.get("ingest"):
-        parts += ["## Ingest", "", md_table(list(summary["ingest"]), [list(summary["ingest"].values())]), ""]
+        ingest = {k: v for k, v in summary["ingest"].items() if k != "errors"}
+        parts += ["## Ingest", "", md_table(list(ingest), [list(ingest.values())]), ""]
+        errors = summary["ingest"].get("errors") or []
+        if errors:
+            rows = [[e["session"], e["chunk"] or "(whole session)", str(e["error"]).replace("|", "/")] for e in errors[:MAX_ERRORS_SHOWN]]
+            more = f" ({len(errors) - MAX_ERRORS_SHOWN} more in summary.json)" if len(errors) > MAX_ERRORS_SHOWN else ""
+            parts += [f"### Ingest errors{more}", "", md_table(["session", "chunk", "error"], rows), ""]
     return "\n".join(parts)
 
 

@@ -129,7 +129,9 @@ def _ingest(framework: MemoryFramework, session: Session, opts: RunOptions, log:
     started = time.perf_counter()
     try:
         report = framework.ingest(session)
+        errors = report.meta.get("errors") or {}
         log.append({"session": session.id, "items": report.items_written, "failed_chunks": list(report.failed_chunks),
+                    "chunk_errors": {c: str(errors.get(c) or "no reason recorded") for c in report.failed_chunks},
                     "llm_calls": report.llm_calls, "seconds": round(time.perf_counter() - started, 3)})
     except Exception as exc:  # noqa: BLE001 - a failed session is reported, never dropped silently
         log.append({"session": session.id, "error": f"{type(exc).__name__}: {exc}"})

@@ -94,6 +94,9 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
             "items_written": sum(int(r.get("items", 0)) for r in logs),
             "failed_chunks": sum(len(r.get("failed_chunks", [])) for r in logs),
             "failed_sessions": [r["session"] for r in logs if "error" in r],
+            "errors": [
+                {"session": r["session"], "chunk": chunk, "error": error} for r in logs for chunk, error in r.get("chunk_errors", {}).items()
+            ] + [{"session": r["session"], "chunk": None, "error": r["error"]} for r in logs if "error" in r],
             "seconds": round(sum(float(r.get("seconds", 0.0)) for r in logs), 3),
         }
     return out

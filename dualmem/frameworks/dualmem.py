@@ -51,7 +51,10 @@ class DualMemFramework(MemoryFramework):
             items_written=report.facts_written + report.insights_written,
             failed_chunks=[f["chunk_id"] for f in report.failed_chunks],
             llm_calls=report.llm_calls,
-            meta={"chunks": len(report.chunks), "rejected": report.rejected, "prompt_tokens": report.prompt_tokens},
+            meta={
+                "chunks": len(report.chunks), "rejected": report.rejected, "prompt_tokens": report.prompt_tokens,
+                "errors": {f["chunk_id"]: f.get("error") or "malformed writer output" for f in report.failed_chunks},
+            },
         )
 
     def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:

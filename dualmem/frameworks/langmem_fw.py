@@ -14,7 +14,8 @@ framework keeps a chunk ledger and each memory's source sessions in two sibling
 namespaces, so ingest is idempotent, resumes after a restart and ``retrieve``
 reports where a memory came from. The library's own default instructions are
 used (that is the point of the baseline). The model must support tool calling
-(``bind_tools``); the bundled ``local:smollm2`` does not.
+(``bind_tools``): the bundled ``local:smollm2`` has one, decoding the calls
+under a grammar of the tools' schemas (:mod:`dualmem.local_llm`).
 """
 
 from __future__ import annotations

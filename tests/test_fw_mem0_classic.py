@@ -124,7 +124,7 @@ def test_unknown_id_is_repaired_by_retry(tmp_settings):
     fw.ingest(_session("s1", "I do warehouse nights"))
     report = fw.ingest(_session("s2", "bakery now"))
     assert report.meta["events"]["UPDATE"] == 1 and report.failed_chunks == []
-    assert any("shown memory ids" in str(m.content) for m in model.calls[-2])  # error fed back
+    assert any("Input should be '0'" in str(m.content) for m in model.calls[-2])  # the validation error is fed back
 
 
 def test_failed_extraction_is_recorded_and_retried(tmp_settings):
@@ -178,3 +178,17 @@ def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
     last = [c for c in small.calls if "NEW EXCHANGE:" in str(c[-1].content)][-1]
     recent = str(last[-1].content).split("Recent messages:")[1].split("Session date:")[0]
     assert 0 < count_tokens(recent) <= 40 + 5
+
+
+def test_decision_schema_offers_only_the_shown_ids():
+    from dualmem.frameworks.mem0_classic import decision_schema
+
+    schema = decision_schema(["0", "1", "2"])
+    assert schema.__name__ == "Mem0Decision"
+    # grammar-constrained and strict structured output can only name a shown memory
+    id_schema = schema.model_json_schema()["properties"]["id"]
+    assert {"enum": ["0", "1", "2"], "type": "string"} in id_schema["anyOf"]
+    assert schema(event="DELETE", id="2").id == "2"
+    for bad in ({"event": "UPDATE", "id": "7", "text": "x"}, {"event": "DELETE"}, {"event": "UPDATE", "id": "1", "text": " "}):
+        with pytest.raises(ValueError):
+            schema(**bad)

@@ -25,10 +25,10 @@ idempotent, and summary and recent messages persist across restarts.
 
 from __future__ import annotations
 
-from typing import Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.full_context import LanceState, render_turn, truncate_tokens
@@ -56,7 +56,12 @@ class Mem0Decision(BaseModel):
 
 
 def decision_schema(ids: list[str]) -> type[Mem0Decision]:
-    """Return a ``Mem0Decision`` that only accepts the shown ``ids`` (so a wrong id is repaired)."""
+    """Return a ``Mem0Decision`` that only accepts the shown ``ids``.
+
+    The ids are an ``enum`` of the JSON schema, so grammar-constrained or strict
+    structured output cannot name another one; a model that still does (loose
+    JSON) gets a validation error and is asked to repair it.
+    """
     shown = tuple(ids)
 
     class Mem0Decision_(Mem0Decision):  # noqa: N801 - same tool name as the base schema
@@ -69,7 +74,11 @@ def decision_schema(ids: list[str]) -> type[Mem0Decision]:
             return self
 
     Mem0Decision_.__name__ = Mem0Decision_.__qualname__ = "Mem0Decision"
-    return Mem0Decision_
+    if not shown:
+        return Mem0Decision_
+    known: Any = Literal.__getitem__(shown)  # Literal["0", "1", ...]
+    described = Field(default=None, description="id of the shown memory (UPDATE, DELETE; optional for NOOP)")
+    return create_model("Mem0Decision", __base__=Mem0Decision_, __doc__=Mem0Decision.__doc__, id=(known | None, described))
 
 
 def exchanges(session: Session) -> list[list[Turn]]:

@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dualmem.config import Settings  # noqa: E402
+from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.frameworks import REGISTRY  # noqa: E402
 from dualmem.local_llm import resolve_engine  # noqa: E402
 
@@ -169,9 +170,7 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, An
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_json_atomic(args.out, results)}")
     return results
 
 

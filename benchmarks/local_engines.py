@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dualmem.config import Settings  # noqa: E402
+from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.models import load_chat_model  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "local_engines.json"
@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, row in results["engines"].items():
         print(f"{name:13s} prompt {row['prompt_tokens_per_s']:8.1f} tok/s ({row['prompt_tokens']} tokens)   "
               f"generation {row['generation_tokens_per_s']:6.1f} tok/s ({row['generated_tokens']} tokens)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_json_atomic(args.out, results)}")
     return results
 
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_locomo  # noqa: E402
+from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.evals.metrics import locomo_evidence_recall, mean  # noqa: E402
 from dualmem.frameworks import FrameworkContext  # noqa: E402
 from dualmem.frameworks.raw_turns import RawTurnsFramework  # noqa: E402
@@ -168,9 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     _print(results)
     if not args.conversations and args.config == "{}":
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        print(f"wrote {write_json_atomic(args.out, results)}")
     return results
 
 

@@ -27,7 +27,6 @@ Run: ``python benchmarks/realmem_retrieval.py [--data ../shared/data/realmem]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -46,6 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_realmem  # noqa: E402
+from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.evals.metrics import REALMEM_KS, average_metrics, macro_average, realmem_session_metrics  # noqa: E402
 from dualmem.frameworks import FrameworkContext  # noqa: E402
 from dualmem.frameworks.raw_turns import RawTurnsFramework  # noqa: E402
@@ -190,9 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     _print(results)
     if not args.personas:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        print(f"wrote {write_json_atomic(args.out, results)}")
     return results
 
 

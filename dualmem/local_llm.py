@@ -218,9 +218,8 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
-        if tools and tool_choice != "none":
-            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages, tools, tool_choice))])
+        if (request := _tool_request(kwargs)) is not None:
+            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages, *request))])
         text, usage = self._run(messages, stop)
         message = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -232,9 +231,8 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
-        if tools and tool_choice != "none":  # tool calls come whole, as one chunk
-            message = self._tool_calls(messages, tools, tool_choice)
+        if (request := _tool_request(kwargs)) is not None:  # tool calls come whole, as one chunk
+            message = self._tool_calls(messages, *request)
             calls = [
                 {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
                 for i, c in enumerate(message.tool_calls)
@@ -379,6 +377,12 @@ def _llama(name: str) -> Any:
         raise ConfigurationError(f"unknown local model {name!r}; the bundled one is local:smollm2")
     threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     return Llama(model_path=str(bundled_gguf_path()), n_ctx=CONTEXT_TOKENS, n_threads=threads, n_batch=512, verbose=False)
+
+
+def _tool_request(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], Any] | None:
+    """Return ``(tools, tool_choice)`` when the call was bound to tools that may be called, else None."""
+    tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
+    return (tools, tool_choice) if tools and tool_choice != "none" else None
 
 
 @lru_cache(maxsize=2)

@@ -164,3 +164,14 @@ def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
     out = runnable.invoke(None, config, context=ctx)
     assert factory.built == Counter({"a-first": 1, "c-last": 1})  # ingestion kept from the checkpoint
     assert out["summary"]["judges"]["logical_quality"] == {"mean": 3.0, "n": 6.0, "errors": 0.0}
+
+
+def test_progress_goes_to_a_log_as_plain_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
+    path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
+    run_eval("realmem", path, "turn-log", out=tmp_path / "run", settings=Settings(embedder="hash:64"),
+             similarity=HashEmbeddings(64), framework_factory=Factory(), respond=False, limit=4, ragas=False)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": queries: " in line or "sessions ingested: " in line]
+    assert any(line.endswith("queries: 4/4") for line in lines)  # the last step is always printed
+    assert any(line.split()[0].count(":") == 2 and "sessions ingested: 1/" in line for line in lines)  # the first too, timed

@@ -33,6 +33,32 @@ from dualmem.schema import stable_id
 CHECKPOINTS = "checkpoints.sqlite"
 
 
+class _Advance:
+    """Advance a progress task; when stderr is not a terminal (a log file, CI), also print a line now and then.
+
+    Rich draws nothing live into a file, so a long run written to a log would
+    show no progress until it ends: there, a plain line is printed for a task's
+    first and last step and at most every ``every_s`` seconds in between.
+    """
+
+    def __init__(self, bar: Progress, console: Console, *, logging: bool, every_s: float = 30.0) -> None:
+        self.bar, self.console, self.logging, self.every_s = bar, console, logging, every_s
+        self._last: dict[Any, float] = {}
+
+    def __call__(self, task_id: Any) -> None:
+        self.bar.advance(task_id)
+        if not self.logging:
+            return
+        task = next(t for t in self.bar.tasks if t.id == task_id)
+        now = time.monotonic()
+        done = task.total is not None and task.completed >= task.total
+        if task_id in self._last and not done and now - self._last[task_id] < self.every_s:
+            return
+        self._last[task_id] = now
+        total = "?" if task.total is None else int(task.total)
+        self.console.print(f"{time.strftime('%H:%M:%S')} {task.description}: {int(task.completed)}/{total}", highlight=False)
+
+
 def default_out(dataset_kind: str, framework: str) -> Path:
     """Return the default run folder ``runs/<dataset>-<framework>-<UTC time>``."""
     return Path("runs") / f"{dataset_kind}-{framework}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
@@ -112,13 +138,14 @@ def run_eval(
         snapshot = runnable.get_state(config)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, disable=not progress) as bar:
+            advance = _Advance(bar, console, logging=progress and not console.is_terminal)
             q_task = bar.add_task(f"{framework} × {dataset_kind}: queries", total=n_queries)
             s_task = bar.add_task("sessions ingested", total=n_sessions)
-            ctx.on_record = lambda _rec: bar.advance(q_task)
-            ctx.on_ingest = lambda _s: bar.advance(s_task)
+            ctx.on_record = lambda _rec: advance(q_task)
+            ctx.on_ingest = lambda _s: advance(s_task)
             if judge_model is not None and respond:
                 j_task = bar.add_task("answers judged", total=n_queries)
-                ctx.on_judged = lambda _rec: bar.advance(j_task)
+                ctx.on_judged = lambda _rec: advance(j_task)
             if snapshot.next:  # interrupted earlier: resume, finished personas are kept
                 console.print(f"resuming run {run_dir} ({len(snapshot.values.get('results') or [])} persona(s) done)")
                 values = runnable.invoke(None, config, context=as_context(ctx))

@@ -14,9 +14,12 @@ run folder has its own checkpointer) and skips finished ones;
 a run stopped with Ctrl-C or ``kill`` is recorded as ``interrupted`` and its wall
 time so far is added to that of the run that resumes it (``segments`` counts them).
 
-It prints the README's markdown table of the frameworks it was given.
+The results file keeps the rows of frameworks not run this time (same dataset,
+limit and model), so running a few names updates only theirs; ``--report``
+starts nothing and reports every run as it stands. It prints the README's
+markdown table of all rows.
 
-Run: ``python benchmarks/frameworks_local.py [--limit 20] [--frameworks a,b] [--runs runs/frameworks-local]``
+Run: ``python benchmarks/frameworks_local.py [--limit 20] [--frameworks a,b] [--runs runs/frameworks-local] [--report]``
 """
 
 from __future__ import annotations
@@ -60,8 +63,12 @@ def _engine(model: str) -> str:
     return resolve_engine(Settings().local_engine) if model.startswith("local:") else model.split(":", 1)[0]
 
 
-def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: int) -> dict[str, Any]:
-    """Run one framework's evaluation in a subprocess; return its status row."""
+def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: int, *, run: bool = True) -> dict[str, Any]:
+    """Run one framework's evaluation in a subprocess; return its status row.
+
+    With ``run=False`` nothing is started: an unfinished run is reported as its
+    status file has it (interrupted, failed) or as ``not run``.
+    """
     run_dir = runs / name
     summary_path = run_dir / "summary.json"
     status_path = runs / f"{name}.status.json"
@@ -70,6 +77,8 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
         row = json.loads(status_path.read_text())
     elif summary_path.exists():
         row["status"] = "ok (earlier run, time not recorded)"
+    elif not run:
+        row = json.loads(status_path.read_text()) if status_path.exists() else row | {"status": "not run"}
     else:
         earlier = json.loads(status_path.read_text()) if status_path.exists() else {}
         earlier = earlier if earlier.get("status") == "interrupted" else {}
@@ -117,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="local:smollm2", help="chat model of every framework")
     parser.add_argument("--timeout", type=int, default=4 * 3600, help="seconds allowed per framework")
     parser.add_argument("--out", type=Path, default=OUT, help="JSON file written with the results")
+    parser.add_argument("--report", action="store_true", help="start nothing: report the runs as they stand")
     args = parser.parse_args(argv)
     if not args.data.exists():
         raise SystemExit(f"RealMem data not found at {args.data}; pass --data (see ../shared/data/README.md)")
@@ -126,15 +136,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for name in names:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {name} ...", flush=True)
-        row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout)
+        row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout, run=not args.report)
         print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
         rows.append(row)
         _write(args, rows)
-    print(markdown_table(rows))
-    done = [str(args.runs / r["framework"]) for r in rows if r["status"].startswith("ok")]
+    results = _write(args, rows)
+    print(markdown_table(results["frameworks"]))
+    done = [str(args.runs / r["framework"]) for r in results["frameworks"] if r["status"].startswith("ok")]
     if done:
         subprocess.run([*_dualmem(), "eval", "compare", *done, "--out", str(args.runs)], check=False)
-    return _write(args, rows)
+    return results
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -160,13 +171,24 @@ def _interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
     raise KeyboardInterrupt
 
 
+def _merged(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``rows`` plus the rows of ``out`` (same dataset, limit and model) for frameworks not in ``rows``.
+
+    A run of some frameworks keeps the others' figures in the results file; rows come in registry order.
+    """
+    earlier = json.loads(out.read_text()) if out.exists() else {}
+    kept = {r["framework"]: r for r in earlier.get("frameworks", [])} if all(earlier.get(k) == v for k, v in meta.items()) else {}
+    kept.update({r["framework"]: r for r in rows})
+    order = list(REGISTRY)
+    return sorted(kept.values(), key=lambda r: order.index(r["framework"]) if r["framework"] in order else len(order))
+
+
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    meta = {"dataset": str(args.data.name), "limit": args.limit, "model": args.model}
     results = {
         "benchmark": "every framework through `dualmem eval` on the bundled local model",
-        "dataset": str(args.data.name),
-        "limit": args.limit,
-        "model": args.model,
-        "frameworks": rows,
+        **meta,
+        "frameworks": _merged(args.out, meta, rows),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -80,3 +80,26 @@ def test_markdown_table_has_one_row_per_framework(bench) -> None:
     assert len(lines) == 4
     assert lines[2] == "| `a` | ok | llama.cpp | 10 min | 3 | 5 | 0 | 2/2 | 0.5 |"
     assert lines[3].startswith("| `b` | interrupted | - | 1 min |")
+
+
+def test_report_only_starts_nothing_and_keeps_the_other_frameworks_rows(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    data = tmp_path / "Sophie.json"
+    data.write_text("{}")
+    out = tmp_path / "results.json"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "amem.status.json").write_text(json.dumps({"framework": "amem", "status": "interrupted", "wall_s": 120.0}))
+    common = ["--data", str(data), "--runs", str(runs), "--out", str(out), "--model", "openai:gpt-x"]
+    _fake_eval(monkeypatch, bench, WRITE_RUN)
+    bench.main([*common, "--frameworks", "raw-turns"])
+    _fake_eval(monkeypatch, bench, "raise SystemExit('must not run')")
+    results = bench.main([*common, "--frameworks", "amem,langmem", "--report"])
+    rows = {r["framework"]: r for r in results["frameworks"]}
+    assert rows["raw-turns"]["status"] == "ok" and rows["raw-turns"]["queries"] == 2  # kept from the first call
+    assert rows["amem"] == {"framework": "amem", "status": "interrupted", "wall_s": 120.0}
+    assert rows["langmem"]["status"] == "not run" and not (runs / "langmem").exists()
+    assert [r["framework"] for r in results["frameworks"]] == [n for n in bench.REGISTRY if n in rows]  # registry order
+    assert json.loads(out.read_text())["frameworks"] == results["frameworks"]
+    # another limit is another benchmark: its rows are not mixed in
+    other = bench.main([*common, "--frameworks", "langmem", "--report", "--limit", "5"])
+    assert [r["framework"] for r in other["frameworks"]] == ["langmem"]

@@ -67,7 +67,8 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     """Run one framework's evaluation in a subprocess; return its status row.
 
     With ``run=False`` nothing is started: an unfinished run is reported as its
-    status file has it (interrupted, failed) or as ``not run``.
+    status file has it (interrupted, failed), as ``incomplete`` when its folder
+    exists without a status (running now, or killed hard), else as ``not run``.
     """
     run_dir = runs / name
     summary_path = run_dir / "summary.json"
@@ -78,7 +79,10 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     elif summary_path.exists():
         row["status"] = "ok (earlier run, time not recorded)"
     elif not run:
-        row = json.loads(status_path.read_text()) if status_path.exists() else row | {"status": "not run"}
+        if status_path.exists():
+            row = json.loads(status_path.read_text())
+        else:  # a run folder without a status: running now, or killed before it could write one
+            row["status"] = "incomplete (running or killed)" if run_dir.exists() else "not run"
     else:
         earlier = json.loads(status_path.read_text()) if status_path.exists() else {}
         earlier = earlier if earlier.get("status") == "interrupted" else {}

@@ -93,11 +93,13 @@ def test_report_only_starts_nothing_and_keeps_the_other_frameworks_rows(bench, m
     _fake_eval(monkeypatch, bench, WRITE_RUN)
     bench.main([*common, "--frameworks", "raw-turns"])
     _fake_eval(monkeypatch, bench, "raise SystemExit('must not run')")
-    results = bench.main([*common, "--frameworks", "amem,langmem", "--report"])
+    (runs / "memagent").mkdir()  # started, no status yet
+    results = bench.main([*common, "--frameworks", "amem,langmem,memagent", "--report"])
     rows = {r["framework"]: r for r in results["frameworks"]}
     assert rows["raw-turns"]["status"] == "ok" and rows["raw-turns"]["queries"] == 2  # kept from the first call
     assert rows["amem"] == {"framework": "amem", "status": "interrupted", "wall_s": 120.0}
     assert rows["langmem"]["status"] == "not run" and not (runs / "langmem").exists()
+    assert rows["memagent"]["status"].startswith("incomplete")
     assert [r["framework"] for r in results["frameworks"]] == [n for n in bench.REGISTRY if n in rows]  # registry order
     assert json.loads(out.read_text())["frameworks"] == results["frameworks"]
     # another limit is another benchmark: its rows are not mixed in

@@ -123,3 +123,25 @@ def test_respond_runs_a_question_conditioned_pass(tmp_settings):
     reader_prompt = "\n".join(str(m.content) for m in model.calls[-1])
     assert "has a cat named Miso" in reader_prompt and "night shifts" not in reader_prompt
     assert len(model.calls) == 3  # rewrite, focus pass, reader
+
+
+def test_memory_lines_cite_the_session_that_first_wrote_them(tmp_settings):
+    def script(messages):
+        prompt = str(messages[-1].content)
+        memory = prompt.split("<memory>")[1].split("</memory>")[0].strip()
+        if "facta0" in prompt:  # session a: two lines
+            return "works night shifts at a warehouse\nloves hiking in the alps"
+        # session b: keeps the first line word for word, rewords the second, adds one
+        assert "loves hiking in the alps" in memory
+        return "works night shifts at a warehouse\nloves hiking in the Swiss alps\nhas a cat named Miso"
+
+    fw = _fw(tmp_settings.replace(chunk_tokens=10_000), FakeChatModel(responses=[script], cycle=True))
+    fw.ingest(_session("a", 1))
+    assert {i.text: i.source_session for i in fw.retrieve("anything", k=5)} == {
+        "works night shifts at a warehouse": "a", "loves hiking in the alps": "a"}
+    fw.ingest(_session("b", 1))
+    sources = {i.text: i.source_session for i in fw.retrieve("anything", k=5)}
+    assert sources == {"works night shifts at a warehouse": "a", "loves hiking in the Swiss alps": "b", "has a cat named Miso": "b"}
+    # the sources are state: a restarted framework cites the same sessions
+    again = MemAgentFramework(fw.context)
+    assert {i.text: i.source_session for i in again.retrieve("anything", k=5)} == sources

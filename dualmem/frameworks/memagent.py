@@ -9,11 +9,13 @@ times), then cut to the budget, so the stored memory never exceeds it.
 Choice (differs from the paper, which reads the history *with* the question):
 ingest is incremental and query-agnostic, so one memory serves every question.
 ``retrieve(query, k)`` ranks the memory's lines by embedding similarity to the
-query (no model call); ``respond(query)`` first runs one question-conditioned
+query (no model call), each line citing as its source session the session whose
+chunk first wrote it (a line kept word for word keeps its source; a reworded
+line is new); ``respond(query)`` first runs one question-conditioned
 pass over the memory (``MEMAGENT_FOCUS``), then answers from that focused memory
 with the shared reader.
 
-State (memory text, version, chunk ledger) lives in a LanceDB table under
+State (memory text, version, line sources, chunk ledger) lives in a LanceDB table under
 ``{uri}/memagent``, so ingest resumes after a restart without re-reading chunks.
 """
 
@@ -41,6 +43,15 @@ def _text(message: object) -> str:
     for tag in ("<memory>", "</memory>"):
         text = text.replace(tag, "")
     return text.strip()
+
+
+def _lines(memory: str) -> list[str]:
+    return [ln.strip() for ln in memory.splitlines() if ln.strip()]
+
+
+def line_sources(memory: str, earlier: dict[str, str], session_id: str) -> dict[str, str]:
+    """Return the source session of each line of ``memory``: kept lines keep theirs, new lines get ``session_id``."""
+    return {line: earlier.get(line, session_id) for line in _lines(memory)}
 
 
 def _cosine(a: list[float], b: list[float]) -> float:
@@ -140,7 +151,8 @@ class MemAgentFramework(MemoryFramework):
                     report.meta.setdefault("errors", {})[chunk_id] = " ".join(str(exc).split())[:300]
                     continue
                 report.llm_calls += calls
-                new = {"text": memory, "version": current["version"] + 1, "session_id": session.id}
+                sources = line_sources(memory, current.get("sources") or {}, session.id)
+                new = {"text": memory, "version": current["version"] + 1, "session_id": session.id, "sources": sources}
                 self.state.put(self.namespace, {MEMORY_KEY: new, f"chunk:{chunk_id}": {"session_id": session.id}})
                 report.items_written += 1
         report.meta.update(stats, memory_tokens=count_tokens(self.memory), version=self.version)
@@ -148,7 +160,9 @@ class MemAgentFramework(MemoryFramework):
 
     def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
         """Return the ``k`` memory lines most similar to ``query``, best first."""
-        lines = [ln.strip() for ln in self.memory.splitlines() if ln.strip()]
+        state = self.state.get(self.namespace, MEMORY_KEY) or {}
+        lines = _lines(state.get("text", ""))
+        sources: dict[str, str] = state.get("sources") or {}
         if not lines:
             return []
         embedder = self.context.embedder()
@@ -157,9 +171,16 @@ class MemAgentFramework(MemoryFramework):
         vectors = self._line_cache[1]
         q = embedder.embed_query(query)
         scored = sorted(((_cosine(q, v), i) for i, v in enumerate(vectors)), key=lambda p: (-p[0], p[1]))
-        version = self.version
+        version = state.get("version", 0)
         return [
-            RetrievedItem(text=lines[i], kind="fact", score=s, id=f"line{i}", meta={"unit": "memory-line", "version": version})
+            RetrievedItem(
+                text=lines[i],
+                kind="fact",
+                score=s,
+                source_session=sources.get(lines[i]),
+                id=f"line{i}",
+                meta={"unit": "memory-line", "version": version},
+            )
             for s, i in scored[:k]
         ]
 

@@ -145,3 +145,10 @@ def test_memory_lines_cite_the_session_that_first_wrote_them(tmp_settings):
     # the sources are state: a restarted framework cites the same sessions
     again = MemAgentFramework(fw.context)
     assert {i.text: i.source_session for i in again.retrieve("anything", k=5)} == sources
+
+
+def test_memory_from_before_line_sources_cites_the_session_that_last_wrote_it(tmp_settings):
+    fw = _fw(tmp_settings.replace(chunk_tokens=10_000), FakeChatModel(responses=["likes tea\nowns a bike"]))
+    fw.state.put(fw.namespace, {"memory": {"text": "likes tea", "version": 3, "session_id": "old"}})  # older state layout
+    fw.ingest(_session("new", 1))
+    assert {i.text: i.source_session for i in fw.retrieve("anything", k=5)} == {"likes tea": "old", "owns a bike": "new"}

@@ -151,7 +151,10 @@ class MemAgentFramework(MemoryFramework):
                     report.meta.setdefault("errors", {})[chunk_id] = " ".join(str(exc).split())[:300]
                     continue
                 report.llm_calls += calls
-                sources = line_sources(memory, current.get("sources") or {}, session.id)
+                earlier = current.get("sources")
+                if earlier is None:  # state written before line sources: its lines come from its last session at best
+                    earlier = {line: current.get("session_id") or session.id for line in _lines(current["text"])}
+                sources = line_sources(memory, earlier, session.id)
                 new = {"text": memory, "version": current["version"] + 1, "session_id": session.id, "sources": sources}
                 self.state.put(self.namespace, {MEMORY_KEY: new, f"chunk:{chunk_id}": {"session_id": session.id}})
                 report.items_written += 1

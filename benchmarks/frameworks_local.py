@@ -140,7 +140,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for name in names:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {name} ...", flush=True)
-        row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout, run=not args.report)
+        try:
+            row = run_one(name, args.data, args.limit, args.runs, args.model, args.timeout, run=not args.report)
+        except KeyboardInterrupt:  # Ctrl-C or kill: the run wrote its status; record it and stop without a traceback
+            rows.append(run_one(name, args.data, args.limit, args.runs, args.model, args.timeout, run=False))
+            _write(args, rows)
+            print(f"  interrupted: {name} resumes from its checkpoint when this command is run again", flush=True)
+            raise SystemExit(130) from None
         print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
         rows.append(row)
         _write(args, rows)

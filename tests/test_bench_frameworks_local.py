@@ -105,3 +105,21 @@ def test_report_only_starts_nothing_and_keeps_the_other_frameworks_rows(bench, m
     # another limit is another benchmark: its rows are not mixed in
     other = bench.main([*common, "--frameworks", "langmem", "--report", "--limit", "5"])
     assert [r["framework"] for r in other["frameworks"]] == ["langmem"]
+
+
+def test_an_interrupt_records_the_run_and_exits_130(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    data = tmp_path / "Sophie.json"
+    data.write_text("{}")
+    runs, out = tmp_path / "runs", tmp_path / "results.json"
+
+    def interrupted(name, data, limit, runs, model, timeout, *, run=True):
+        if not run:
+            return {"framework": name, "status": "interrupted", "wall_s": 5.0}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_one", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--data", str(data), "--runs", str(runs), "--out", str(out), "--frameworks", "amem,langmem"])
+    assert stop.value.code == 130
+    rows = json.loads(out.read_text())["frameworks"]
+    assert rows == [{"framework": "amem", "status": "interrupted", "wall_s": 5.0}]  # langmem was never started

@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(130) from None
         print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
         rows.append(row)
-        _write(args, rows)
+        if not args.report:  # after each run, so a later interrupt keeps the finished ones
+            _write(args, rows)
     results = _write(args, rows)
     print(markdown_table(results["frameworks"]))
     done = [str(args.runs / r["framework"]) for r in results["frameworks"] if r["status"].startswith("ok")]

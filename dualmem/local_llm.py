@@ -211,6 +211,13 @@ class LocalChatModel(BaseChatModel):
         ]
         return AIMessage(content="", tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
 
+    def _capped(self, kwargs: dict[str, Any]) -> LocalChatModel:
+        """Return this model, or a copy generating at most the call's ``max_tokens`` (as ``.bind(max_tokens=N)`` asks)."""
+        limit = kwargs.get("max_tokens") or kwargs.get("max_completion_tokens")
+        if not limit or int(limit) >= self.max_new_tokens:
+            return self
+        return self.model_copy(update={"max_new_tokens": max(1, int(limit))})  # shares the engine lock
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -218,9 +225,10 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        model = self._capped(kwargs)
         if (request := _tool_request(kwargs)) is not None:
-            return ChatResult(generations=[ChatGeneration(message=self._tool_calls(messages, *request))])
-        text, usage = self._run(messages, stop)
+            return ChatResult(generations=[ChatGeneration(message=model._tool_calls(messages, *request))])
+        text, usage = model._run(messages, stop)
         message = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -231,8 +239,9 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
+        model = self._capped(kwargs)
         if (request := _tool_request(kwargs)) is not None:  # tool calls come whole, as one chunk
-            message = self._tool_calls(messages, *request)
+            message = model._tool_calls(messages, *request)
             calls = [
                 {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
                 for i, c in enumerate(message.tool_calls)
@@ -241,7 +250,7 @@ class LocalChatModel(BaseChatModel):
                 message=AIMessageChunk(content=message.content, tool_call_chunks=calls, usage_metadata=message.usage_metadata)  # type: ignore[arg-type]
             )
             return
-        for piece in self._pieces(messages, stop):
+        for piece in model._pieces(messages, stop):
             if piece:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
                 if run_manager:

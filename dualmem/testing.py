@@ -42,7 +42,7 @@ class FakeChatModel(BaseChatModel):
     cycle: bool = False
     bound_tool: str | None = None
     bound_schema: dict[str, Any] | None = None
-    _state: dict[str, Any] = PrivateAttr(default_factory=lambda: {"i": 0, "calls": []})
+    _state: dict[str, Any] = PrivateAttr(default_factory=lambda: {"i": 0, "calls": [], "kwargs": []})
 
     @property
     def _llm_type(self) -> str:
@@ -52,6 +52,11 @@ class FakeChatModel(BaseChatModel):
     def calls(self) -> list[list[BaseMessage]]:
         """Return every message list received so far."""
         return self._state["calls"]
+
+    @property
+    def call_kwargs(self) -> list[dict[str, Any]]:
+        """Return the keyword arguments of every call (``.bind(max_tokens=...)`` ones among them), as ``calls``."""
+        return self._state["kwargs"]
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
         """Return a copy that answers with a call of the first tool."""
@@ -81,6 +86,7 @@ class FakeChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         item = self._next(messages)
+        self._state["kwargs"].append({k: v for k, v in kwargs.items() if k not in ("tools", "tool_choice")})
         if isinstance(item, BaseException):
             raise item
         if item is None and self.bound_schema is not None:

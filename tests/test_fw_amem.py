@@ -76,6 +76,19 @@ def test_new_note_links_its_nearest_note_and_evolves_it(tmp_settings):
     assert new["tags"] == ["pets", "garden"]
 
 
+def test_neighbours_are_shown_cut_to_neighbour_tokens_but_the_new_note_whole(tmp_settings):
+    from dualmem.tokens import count_tokens
+
+    script = Script()
+    fw = _framework(tmp_settings, script, link_k=1, neighbour_tokens=5)
+    fw.ingest(_session("s1", [CAT]))
+    fw.ingest(_session("s2", [CAT2]))
+    [shown] = script.shown[-1].values()
+    assert CAT.startswith(shown.strip()) and len(shown) < len(CAT) and count_tokens(f"user: {shown}") <= 5
+    evolve = [c for c in fw.context.chat_model.calls if "<new>" in str(c[1].content)][-1]
+    assert f"content: user: {CAT2}" in str(evolve[1].content)  # the new note itself is shown whole
+
+
 def test_no_evolution_keeps_the_neighbour_unchanged(tmp_settings):
     fw = _framework(tmp_settings, Script(evolve=False))
     fw.ingest(_session("s1", [CAT]))

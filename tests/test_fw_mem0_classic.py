@@ -38,7 +38,7 @@ def _decide(prompt: str) -> dict:
         return {"event": "UPDATE", "id": _id_of(prompt, "warehouse"), "text": "User works day shifts at a bakery, no longer nights at the warehouse"}
     if fact == "User no longer has a cat":
         return {"event": "DELETE", "id": _id_of(prompt, "cat named Miso")}
-    return {"event": "ADD", "text": fact}
+    return {"event": "ADD", "id": "0", "text": fact}
 
 
 def script(messages, tool):
@@ -172,7 +172,11 @@ def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
     def summaries(model):
         return [c for c in model.calls if "running summary" in str(c[-1].content)]
 
-    assert len(summaries(run(10_000))) == 1  # once, at the end of the session
+    big = run(10_000)
+    assert len(summaries(big)) == 1  # once, at the end of the session
+    # generated within ~2 tokens a word of the summary budget, not the model's whole limit
+    limits = [kw.get("max_tokens") for c, kw in zip(big.calls, big.call_kwargs, strict=True) if "running summary" in str(c[-1].content)]
+    assert limits == [2 * 150]
     small = run(40)
     assert len(summaries(small)) == 3  # every exchange reaches the token budget
     last = [c for c in small.calls if "NEW EXCHANGE:" in str(c[-1].content)][-1]
@@ -187,8 +191,11 @@ def test_decision_schema_offers_only_the_shown_ids():
     assert schema.__name__ == "Mem0Decision"
     # grammar-constrained and strict structured output can only name a shown memory
     id_schema = schema.model_json_schema()["properties"]["id"]
-    assert {"enum": ["0", "1", "2"], "type": "string"} in id_schema["anyOf"]
+    assert id_schema["enum"] == ["0", "1", "2"] and id_schema["type"] == "string"
+    assert "id" in schema.model_json_schema()["required"]  # so no grammar lets an UPDATE name no memory
     assert schema(event="DELETE", id="2").id == "2"
-    for bad in ({"event": "UPDATE", "id": "7", "text": "x"}, {"event": "DELETE"}, {"event": "UPDATE", "id": "1", "text": " "}):
+    assert schema(event="ADD", id="0", text="User has a dog").event == "ADD"
+    for bad in ({"event": "UPDATE", "id": "7", "text": "x"}, {"event": "DELETE"}, {"event": "ADD", "text": "no id"},
+                {"event": "UPDATE", "id": "1", "text": " "}):
         with pytest.raises(ValueError):
             schema(**bad)

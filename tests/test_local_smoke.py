@@ -96,6 +96,14 @@ def test_local_model_streams_and_stops_at_end_of_turn(local_model):
     assert usage["input_tokens"] > 0 and 0 < usage["output_tokens"] <= 200
 
 
+def test_bound_max_tokens_caps_one_call_only(local_model):
+    prompt = "Write a long story about a lighthouse keeper and her cat, with many details."
+    capped = local_model.bind(max_tokens=8)
+    assert 0 < capped.invoke(prompt).usage_metadata["output_tokens"] <= 8
+    assert len("".join(c.content for c in capped.stream(prompt))) < 80
+    assert local_model.invoke(prompt).usage_metadata["output_tokens"] > 8  # the model itself keeps its limit
+
+
 def test_local_model_cuts_an_overlong_prompt_instead_of_failing(local_model):
     from langchain_core.messages import HumanMessage, SystemMessage
 

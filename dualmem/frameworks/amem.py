@@ -6,7 +6,10 @@ Every session is cut into notes of ``note_tokens`` tokens (default
 1. *note construction* — the chat model writes its keywords, a one-sentence
    context and tags; the note is embedded as content + context + keywords + tags;
 2. *link generation* — the ``link_k`` nearest existing notes are shown to the
-   model, which picks the ones to link (links are kept both ways);
+   model, which picks the ones to link (links are kept both ways); each shows
+   its context, keywords, tags and the first ``neighbour_tokens`` tokens of its
+   content (default 256: A-MEM's notes are single interactions, ours whole
+   chunks, and five full chunks would make a ~6k-token prompt per note);
 3. *memory evolution* — in the same answer the model may refine the new note's
    tags and rewrite the context and tags of neighbours, which are re-embedded.
 
@@ -26,7 +29,7 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks
+from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
 from dualmem.nodes.emotion import cosines
 from dualmem.prompts.amem import AMEM_ANALYSE, AMEM_EVOLVE, AMEM_NEIGHBOUR, AMEM_SYSTEM
 from dualmem.schema import Session, stable_id
@@ -74,9 +77,9 @@ class AMemFramework(MemoryFramework):
     name = "amem"
     description = "A-MEM: notes with keywords/tags/context, links to nearest notes, neighbour evolution"
 
-    def __init__(self, context: FrameworkContext, link_k: int = 5, note_tokens: int | None = None) -> None:
+    def __init__(self, context: FrameworkContext, link_k: int = 5, note_tokens: int | None = None, neighbour_tokens: int = 256) -> None:
         super().__init__(context)
-        self.link_k = link_k
+        self.link_k, self.neighbour_tokens = link_k, neighbour_tokens
         self.note_tokens = note_tokens or context.settings.chunk_tokens
         self.state = LanceState(f"{context.uri}/{self.name}")
         self.namespace = tuple(context.namespace)
@@ -130,7 +133,7 @@ class AMemFramework(MemoryFramework):
         order = sorted(range(len(existing)), key=lambda i: -sims[i])[: self.link_k]
         labels = {f"M{j + 1}": existing[i] for j, i in enumerate(order)}
         shown = "\n".join(
-            AMEM_NEIGHBOUR.format(label=label, content=n["content"], context=n["context"],
+            AMEM_NEIGHBOUR.format(label=label, content=truncate_tokens(n["content"], self.neighbour_tokens), context=n["context"],
                                   keywords=", ".join(n["keywords"]), tags=", ".join(n["tags"]))
             for label, n in labels.items()
         )

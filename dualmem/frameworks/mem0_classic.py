@@ -15,7 +15,8 @@ For every exchange (a user turn and the assistant turns that follow it):
 
 The summary is refreshed every ``summary_every`` exchanges (or sooner once the
 messages since the last refresh reach ``settings.chunk_tokens`` tokens) and at
-the end of each session (the paper refreshes it asynchronously); the recent
+the end of each session (the paper refreshes it asynchronously), generated
+within ``2 * summary_words`` tokens (``max_tokens``); the recent
 messages shown to the extractor are capped at ``chunk_tokens`` tokens (newest
 kept), since assistant turns can be long. Facts are ``MemoryItem``s
 of kind ``fact`` in a :class:`~dualmem.stores.dual.DualStore` at
@@ -58,9 +59,11 @@ class Mem0Decision(BaseModel):
 def decision_schema(ids: list[str]) -> type[Mem0Decision]:
     """Return a ``Mem0Decision`` that only accepts the shown ``ids``.
 
-    The ids are an ``enum`` of the JSON schema, so grammar-constrained or strict
-    structured output cannot name another one; a model that still does (loose
-    JSON) gets a validation error and is asked to repair it.
+    The ids are a required ``enum`` of the JSON schema, so grammar-constrained or
+    strict structured output cannot name another one nor leave it out (as the
+    Mem0 paper's update prompt, every answer names a memory; ``ADD`` and ``NOOP``
+    ignore it); a model that still does (loose JSON) gets a validation error and
+    is asked to repair it.
     """
     shown = tuple(ids)
 
@@ -77,8 +80,8 @@ def decision_schema(ids: list[str]) -> type[Mem0Decision]:
     if not shown:
         return Mem0Decision_
     known: Any = Literal.__getitem__(shown)  # Literal["0", "1", ...]
-    described = Field(default=None, description="id of the shown memory (UPDATE, DELETE; optional for NOOP)")
-    return create_model("Mem0Decision", __base__=Mem0Decision_, __doc__=Mem0Decision.__doc__, id=(known | None, described))
+    described = Field(description="id of the shown memory the operation concerns: the one to UPDATE or DELETE, else the closest one")
+    return create_model("Mem0Decision", __base__=Mem0Decision_, __doc__=Mem0Decision.__doc__, id=(known, described))
 
 
 def exchanges(session: Session) -> list[list[Turn]]:
@@ -171,8 +174,8 @@ class Mem0ClassicFramework(MemoryFramework):
         recent = truncate_tokens("\n".join(messages), 2 * self.context.settings.chunk_tokens, keep="end")
         prompt = MEM0_SUMMARY.format(summary=summary or "(empty)", messages=recent, max_words=self.summary_words)
         report.llm_calls += 1
-        try:
-            answer = self.context.chat().invoke([HumanMessage(content=prompt)])
+        try:  # the answer is cut to ~2 tokens a word anyway: generating more is wasted
+            answer = self.context.chat().bind(max_tokens=self.summary_words * 2).invoke([HumanMessage(content=prompt)])
         except Exception as exc:  # noqa: BLE001 - recorded; the old summary stays
             report.meta.setdefault("summary_errors", []).append(" ".join(str(exc).split())[:300])
             return summary

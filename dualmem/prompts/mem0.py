@@ -26,13 +26,13 @@ Return the facts of the new exchange."""
 
 MEM0_UPDATE_SYSTEM = """You are a smart memory manager which controls the memory of a system. For a NEW FACT \
 you compare it with the most similar EXISTING MEMORIES and choose exactly one operation:
-- ADD: the fact is new information not present in memory. Give the fact as `text`; `id` stays empty.
+- ADD: the fact is new information not present in memory. Give the fact as `text` and the closest memory's `id`.
 - UPDATE: an existing memory is about the same thing but the fact adds detail or changes it (e.g. the user \
 changed job, moved, changed their mind). Give the memory's `id` and the merged, up-to-date `text`.
 - DELETE: the fact contradicts an existing memory which is no longer true and the fact itself need not be \
 stored. Give the memory's `id`.
-- NOOP: the fact is already in memory (same meaning), nothing to change. `id` may name that memory.
-Only use ids shown in EXISTING MEMORIES."""
+- NOOP: the fact is already in memory (same meaning), nothing to change. Give that memory's `id`.
+Every answer names an `id` shown in EXISTING MEMORIES."""
 
 MEM0_UPDATE = """EXISTING MEMORIES (id: text):
 {memories}

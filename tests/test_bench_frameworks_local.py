@@ -55,7 +55,8 @@ def test_run_one_records_status_and_skips_finished(bench, monkeypatch: pytest.Mo
 
 def test_interrupted_run_adds_its_time_to_the_resumed_one(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "amem.status.json").write_text(json.dumps({"framework": "amem", "status": "interrupted", "wall_s": 100.0, "segments": 2}))
-    _fake_eval(monkeypatch, bench, WRITE_RUN)
+    # the resumed segment lasts long enough to show in wall_s, which is rounded to 0.1 s
+    _fake_eval(monkeypatch, bench, "import time\ntime.sleep(0.3)\n" + WRITE_RUN)
     row = bench.run_one("amem", tmp_path / "data.json", 2, tmp_path, "openai:gpt-x", timeout=60)
     assert row["status"] == "ok" and row["segments"] == 3
     assert 100.0 < row["wall_s"] < 200.0

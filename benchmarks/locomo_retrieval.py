@@ -21,7 +21,7 @@ Variants:
   conversation out: for each conversation the query encoder is trained on the
   other nine conversations' questions and evidence turns (their frozen turn
   vectors; nothing is re-embedded) and never sees the one it is scored on. The
-  turn vectors and ranker weights are ``best``'s. Ten fine-tunings: about 9
+  turn vectors and ranker weights are ``best``'s. Ten fine-tunings: about 8
   minutes on 2 cores.
 
 Run: ``python benchmarks/locomo_retrieval.py [--data ../shared/data/locomo/locomo10.json]``
@@ -54,7 +54,7 @@ from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.evals.metrics import locomo_evidence_recall, mean  # noqa: E402
 from dualmem.frameworks import FrameworkContext  # noqa: E402
 from dualmem.frameworks.raw_turns import RawTurnsFramework  # noqa: E402
-from dualmem.models import BUNDLED_EMBEDDER, bundled_embedder_path, load_embeddings  # noqa: E402
+from dualmem.models import BUNDLED_EMBEDDER, load_embeddings  # noqa: E402
 from dualmem.retrieval.cache import DEFAULT_FOLDER, CachedEmbeddings, EmbeddingCache  # noqa: E402
 from dualmem.retrieval.query_encoder import (  # noqa: E402
     QueryEncoderConfig,
@@ -124,7 +124,7 @@ def run_best_finetuned(
     items: list[DatasetItem], cache: EmbeddingCache, config: TurnRankConfig, ft_config: QueryEncoderConfig
 ) -> dict[str, list[tuple[str, float]]]:
     """``best`` with a query encoder fine-tuned leave-one-conversation-out: each conversation is ranked
-    with question vectors from a copy of the bundled embedder trained on the other conversations' questions
+    with question vectors from a copy of the embedder trained on the other conversations' questions
     against their frozen turn vectors (:mod:`dualmem.retrieval.query_encoder`)."""
     from sentence_transformers import SentenceTransformer
 
@@ -137,7 +137,10 @@ def run_best_finetuned(
             _dense_questions(item),
             [[pos[g] for g in q.gold.turn_ids if g in pos] for q in questions],
         )
-    model = SentenceTransformer(str(bundled_embedder_path()), device="cpu")
+    path = getattr(cache.embeddings, "path", None)
+    if path is None:
+        raise SystemExit("best-ft fine-tunes a sentence-transformers model: give --embedder a local model folder")
+    model = SentenceTransformer(str(path), device="cpu")
     start = copy.deepcopy(model.state_dict())
     out = {}
     for item in tqdm(items, desc="best-ft (leave one conversation out)"):
@@ -173,6 +176,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--config", default="{}", help="JSON overrides of TurnRankConfig (experiments)")
     parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache folder")
+    parser.add_argument(
+        "--embedder",
+        default=BUNDLED_EMBEDDER,
+        help="embedder spec (a local sentence-transformers folder, ...); results of another embedder than the "
+        "bundled one go to <out stem>.<embedder folder name>.json",
+    )
     args = parser.parse_args(argv)
     if not args.data.exists():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data (see ../shared/data/README.md)")
@@ -182,7 +191,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     dataset = load_locomo(args.data)
     items = dataset.items[: args.conversations] if args.conversations else dataset.items
-    cache = EmbeddingCache(load_embeddings(BUNDLED_EMBEDDER), args.cache)
+    if "best-ft" in variants and len(items) < 2:
+        raise SystemExit("best-ft trains on the other conversations: give --conversations 2 or more")
+    cache = EmbeddingCache(load_embeddings(args.embedder), args.cache)
+    if args.embedder != BUNDLED_EMBEDDER and args.out == OUT:
+        args.out = OUT.with_name(f"{OUT.stem}.{Path(args.embedder).name}.json")
     cached_before = len(cache)
     t0 = time.perf_counter()
     texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns]
@@ -193,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: dict[str, Any] = {
         "benchmark": "locomo evidence recall@10 (LLM-free), categories 1-4",
-        "embedder": "bundled:all-MiniLM-L6-v2",
+        "embedder": args.embedder,
         "conversations": [it.dialogue.id for it in items],
         "skipped_no_evidence": skipped,
         "variants": {},

@@ -124,6 +124,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--personas", type=int, default=None, help="only the first N personas (quick runs)")
     parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache folder")
     parser.add_argument(
+        "--embedder",
+        default=BUNDLED_EMBEDDER,
+        help="embedder spec (a local sentence-transformers folder, ...); results of another embedder than the "
+        "bundled one go to <out stem>.<embedder folder name>.json",
+    )
+    parser.add_argument(
         "--raw-turns-cached-only",
         action="store_true",
         help="run raw-turns only on personas whose every turn is already in the embedding cache (slow CPUs)",
@@ -137,7 +143,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     dataset = load_realmem(args.data)
     items = dataset.items[: args.personas] if args.personas else dataset.items
-    cache = EmbeddingCache(load_embeddings(BUNDLED_EMBEDDER), args.cache)
+    cache = EmbeddingCache(load_embeddings(args.embedder), args.cache)
+    if args.embedder != BUNDLED_EMBEDDER and args.out == OUT:
+        args.out = OUT.with_name(f"{OUT.stem}.{Path(args.embedder).name}.json")
     cached_before = len(cache)
     t0 = time.perf_counter()
     raw_items = items
@@ -153,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "realmem session retrieval (LLM-free)",
         "protocol": "replay: queries see only earlier sessions; session added after its queries; filler kept",
-        "embedder": "bundled:all-MiniLM-L6-v2",
+        "embedder": args.embedder,
         "personas": [it.dialogue.id for it in items],
         "variants": {},
         "timing_s": {"embedding": round(embed_s, 1)},

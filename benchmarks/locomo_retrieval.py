@@ -63,7 +63,7 @@ from dualmem.retrieval.query_encoder import (  # noqa: E402
     finetune_query_encoder,
 )
 from dualmem.retrieval.turns import TurnIndex, TurnRankConfig, dense_question  # noqa: E402
-from dualmem.schema import DatasetItem, Query  # noqa: E402
+from dualmem.schema import DatasetItem, Query, Turn  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "locomo" / "locomo10.json"
 OUT = REPO / "benchmarks" / "results" / "locomo_retrieval.json"
@@ -74,6 +74,11 @@ K = 10
 
 def _questions(item: DatasetItem) -> list[Query]:
     return [q for q in item.queries if q.category in CATEGORIES and q.gold.turn_ids]
+
+
+def _turns(item: DatasetItem) -> list[tuple[Turn, str]]:
+    """Every turn of a conversation with its session id, in order."""
+    return [(t, s.id) for s in item.dialogue.sessions for t in s.turns]
 
 
 def run_raw_turns(item: DatasetItem, embeddings: CachedEmbeddings, workdir: Path) -> list[tuple[str, float]]:
@@ -102,7 +107,7 @@ def run_best(
 
     ``question_vectors`` replaces the bundled embedder's vectors of the questions (a fine-tuned query encoder).
     """
-    turns = [(t, s.id) for s in item.dialogue.sessions for t in s.turns]
+    turns = _turns(item)
     index = TurnIndex(
         [t.id for t, _ in turns],
         [sid for _, sid in turns],
@@ -130,12 +135,12 @@ def run_best_finetuned(
 
     groups = {}
     for item in items:
-        pos = {t.id: i for i, t in enumerate(t for s in item.dialogue.sessions for t in s.turns)}
-        questions = _questions(item)
+        turns = [t for t, _ in _turns(item)]
+        pos = {t.id: i for i, t in enumerate(turns)}
         groups[item.dialogue.id] = QueryGroup(
-            cache.embed([t.text for s in item.dialogue.sessions for t in s.turns]),
+            cache.embed([t.text for t in turns]),
             _dense_questions(item),
-            [[pos[g] for g in q.gold.turn_ids if g in pos] for q in questions],
+            [[pos[g] for g in q.gold.turn_ids if g in pos] for q in _questions(item)],
         )
     path = getattr(cache.embeddings, "path", None)
     if path is None:

@@ -110,12 +110,11 @@ def finetune_query_encoder(
 
 
 def encode_queries(model: Any, queries: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """Return unit vectors of ``queries`` from ``model`` (no gradients)."""
-    import torch
-
-    with torch.no_grad():
-        parts = [_encode(model, list(queries[k : k + batch_size])).numpy() for k in range(0, len(queries), batch_size)]
-    return np.concatenate(parts) if parts else np.zeros((0, model.get_embedding_dimension()), np.float32)
+    """Return unit vectors of ``queries`` from ``model`` (float32 rows; ``(0, dims)`` for none)."""
+    if not queries:
+        return np.zeros((0, model.get_embedding_dimension()), np.float32)
+    vectors = model.encode(list(queries), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
+    return np.asarray(vectors, dtype=np.float32)
 
 
 def _encode(model: Any, texts: list[str]) -> Any:

@@ -32,6 +32,7 @@ DATASETS = ("rolememo", "realmem", "locomo")
 ModelOpt = typer.Option(None, "--model", "-m", help="chat model as provider:model (default: settings.chat_model, local:smollm2)")
 StoreOpt = typer.Option(None, "--store", help="LanceDB directory or URI (default: settings.store_uri)")
 PersonaOpt = typer.Option(..., "--persona", "-p", help="persona id (as ingested) or a persona .json file")
+UserOpt = typer.Option(None, "--user", "-u", help="user id: the second part of the memory namespace (default settings.user_id)")
 
 
 def _mount_train() -> None:
@@ -86,8 +87,9 @@ def ingest(
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
     thread: str | None = typer.Option(None, "--thread", help="checkpoint thread id (re-run the same id to resume)"),
+    user: str | None = typer.Option(None, "--user", "-u", help="user id of every history (default: each dialogue's own user)"),
 ) -> None:
-    """Write facts and insights from a dialogue history into the store (resumable)."""
+    """Write facts and insights from a dialogue history into the store (resumable; several writers may run at once)."""
     from dualmem.datasets import load_dataset
     from dualmem.graphs.write import write_history
     from dualmem.stores.personas import load_persona_file, save_persona
@@ -100,8 +102,9 @@ def ingest(
             raise ConfigurationError(f"{path} has no persona; pass --persona FILE.json")
         dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
         save_persona(settings.store_uri, who)
-        report = write_history(dialogue, who, settings=settings, thread_id=thread)
-        _print_report(report, who.id)
+        namespace = (who.id, user or item.dialogue.user_id or settings.user_id)
+        report = write_history(dialogue, who, settings=settings, thread_id=thread, namespace=namespace)
+        _print_report(report, f"{who.id} / {namespace[1]}")
     console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}")
 
 
@@ -126,12 +129,13 @@ def ask(
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
     show_memory: bool = typer.Option(True, "--show-memory/--no-show-memory", help="print retrieved memory"),
+    user: str | None = UserOpt,
 ) -> None:
     """Answer one message in character from memory."""
     from dualmem.graphs.respond import respond
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode)
+    settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode, user_id=user)
     who = find_persona(settings.store_uri, persona)
     reply = respond(question, who, settings=settings)
     if show_memory:
@@ -146,12 +150,13 @@ def chat(
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
     remember: bool = typer.Option(True, "--remember/--no-remember", help="write each exchange back into memory"),
+    user: str | None = UserOpt,
 ) -> None:
     """Chat in character; memory is retrieved every turn and (by default) written back."""
     from dualmem.graphs.respond import respond
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(model, store)
+    settings = _settings(model, store, user_id=user)
     who = find_persona(settings.store_uri, persona)
     console.print(f"Chatting with [bold]{who.name}[/] (empty line or Ctrl-D to stop).")
     history: list[tuple[str, str]] = []
@@ -176,15 +181,15 @@ def inspect(
     limit: int = typer.Option(20, "--limit", help="rows to show"),
     store: str | None = StoreOpt,
     all_status: bool = typer.Option(False, "--all", help="include superseded items"),
+    user: str | None = UserOpt,
 ) -> None:
-    """List or search a persona's facts and insights."""
-    from dualmem.models import load_embeddings
+    """List or search a persona's facts and insights (of one user)."""
     from dualmem.stores import DualStore
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(None, store)
+    settings = _settings(None, store, user_id=user)
     who = find_persona(settings.store_uri, persona)
-    db = DualStore(settings.store_uri, load_embeddings(None, settings))
+    db = DualStore.from_settings(settings)
     namespace = (who.id, settings.user_id)
     status = None if all_status else "active"
     if kind not in (None, "fact", "insight"):

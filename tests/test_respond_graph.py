@@ -177,9 +177,11 @@ def test_respond_graph_serves_another_framework(tmp_settings):
 
 
 def test_respond_graph_with_a_settings_dict_context(tmp_settings, filled):
-    from dualmem.graphs.respond import graph
+    from dualmem.graphs.respond import builder
+    from dualmem.stores import LanceDBStore
 
-    context = {"store_uri": filled.uri, "embedder": "hash:64", "chat_model": "fake:memory", "retrieval_k": 1}
+    context = {"embedder": "hash:64", "chat_model": "fake:memory", "retrieval_k": 1}
+    graph = builder.compile(store=LanceDBStore(filled.uri, dual=filled))  # the server's store is runtime.store
     out = graph.invoke({"persona": PERSONA.model_dump(mode="json"), "query": "the nursing exam"}, context=context)
     assert out["reply"].startswith("(fake reply)")
     assert [f["item"]["text"] for f in out["facts"]] == ["failed the nursing exam in spring"]

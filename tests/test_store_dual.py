@@ -52,7 +52,7 @@ def filled(store):
 
 
 def test_roundtrip_keeps_every_field(filled):
-    [f1, i1] = filled.get(["f1", "i1"])
+    [f1, i1] = filled.get(NS, ["f1", "i1"])
     assert f1.kind == "fact" and f1.namespace == NS
     assert f1.source.session_id == "s1" and f1.source.turn_ids == ["s1:3"] and f1.source.chunk_id == "c1"
     assert f1.event_time == "2024-01-05"
@@ -62,8 +62,8 @@ def test_roundtrip_keeps_every_field(filled):
 
 
 def test_get_keeps_order_and_skips_missing(filled):
-    assert [m.id for m in filled.get(["i2", "nope", "f3", "f1"])] == ["i2", "f3", "f1"]
-    assert filled.get([]) == []
+    assert [m.id for m in filled.get(NS, ["i2", "nope", "f3", "f1"])] == ["i2", "f3", "f1"]
+    assert filled.get(NS, []) == []
 
 
 def test_upsert_is_idempotent_and_keeps_created_at(filled):
@@ -72,7 +72,7 @@ def test_upsert_is_idempotent_and_keeps_created_at(filled):
     filled.upsert([fact("f1", "works night shifts at a warehouse"), fact("f1", "works night shifts at a warehouse")])
     filled.upsert([fact("f1", "works night shifts at a warehouse")])
     assert filled.count(NS) == 5 and filled.count(NS, kind="fact") == 3
-    after = filled.get(["f1"])[0]
+    after = filled.get(NS, ["f1"])[0]
     assert after.created_at == before["f1"].created_at
     assert after.updated_at > before["f1"].updated_at
 
@@ -86,7 +86,7 @@ def test_upsert_new_text_is_reembedded(filled):
 def test_changing_kind_moves_the_item(filled):
     filled.upsert([insight("f3", "the cat is a coping strategy", ["f1"])])
     assert filled.count(NS, kind="fact") == 2 and filled.count(NS, kind="insight") == 3
-    assert filled.get(["f3"])[0].kind == "insight"
+    assert filled.get(NS, ["f3"])[0].kind == "insight"
 
 
 @pytest.mark.parametrize("mode", ["vector", "fts", "hybrid"])
@@ -115,18 +115,18 @@ def test_fts_finds_items_written_after_the_index_was_built(tmp_path):
 
 
 def test_supersede_hides_from_search_and_list(filled):
-    filled.supersede(["f3"])
+    filled.supersede(NS, ["f3"])
     assert "f3" not in {h.item.id for h in filled.search(NS, "grey cat Pixel", mode="hybrid")}
     assert "f3" not in {m.id for m in filled.list(NS)}
-    assert filled.get(["f3"])[0].status == "superseded"
+    assert filled.get(NS, ["f3"])[0].status == "superseded"
     assert {m.id for m in filled.list(NS, status="superseded")} == {"f3"}
     assert len(filled.list(NS, status=None)) == 5
     assert filled.count(NS, kind="fact") == 2
 
 
 def test_delete_removes_for_good(filled):
-    filled.delete(["f2", "i2"])
-    assert filled.get(["f2", "i2"]) == []
+    filled.delete(NS, ["f2", "i2"])
+    assert filled.get(NS, ["f2", "i2"]) == []
     assert filled.count(NS, status=None) == 3
 
 
@@ -136,7 +136,7 @@ def test_prefilters_namespace_kind_where_and_time(filled):
     assert {h.item.id for h in filled.search(NS, "night shifts warehouse", k=10, mode="fts")} == {"f1", "i1"}
     assert [h.item.id for h in filled.search(other, "night shifts", mode="hybrid")] == ["o1"]
     assert {h.item.kind for h in filled.search(NS, "night shifts cat", kind="insight")} == {"insight"}
-    assert {h.item.id for h in filled.search(NS, "cat", where="session_id = 's1'", mode="vector")} == {"f1"}
+    assert {h.item.id for h in filled.search(NS, "cat", filter={"session_id": "s1"}, mode="vector")} == {"f1"}
     ids = {
         h.item.id
         for h in filled.search(
@@ -188,10 +188,13 @@ def test_namespaces_with_prefix(filled):
 
 def test_chunk_ledger(filled):
     assert not filled.chunk_applied(NS, "c1")
-    filled.mark_chunk_applied(NS, "c1", '{"facts": []}')
-    filled.mark_chunk_applied(NS, "c1", '{"facts": []}')
+    filled.ledger.mark(NS, "c1", "pending", '{"plan": 1}')
+    assert not filled.chunk_applied(NS, "c1") and filled.ledger.pending(NS) == [("c1", '{"plan": 1}')]
+    filled.ledger.mark(NS, "c1", "applied", '{"facts": []}')
+    filled.ledger.mark(NS, "c1", "applied", '{"facts": []}')
     assert filled.chunk_applied(NS, "c1") and not filled.chunk_applied(("other",), "c1")
-    assert filled.ledger_payload(NS, "c1") == '{"facts": []}'
+    assert filled.ledger.get(NS, "c1") == ("applied", '{"facts": []}') and filled.ledger.pending(NS) == []
+    assert filled.ledger.applied_ids(NS) == {"c1"}
     filled.drop_namespace(NS)
     assert not filled.chunk_applied(NS, "c1") and filled.count(NS, status=None) == 0
 
@@ -199,7 +202,7 @@ def test_chunk_ledger(filled):
 def test_reopening_sees_the_data_and_checks_dims(tmp_path):
     uri = str(tmp_path / "db")
     DualStore(uri, HashEmbeddings(32)).upsert([fact("a", "likes tea")])
-    assert DualStore(uri, HashEmbeddings(32)).get(["a"])[0].text == "likes tea"
+    assert DualStore(uri, HashEmbeddings(32)).get(NS, ["a"])[0].text == "likes tea"
     with pytest.raises(ConfigurationError, match="DUALMEM_EMBEDDER"):
         DualStore(uri, HashEmbeddings(16))
 
@@ -230,9 +233,9 @@ def test_ram_cache_never_serves_stale_rows(tmp_path):
     b.upsert([fact("c3", "likes green tea very much"), fact("c1", "owns a red kayak")])
     hits = {h.item.id: h.item.text for h in a.search(NS, "green tea", k=3, mode="vector")}
     assert "c3" in hits and hits["c1"] == "owns a red kayak"
-    b.supersede(["c3"])
+    b.supersede(NS, ["c3"])
     assert "c3" not in {h.item.id for h in a.search(NS, "green tea", k=3, mode="vector")}
-    b.delete(["c2"])
+    b.delete(NS, ["c2"])
     assert "c2" not in {h.item.id for h in a.search(NS, "coffee", k=3, mode="vector")}
     b.drop_namespace(NS)
     assert a.search(NS, "green tea", mode="vector") == []
@@ -241,7 +244,7 @@ def test_ram_cache_never_serves_stale_rows(tmp_path):
 @pytest.mark.parametrize(
     "filters",
     [{}, {"since": "2024-02-01"}, {"until": "2024-02-28"}, {"since": "2024-01-01", "until": "2024-03-01"},
-     {"where": "session_id = 's1'"}, {"where": "kind = 'fact'", "since": "2024-03-01"}],
+     {"filter": {"session_id": "s1"}}, {"filter": {"status": "active"}, "since": "2024-03-01"}],
 )  # fmt: skip
 def test_ram_cache_agrees_with_lance_scan(filled, tmp_path, filters):
     scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)  # never cached: LanceDB prefilter
@@ -262,9 +265,9 @@ def test_own_writes_patch_the_ram_cache_without_reloading(filled, monkeypatch):
     filled.upsert([fact("f4", "sings in a gospel choir", event_time="2024-04-01"), fact("f1", "drives a night bus")])
     filled.upsert([fact("f2", "plays video games until three in the morning", status="superseded")])
     filled.upsert([insight("f3", "the cat is a coping strategy", ["f1"])])  # moves f3 to insights
-    filled.supersede(["f4"])
+    filled.supersede(NS, ["f4"])
     filled.upsert([fact("f5", "sings in a gospel choir on sundays")])
-    filled.delete(["f5"])
+    filled.delete(NS, ["f5"])
     filled.upsert([fact("f6", "bakes sourdough bread", event_time="2024-05-01")])
     scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)
     for query in ("night bus", "gospel choir", "video games", "grey cat", "sourdough bread"):

@@ -56,7 +56,7 @@ def test_dual_view_shares_uri_and_embedder(tmp_path):
     store.dual.upsert([Fact(id="f1", namespace=("p", "u"), text="likes tea")])
     assert store.dual.count(("p", "u")) == 1
     # kv items and the dual memory do not mix: memory shows only under ("dualmem", ns…, kind)
-    assert store.list_namespaces() == [("dualmem", "p", "u", "fact"), ("dualmem", "p", "u", "insight")]
+    assert store.list_namespaces() == [("dualmem", "p", "u", "fact")]  # only namespaces that hold items
     assert store.list_namespaces(prefix=("p",)) == []
 
 

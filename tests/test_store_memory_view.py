@@ -39,7 +39,7 @@ def test_get_search_and_list_memory_through_the_store_api(tmp_path):
 def test_put_and_delete_memory_through_the_store_api(tmp_path):
     store = _store(tmp_path)
     store.put(("dualmem", "mia", "user", "fact"), "f2", {"text": "stopped gaming at night"})
-    assert store.dual.get(["f2"])[0].text == "stopped gaming at night"
+    assert store.dual.get(("mia", "user"), ["f2"])[0].text == "stopped gaming at night"
     store.put(("dualmem", "mia", "user", "fact"), "f3", {"text": "adopted a dog"})
     assert store.get(("dualmem", "mia", "user", "fact"), "f3").value["kind"] == "fact"
     store.delete(("dualmem", "mia", "user", "fact"), "f3")

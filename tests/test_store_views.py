@@ -105,7 +105,7 @@ def test_manage_tool_rejects_bad_calls(kv):
 def test_tools_on_the_dual_store(dual):
     manage = create_manage_memory_tool(NS, store=dual)
     key = manage.invoke({"content": "bought new trail shoes"}).split()[-1]
-    assert dual.get([key])[0].kind == "fact"
+    assert dual.get(NS, [key])[0].kind == "fact"
     hits = json.loads(create_search_memory_tool(NS, store=dual).invoke({"query": "trail shoes", "limit": 3}))
     assert hits[0]["id"] == key and {h["kind"] for h in hits} <= {"fact", "insight"}
 

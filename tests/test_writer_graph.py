@@ -180,13 +180,20 @@ def test_resume_after_a_crash_in_the_model_step(tmp_settings, store):
 
 
 class _FlakyStore(DualStore):
-    """A real store whose ledger write fails once on a chosen chunk (after the rows were written)."""
+    """A real store whose "applied" ledger mark fails once on a chosen chunk (after the rows were written)."""
 
     crash: _CrashOnce
 
-    def mark_chunk_applied(self, namespace, chunk_id, payload=""):
-        self.crash.check(chunk_id)
-        super().mark_chunk_applied(namespace, chunk_id, payload)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        mark = self.ledger.mark
+
+        def flaky(namespace, chunk_id, state, payload=""):
+            if state == "applied":
+                self.crash.check(chunk_id)
+            mark(namespace, chunk_id, state, payload)
+
+        self.ledger.mark = flaky
 
 
 def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
@@ -265,11 +272,16 @@ async def test_async_write_history(tmp_settings, store):
 
 
 def test_exported_graph_with_a_settings_dict_context(tmp_settings):
+    from dualmem.errors import ConfigurationError
     from dualmem.graphs.write import graph
+    from dualmem.stores import LanceDBStore
 
     context = {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chat_model": "fake:memory", "chunk_tokens": 40}
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
-    out = graph.invoke(inputs, context=context)
+    with pytest.raises(ConfigurationError, match="no memory store"):  # the graph never opens a store of its own
+        graph.invoke(inputs, context=context)
+    served = builder.compile(store=LanceDBStore(tmp_settings.store_uri, index={"dims": 64, "embed": HashEmbeddings(64)}))
+    out = served.invoke(inputs, context=context)  # as `langgraph dev` runs it: the server's store is runtime.store
     assert [r["status"] for r in out["report"]] == ["applied", "applied"]
     store = DualStore(tmp_settings.store_uri, HashEmbeddings(64))
     added = [op for r in out["report"] for op in r["applied"] if op["op"] == "ADD"]

@@ -182,7 +182,7 @@ def parse_locomo_sample(
     dialogue = Dialogue(
         id=raw.sample_id,
         persona=persona,
-        user_id=head.speaker_a,
+        user_id=f"{raw.sample_id}:{head.speaker_a}",  # speaker_a in this conversation: one namespace each
         sessions=sessions,
         meta={"speaker_a": head.speaker_a, "speaker_b": head.speaker_b},
     )

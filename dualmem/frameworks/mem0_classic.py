@@ -167,7 +167,7 @@ class Mem0ClassicFramework(MemoryFramework):
             meta["sessions"] = [*[s for s in meta.get("sessions", []) if s != source.session_id], source.session_id]
             self.store.upsert([target.model_copy(update={"text": decision.text.strip(), "source": source, "event_time": time, "meta": meta})])
         elif decision.event == "DELETE" and target is not None:
-            self.store.supersede([target.id])
+            self.store.supersede(self.namespace, [target.id])
         return decision.event
 
     def _summarize(self, summary: str, messages: list[str], report: IngestReport) -> str:
@@ -237,7 +237,7 @@ class Mem0ClassicFramework(MemoryFramework):
             else:
                 decision = Mem0Decision(event="ADD", text=fact)
             events[self.apply(decision, fact, similar, source, session.time, f"{chunk_id}/{i}")] += 1
-        self.store.mark_chunk_applied(self.namespace, chunk_id, facts.model_dump_json())
+        self.store.ledger.mark(self.namespace, chunk_id, "applied", facts.model_dump_json())
 
     def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
         """Return the ``k`` active facts most similar to ``query`` (vector search, as Mem0)."""

@@ -98,7 +98,7 @@ def _framework(res: WriterResources, namespace: tuple[str, ...], persona: Person
 
 def retrieve(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Search facts and insights for the user's message (or ask ``settings.framework``'s retrieve)."""
-    res = resources(runtime.context, role="chat")
+    res = resources(runtime, role="chat")
     s = res.settings
     query, _, _ = _query_and_history(state)
     persona = _persona(state)
@@ -114,7 +114,7 @@ def retrieve(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
 
 def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Answer in character from the retrieved memory and the recent turns."""
-    res = resources(runtime.context, role="chat")
+    res = resources(runtime, role="chat")
     query, history, in_messages = _query_and_history(state)
     persona = _persona(state)
     if state.get("items"):
@@ -130,7 +130,7 @@ def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
 
 def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Write the exchange back into memory through the writer (or the framework's ingest)."""
-    res = resources(runtime.context, role="chat")
+    res = resources(runtime, role="chat")
     namespace, persona = tuple(state["namespace"]), _persona(state)
     if res.settings.framework != "dualmem":
         report = _framework(res, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"]))
@@ -194,7 +194,7 @@ def _call(
     context = WriterResources(
         settings,
         model=None if model is None else load_chat_model(model, settings, role="chat"),
-        store=store,
+        store=store if store is not None else DualStore.from_settings(settings, embeddings),
         embeddings=embeddings,
         role="chat",
         writer_model=None if writer_model is None else load_chat_model(writer_model, settings, role="writer"),
@@ -209,6 +209,14 @@ def _call(
     if namespace:
         inputs["namespace"] = list(namespace)
     return inputs, context
+
+
+def _compiled(context: WriterResources) -> Any:
+    """Return the graph compiled with the call's store as ``runtime.store``."""
+    from dualmem.stores.langgraph_store import LanceDBStore
+
+    db = context.db()
+    return builder.compile(store=LanceDBStore(db.uri, dual=db))
 
 
 def _reply(out: dict[str, Any]) -> Reply:
@@ -234,7 +242,7 @@ def respond(
 ) -> Reply:
     """Answer ``query`` in character from memory; ``remember`` writes the exchange back."""
     inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(graph.invoke(cast(Any, inputs), context=cast(Any, context)))
+    return _reply(_compiled(context).invoke(cast(Any, inputs), context=cast(Any, context)))
 
 
 async def arespond(
@@ -254,4 +262,4 @@ async def arespond(
 ) -> Reply:
     """Async :func:`respond` (same graph)."""
     inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(await graph.ainvoke(cast(Any, inputs), context=cast(Any, context)))
+    return _reply(await _compiled(context).ainvoke(cast(Any, inputs), context=cast(Any, context)))

@@ -40,6 +40,7 @@ from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
 from dualmem.nodes.writer import Draft, SettingsContext, WriterResources, apply_draft, draft_chunk, resources
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
+from dualmem.stores.langgraph_store import LanceDBStore
 
 
 def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -80,7 +81,7 @@ def _namespace(state: WriteState, settings: Settings) -> tuple[str, ...]:
 
 def prepare(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Chunk the sessions (or take the given chunks, or the failed ones when ``retry_failed``)."""
-    settings = resources(runtime.context).settings
+    settings = resources(runtime).settings
     namespace = _namespace(state, settings)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
     update: dict[str, Any] = {"cursor": 0, "draft": None, "namespace": list(namespace), "report": reset, "sessions": []}
@@ -99,14 +100,14 @@ def _current(state: WriteState) -> Chunk:
 
 def draft(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Recall the view, ask the writer model, validate its answer into a plan."""
-    res = resources(runtime.context)
+    res = resources(runtime)
     persona = Persona.model_validate(state["persona"])
     return {"draft": draft_chunk(res, tuple(state["namespace"]), persona, _current(state))}
 
 
 def apply(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Apply the drafted plan once, record the chunk's report row, move to the next chunk."""
-    res = resources(runtime.context)
+    res = resources(runtime)
     current = state["draft"]
     if current is None:
         raise RuntimeError("apply reached without a draft; the graph's edges are broken")
@@ -207,13 +208,18 @@ class _Job:
     thread_id: str
     checkpoint_path: str | None
 
+    def graph_store(self) -> LanceDBStore:
+        """Return the LangGraph store view of the job's dual store (the graph's ``runtime.store``)."""
+        db = self.context.db()
+        return LanceDBStore(db.uri, dual=db)
+
     def config(self) -> RunnableConfig:
         return RunnableConfig(configurable={"thread_id": self.thread_id}, recursion_limit=2 * BATCH_CHUNKS + 16)
 
     def todo(self) -> list[Chunk]:
         """Return the chunks the ledger has not seen applied (new and failed ones)."""
-        store = self.context.db()
-        return [c for c in self.chunks if not store.chunk_applied(self.namespace, c["id"])]
+        done = self.context.db().ledger.applied_ids(self.namespace)
+        return [c for c in self.chunks if c["id"] not in done]
 
     def batches(self) -> list[dict[str, Any]]:
         todo = self.todo()
@@ -254,7 +260,8 @@ def _job(
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
     ns = tuple(namespace) if namespace else (who.id, settings.user_id)
     chunks = chunk_sessions(as_sessions(history), ns, settings.chunk_tokens)
-    res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=store, embeddings=embeddings)
+    db = store if store is not None else DualStore.from_settings(settings, embeddings)
+    res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=db, embeddings=embeddings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
     path = settings.checkpoint_path if checkpointer is None else None
     if path and path != ":memory:":
@@ -298,7 +305,7 @@ def write_history(
     conn = sqlite3.connect(job.checkpoint_path, check_same_thread=False) if job.checkpoint_path else None
     rows: dict[str, dict[str, Any]] = {}
     try:
-        runnable = builder.compile(checkpointer=SqliteSaver(conn) if conn is not None else (checkpointer or None))
+        runnable = builder.compile(checkpointer=SqliteSaver(conn) if conn is not None else (checkpointer or None), store=job.graph_store())
         context, config = cast(Any, job.context), job.config()
         with _progress(progress) as bar:
             task = bar.add_task("write", total=len(job.todo()))
@@ -335,7 +342,7 @@ async def awrite_history(
     conn = await aiosqlite.connect(job.checkpoint_path) if job.checkpoint_path else None
     rows: dict[str, dict[str, Any]] = {}
     try:
-        runnable = builder.compile(checkpointer=AsyncSqliteSaver(conn) if conn is not None else (checkpointer or None))
+        runnable = builder.compile(checkpointer=AsyncSqliteSaver(conn) if conn is not None else (checkpointer or None), store=job.graph_store())
         context, config = cast(Any, job.context), job.config()
         with _progress(progress) as bar:
             task = bar.add_task("write", total=len(job.todo()))

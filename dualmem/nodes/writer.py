@@ -1,16 +1,20 @@
-"""The writer's per-chunk core: recall the view, ask the persona, validate, apply.
+"""The writer's per-chunk core: recall the view, ask the persona, validate, apply — exactly once.
 
-``draft`` (recall + model + validation) and ``apply`` are separate steps so a
-checkpointed graph saves the plan between them: a crash while applying replays
-the same plan (deterministic ids, idempotent upserts) instead of asking the
-model again. The chunk ledger of the store makes every chunk apply once, also
-across threads and processes. (Async graph runs call these sync nodes in a worker thread.)
+``draft`` (recall + model + validation) and ``apply`` are separate steps. Both
+run under the namespace's write lease (:mod:`dualmem.stores.leases`), so one
+writer at a time, in any process, works on a namespace: the working view a
+chunk is drafted against holds every chunk applied before it. The drafted plan
+is stored in the chunk ledger as *pending* before the lease is given back, and
+whoever holds the lease next applies every pending plan first (deterministic
+ids, idempotent upserts) — a writer killed between drafting and applying loses
+nothing and no chunk is asked or applied twice. (Async graph runs call these
+sync nodes in a worker thread.)
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -40,19 +44,18 @@ SettingsContext = TypedDict(  # type: ignore[misc]
     "SettingsContext", {f.name: _TYPES.get(str(f.type), str) for f in fields(Settings)}, total=False
 )
 
-_STORES: dict[tuple[str, str], DualStore] = {}
-_STORES_LOCK = threading.Lock()
+def dual_store(store: Any) -> DualStore | None:
+    """Return the ``DualStore`` behind a graph's store (a ``LanceDBStore`` or a ``DualStore``), None for none."""
+    if store is None or isinstance(store, DualStore):
+        return store
+    from dualmem.stores.langgraph_store import LanceDBStore
 
-
-def open_store(settings: Settings, embeddings: Embeddings | None = None) -> DualStore:
-    """Open the dual store at ``settings.store_uri`` (cached per uri and embedder spec)."""
-    if embeddings is not None:
-        return DualStore(settings.store_uri, embeddings)
-    key = (settings.store_uri, settings.embedder)
-    with _STORES_LOCK:
-        if key not in _STORES:
-            _STORES[key] = DualStore(settings.store_uri, load_embeddings(None, settings))
-        return _STORES[key]
+    if isinstance(store, LanceDBStore):
+        return store.dual
+    raise ConfigurationError(
+        f"the DualMem graphs need a LanceDB store, got {type(store).__name__}; compile with "
+        "store=LanceDBStore.from_settings(...) or serve with the store of langgraph.json"
+    )
 
 
 class MemoEmbeddings(Embeddings):
@@ -96,9 +99,12 @@ class WriterResources:
         return self.model
 
     def db(self) -> DualStore:
-        """Return the injected store or the one at ``settings.store_uri``."""
+        """Return the injected store (the graph's ``runtime.store`` or the caller's); never opens one itself."""
         if self.store is None:
-            self.store = open_store(self.settings, self.embeddings)
+            raise ConfigurationError(
+                "no memory store: run the graph with a store (graph.compile(store=LanceDBStore.from_settings()), "
+                "langgraph.json's store on the server) or pass store= to the Python API"
+            )
         return self.store
 
     def for_writing(self) -> WriterResources:
@@ -121,12 +127,16 @@ class WriterResources:
         return self._memo
 
 
-def resources(context: Any, role: str = "writer") -> WriterResources:
-    """Return resources from a graph context: WriterResources, Settings, a dict or None."""
+def resources(runtime: Any, role: str = "writer") -> WriterResources:
+    """Return resources from a graph runtime (its context and ``runtime.store``) or from a bare context."""
+    context = getattr(runtime, "context", runtime)
+    store = dual_store(getattr(runtime, "store", None))
     if isinstance(context, WriterResources):
+        if context.store is None and store is not None:
+            context.store = store
         return context
     if context is None or isinstance(context, (Settings, dict)):
-        return WriterResources(settings=Settings.resolve(context), role=role)
+        return WriterResources(settings=Settings.resolve(context), role=role, store=store)
     raise ConfigurationError(
         f"graph context must be Settings, a dict of settings or WriterResources, got {type(context).__name__}"
     )
@@ -148,6 +158,7 @@ class ChunkRow(TypedDict, total=False):
     error: str | None
     raw: str | None
     emotion_failed: list[str]
+    drafted_by: str
 
 
 class Draft(TypedDict):
@@ -181,7 +192,7 @@ def _finish(res: WriterResources, namespace: Namespace, chunk: Chunk, view: View
     unscored = score_emotions(res, plan) if res.settings.emotion_strategy else []
     row = _row(
         chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
-        merged=plan["merged"], error=None, emotion_failed=unscored,
+        merged=plan["merged"], error=None, emotion_failed=unscored, drafted_by=uuid.uuid4().hex,
     )
     return Draft(row=row, plan=plan)
 
@@ -206,34 +217,73 @@ def score_emotions(res: WriterResources, plan: Plan) -> list[str]:
 
 
 def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None) -> Draft:
-    """Draft one chunk's plan (skipped when the ledger says it was applied)."""
-    if res.db().chunk_applied(namespace, chunk["id"]):
-        return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
-    messages, view = writer_messages(res, namespace, persona, chunk)
-    out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
-    return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
+    """Draft one chunk's plan under the namespace's write lease and store it as pending (skipped if applied)."""
+    store = res.db()
+    with store.exclusive(namespace, give_up=lambda: store.ledger.applied(namespace, chunk["id"])) as lease:
+        if lease is None:  # another writer applied this chunk while we waited for the namespace
+            return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
+        flush_pending(store, namespace, res.embedder(), lease)
+        if store.ledger.applied(namespace, chunk["id"]):
+            return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
+        messages, view = writer_messages(res, namespace, persona, chunk)
+        out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
+        draft = _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
+        if draft["plan"] is not None:
+            lease.check()
+            store.ledger.mark(namespace, chunk["id"], "pending", _pending_payload(draft))
+        return draft
 
 
-def apply_plan(store: DualStore, namespace: Namespace, chunk_id: str, plan: Plan, embeddings: Embeddings | None = None) -> bool:
-    """Write a plan once: upserts, then supersedes, then the ledger mark; False if already applied."""
-    if store.chunk_applied(namespace, chunk_id):
-        return False
-    rows = list({row["id"]: row for row in plan["upserts"]}.values())  # last version of an id wins
+def _pending_payload(draft: Draft) -> str:
+    return json.dumps({"plan": draft["plan"], "drafted_by": draft["row"].get("drafted_by")}, default=str)
+
+
+def apply_plan(store: DualStore, namespace: Namespace, plan: Plan, embeddings: Embeddings | None = None) -> None:
+    """Write a plan's rows: upserts (last version of an id wins), then supersedes (idempotent)."""
+    rows = list({row["id"]: row for row in plan["upserts"]}.values())
     if rows:
         vectors = embeddings.embed_documents([r["text"] for r in rows]) if embeddings is not None else None
         store.upsert([MemoryItem.model_validate(r) for r in rows], vectors=vectors)
     if plan["supersede"]:
-        store.supersede(list(dict.fromkeys(plan["supersede"])))
-    store.mark_chunk_applied(namespace, chunk_id, json.dumps({"applied": plan["applied"], "merged": plan["merged"]}))
-    return True
+        store.supersede(namespace, list(dict.fromkeys(plan["supersede"])))
+
+
+def flush_pending(store: DualStore, namespace: Namespace, embeddings: Embeddings | None, lease: Any) -> dict[str, str | None]:
+    """Apply every pending plan of ``namespace`` (this writer's or a dead one's); return chunk id -> drafter.
+
+    Call it while holding the namespace's write lease; ``lease.check()`` fences each commit.
+    """
+    done: dict[str, str | None] = {}
+    for chunk_id, payload in store.ledger.pending(namespace):
+        record = json.loads(payload)
+        plan: Plan = record["plan"]
+        lease.check()
+        apply_plan(store, namespace, plan, embeddings)
+        summary = {"applied": plan["applied"], "merged": plan["merged"], "drafted_by": record.get("drafted_by")}
+        store.ledger.mark(namespace, chunk_id, "applied", json.dumps(summary, default=str))
+        done[chunk_id] = record.get("drafted_by")
+    return done
 
 
 def apply_draft(res: WriterResources, namespace: Namespace, draft: Draft) -> ChunkRow:
-    """Apply a drafted plan and return the final report row."""
+    """Apply a drafted plan once (under the lease) and return the final report row.
+
+    ``applied`` when this draft's plan is in memory now (applied here or by the writer
+    that took the lease in between), ``skipped`` when another writer's plan was used.
+    """
     row = dict(draft["row"])
-    if draft["plan"] is not None:
-        fresh = apply_plan(res.db(), namespace, str(row["chunk_id"]), draft["plan"], res.embedder())
-        row["status"] = "applied" if fresh else "skipped"
+    if draft["plan"] is None:
+        return ChunkRow(**row)  # type: ignore[typeddict-item]
+    store, chunk_id = res.db(), str(row["chunk_id"])
+    # waiting ends early when the writer holding the namespace applied the chunk (our pending plan)
+    with store.exclusive(namespace, give_up=lambda: store.ledger.applied(namespace, chunk_id)) as lease:
+        if lease is not None:
+            if store.ledger.get(namespace, chunk_id) is None:  # drafted before a reset of the ledger: keep our plan
+                store.ledger.mark(namespace, chunk_id, "pending", _pending_payload(draft))
+            flush_pending(store, namespace, res.embedder(), lease)
+    state = store.ledger.get(namespace, chunk_id)
+    drafter = json.loads(state[1]).get("drafted_by") if state and state[1] else None
+    row["status"] = "applied" if drafter is not None and drafter == row.get("drafted_by") else "skipped"
     return ChunkRow(**row)  # type: ignore[typeddict-item]
 
 

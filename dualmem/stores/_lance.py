@@ -1,79 +1,163 @@
-"""Private LanceDB helpers shared by the dual store and the LangGraph store.
+"""LanceDB plumbing shared by every store: fresh connections, safe table/index creation, retries.
 
-Namespaces are stored as one string column: the JSON array of their parts
-(``["sophie", "user"]``). Equality is exact, and a prefix matches at part
-boundaries with ``ns = '["a"]' OR starts_with(ns, '["a", ')``.
+Freshness: every connection is opened with ``read_consistency_interval=0``, so
+each read first checks the table's latest version and sees every commit that
+finished before it began, from any process (LanceDB's default never looks
+again). Nothing here caches connections or table handles across stores.
+
+Concurrency: LanceDB commits optimistically; a commit that loses a race raises
+a "commit conflict" error, and nothing of it is visible. :func:`retry` redoes
+such an operation with jittered backoff, which is safe for the stores' writes
+(keyed upserts, deletes, updates). Tables and indexes are created so that
+several processes opening a fresh store at once all succeed.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
-from typing import Any, NamedTuple
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from dualmem.errors import ConfigurationError
 
-Namespace = tuple[str, ...]
+T = TypeVar("T")
 
-_CONNECTIONS: dict[str, Any] = {}
-_LOCK = threading.Lock()
+SCHEMES = ("file", "s3", "s3+ddb", "gs", "az", "abfs", "memory")
+_CONFLICT_MARKERS = ("commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction")
 
 
-def connect(uri: str) -> Any:
-    """Return a (cached) LanceDB connection for ``uri``."""
+def storage_options(raw: str | Mapping[str, str] | None) -> dict[str, str] | None:
+    """Parse the ``store_options`` setting (a JSON object of LanceDB storage options)."""
+    if not raw:
+        return None
+    if isinstance(raw, Mapping):
+        return {str(k): str(v) for k, v in raw.items()}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"store_options is not JSON ({exc.msg}); set DUALMEM_STORE_OPTIONS to an object such as "
+            '\'{"endpoint": "http://127.0.0.1:9000", "allow_http": "true"}\''
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise ConfigurationError("store_options must be a JSON object of LanceDB storage options (strings)")
+    return {str(k): str(v) for k, v in parsed.items()}
+
+
+def check_uri(uri: str) -> str:
+    """Return ``uri`` if it can hold a LanceDB store, creating a local folder; else raise with the fix."""
+    uri = str(uri)
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0].lower()
+        if scheme not in SCHEMES:
+            raise ConfigurationError(
+                f"store URI {uri!r} has the unknown scheme {scheme!r}; use a local folder or one of "
+                f"{', '.join(s + '://' for s in SCHEMES)}"
+            )
+        if scheme != "file":
+            return uri
+        path = Path(uri.split("://", 1)[1])
+    else:
+        path = Path(uri).expanduser()
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ConfigurationError(
+                f"store path {str(path)!r} is under {str(parent)!r}, which is a file; set DUALMEM_STORE_URI or "
+                "--store to a folder"
+            )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{random.getrandbits(32):08x}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write the store at {str(path)!r} ({exc.strerror or exc}); set DUALMEM_STORE_URI or --store "
+            "to a writable folder"
+        ) from exc
+    return uri
+
+
+def connect(uri: str, options: Mapping[str, str] | None = None) -> Any:
+    """Open a LanceDB connection whose every read sees the latest committed version."""
     import lancedb
 
-    with _LOCK:
-        db = _CONNECTIONS.get(uri)
-        if db is None:
-            try:
-                db = lancedb.connect(uri)
-            except Exception as exc:  # noqa: BLE001 - re-raised with the fix
-                raise ConfigurationError(
-                    f"cannot open LanceDB at {uri!r} ({exc}); set DUALMEM_STORE_URI or store_uri= to a writable "
-                    "directory or a LanceDB URI"
-                ) from exc
-            _CONNECTIONS[uri] = db
-        return db
+    uri = check_uri(uri)
+    try:
+        return lancedb.connect(uri, read_consistency_interval=timedelta(0), storage_options=dict(options or {}) or None)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the fix
+        raise ConfigurationError(
+            f"cannot open LanceDB at {uri!r} ({exc}); set DUALMEM_STORE_URI or store_uri= to a writable folder or "
+            "a LanceDB URI (object stores take DUALMEM_STORE_OPTIONS or the usual AWS_* variables)"
+        ) from exc
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Return True for LanceDB's lost-commit-race errors (safe to retry)."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _CONFLICT_MARKERS)
+
+
+def retry(fn: Callable[[], T], *, attempts: int = 30) -> T:
+    """Run ``fn``, redoing it with jittered backoff while it loses commit races."""
+    delay = 0.005
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - only conflicts are retried
+            if not is_conflict(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(delay * (1.0 + random.random()))
+            delay = min(delay * 2, 0.25)
+    raise AssertionError("unreachable")
 
 
 def table_names(db: Any) -> list[str]:
-    """Return the table names of a connection (works across lancedb versions)."""
-    if hasattr(db, "list_tables"):
-        names: list[str] = []
-        token = None
-        while True:
-            page = db.list_tables(page_token=token)
-            names.extend(page.tables)
-            token = page.page_token
-            if not token:
-                return names
-    return list(db.table_names())
+    """Return the table names of a connection."""
+    names: list[str] = []
+    token = None
+    while True:
+        page = db.list_tables(page_token=token)
+        names.extend(page.tables)
+        token = page.page_token
+        if not token:
+            return names
 
 
-_TABLES: dict[tuple[str, str], Any] = {}
+def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None = None) -> Any:
+    """Open table ``name`` or create it (with ``data`` if given), safe when processes race to create it.
 
-
-def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
-    """Open table ``name`` or create it empty with ``schema``.
-
-    Handles are shared per process: a LanceDB table object does not see writes
-    made through another handle, so every store of this process must use the same one.
+    When several processes create the table at once exactly one creation wins,
+    the others open the winner's table (``data`` is written once, atomically).
     """
-    key = (str(getattr(db, "uri", id(db))), name)
-    with _LOCK:
-        table = _TABLES.get(key)
-        if table is None:
-            if name in table_names(db):
-                table = db.open_table(name)
-            else:
-                table = db.create_table(name, schema=schema, exist_ok=True)
-            _TABLES[key] = table
-        return table
+
+    def attempt() -> Any:
+        if name in table_names(db):
+            return db.open_table(name)
+        return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
+
+    return retry(attempt)
+
+
+def migrate_columns(table: Any, schema: pa.Schema, sql: Mapping[str, str]) -> None:
+    """Add columns of ``schema`` that an older table lacks, computed by the SQL expressions in ``sql``."""
+    have = set(table.schema.names)
+    missing = {name: expr for name, expr in sql.items() if name not in have and name in schema.names}
+    if missing:
+        try:
+            retry(lambda: table.add_columns(missing))
+        except Exception as exc:  # noqa: BLE001 - another process may have added them
+            if not set(missing) <= set(table.schema.names):
+                raise ConfigurationError(
+                    f"table {table.name!r} is from an older DualMem and could not be upgraded ({exc}); "
+                    "re-ingest into a fresh DUALMEM_STORE_URI"
+                ) from exc
 
 
 def check_dims(table: Any, column: str, dims: int, uri: str) -> None:
@@ -85,122 +169,6 @@ def check_dims(table: Any, column: str, dims: int, uri: str) -> None:
             f"table {table.name!r} at {uri!r} stores {have}-dim vectors but the embedder makes {dims}-dim ones; "
             "use the embedder the store was built with (DUALMEM_EMBEDDER) or a fresh DUALMEM_STORE_URI"
         )
-
-
-# --------------------------------------------------------------------------- SQL
-
-
-def sql_str(value: str) -> str:
-    """Return ``value`` as a quoted SQL string literal (quotes doubled)."""
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def sql_in(column: str, values: Iterable[str]) -> str:
-    """Return ``column IN (...)`` for string values (``FALSE`` when empty)."""
-    vals = [sql_str(v) for v in values]
-    return f"{column} IN ({', '.join(vals)})" if vals else "FALSE"
-
-
-def and_all(*clauses: str | None) -> str | None:
-    """Join non-empty SQL clauses with AND."""
-    parts = [f"({c})" for c in clauses if c]
-    return " AND ".join(parts) if parts else None
-
-
-# --------------------------------------------------------------------------- namespaces
-
-
-def ns_key(namespace: Sequence[str]) -> str:
-    """Encode a namespace tuple as its stored string key."""
-    if isinstance(namespace, str):
-        raise ConfigurationError(
-            f"a namespace is a tuple of strings, got the string {namespace!r}; pass ({namespace!r},)"
-        )
-    return json.dumps([str(p) for p in namespace], ensure_ascii=False)
-
-
-def ns_parse(key: str) -> Namespace:
-    """Decode a stored namespace key."""
-    return tuple(json.loads(key))
-
-
-def ns_prefix_sql(prefix: Sequence[str], column: str = "namespace") -> str | None:
-    """Return a SQL filter matching ``prefix`` and every namespace below it (None for the root)."""
-    if not prefix:
-        return None
-    key = ns_key(prefix)
-    return f"{column} = {sql_str(key)} OR starts_with({column}, {sql_str(key[:-1] + ', ')})"
-
-
-def ns_eq_sql(namespace: Sequence[str], column: str = "namespace") -> str:
-    """Return a SQL filter matching exactly ``namespace``."""
-    return f"{column} = {sql_str(ns_key(namespace))}"
-
-
-# --------------------------------------------------------------------------- scopes
-
-
-def status_sql(status: str | None) -> str | None:
-    """Return the SQL filter on ``status`` (None: any status)."""
-    return f"status = {sql_str(status)}" if status else None
-
-
-class Scope(NamedTuple):
-    """The rows a search may return: one namespace, a status, an extra SQL filter, an event-time window."""
-
-    namespace: Namespace
-    status: str | None = "active"
-    where: str | None = None
-    since: str | None = None
-    until: str | None = None
-
-    def sql(self) -> str:
-        """Return the SQL prefilter of this scope."""
-        return (
-            and_all(
-                ns_eq_sql(self.namespace),
-                status_sql(self.status),
-                self.where,
-                f"event_time >= {sql_str(self.since)}" if self.since else None,
-                f"event_time <= {sql_str(self.until)}" if self.until else None,
-            )
-            or ""
-        )
-
-
-def rrf_fuse(rankings: list[list[dict[str, Any]]], k: int, rrf_k: int = 60) -> list[tuple[dict[str, Any], float]]:
-    """Fuse ranked row lists by reciprocal rank (``sum 1 / (rrf_k + rank)``); return the top ``k`` rows."""
-    fused: dict[str, float] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    for ranked in rankings:
-        for rank, row in enumerate(ranked, start=1):
-            fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (rrf_k + rank)
-            rows.setdefault(row["id"], row)
-    for row in rows.values():
-        row.pop("_distance", None)
-        row.pop("_score", None)
-    order = sorted(fused, key=lambda i: -fused[i])[:k]
-    return [(rows[i], fused[i]) for i in order]
-
-
-# --------------------------------------------------------------------------- misc
-
-
-def utc(value: datetime | None) -> datetime | None:
-    """Return ``value`` as an aware UTC datetime (naive values are taken as UTC)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def query_rows(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> list[dict[str, Any]]:
-    """Return rows matching ``where`` (all of them unless ``limit``) with only ``columns``."""
-    query = table.search()
-    if where:
-        query = query.where(where)
-    return query.select(columns).limit(limit).to_arrow().to_pylist()
 
 
 # --------------------------------------------------------------------------- indexes
@@ -225,21 +193,31 @@ def unindexed_rows(table: Any, column: str) -> int:
     return table.index_stats(name).num_unindexed_rows if name else table.count_rows()
 
 
-def ensure_base_indexes(table: Any) -> None:
-    """Create the scalar (id, namespace, status, event_time) and full-text (text) indexes a table lacks."""
+def ensure_indexes(table: Any, wanted: Mapping[str, Any]) -> None:
+    """Create the indexes of ``wanted`` (column -> lancedb index config) that ``table`` lacks.
+
+    Safe when processes race: a creation that loses to another process's is
+    checked again and not repeated once the index exists.
+    """
+    for column, config in wanted.items():
+        for attempt in range(30):
+            if has_index(table, column):
+                break
+            try:
+                table.create_index(column, config=config)
+                break
+            except Exception as exc:  # noqa: BLE001 - only races are retried
+                if not is_conflict(exc) or attempt == 29:
+                    raise
+                time.sleep(0.01 * (1 + random.random()) * (attempt + 1))
+
+
+def base_index_configs(columns: Mapping[str, str]) -> dict[str, Any]:
+    """Return lancedb index configs for column -> "BTREE" | "BITMAP" | "FTS"."""
     from lancedb.index import FTS, Bitmap, BTree
 
-    wanted = {
-        "id": BTree(),
-        "namespace": Bitmap(),
-        "status": Bitmap(),
-        "event_time": BTree(),
-        "text": FTS(with_position=False),
-    }
-    have = {tuple(i.columns) for i in table.list_indices()}
-    for column, config in wanted.items():
-        if (column,) not in have:
-            table.create_index(column, config=config)
+    make = {"BTREE": BTree, "BITMAP": Bitmap, "FTS": lambda: FTS(with_position=False)}
+    return {column: make[kind]() for column, kind in columns.items()}
 
 
 def build_vector_index(table: Any, rows: int) -> None:
@@ -249,6 +227,33 @@ def build_vector_index(table: Any, rows: int) -> None:
     dims = table.schema.field("vector").type.list_size
     partitions = max(1, min(1024, int(rows**0.5)))
     sub_vectors = next(d for d in (dims // 8, dims // 4, dims // 2, dims, 1) if d >= 1 and dims % d == 0)
-    table.create_index(
-        "vector", config=IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors)
-    )
+    config = IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors)
+    ensure_indexes(table, {"vector": config})
+
+
+def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:
+    """Compact ``table``, fold new rows into its indexes and drop versions older than ``keep_versions_for``."""
+    if keep_versions_for is None:
+        retry(table.optimize)
+    else:
+        retry(lambda: table.optimize(cleanup_older_than=keep_versions_for))
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def query_rows(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """Return rows matching ``where`` (all of them unless ``limit``) with only ``columns``."""
+    query = table.search()
+    if where:
+        query = query.where(where)
+    return query.select(columns).limit(limit).to_arrow().to_pylist()
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """Return ``value`` as an aware UTC datetime (naive values are taken as UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)

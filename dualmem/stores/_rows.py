@@ -11,9 +11,11 @@ import pyarrow as pa
 
 from dualmem.schema import EMOTIONS, MemoryItem, SourceRef, utcnow
 from dualmem.stores import _lance as L
+from dualmem.stores._sql import ns_key, ns_parse, row_key
 
 TS = pa.timestamp("us", tz="UTC")
 ITEM_COLUMNS = [
+    "pk",
     "id",
     "namespace",
     "kind",
@@ -59,8 +61,13 @@ def item_schema(dims: int) -> pa.Schema:
             pa.field("emotion", pa.list_(pa.float32(), len(EMOTIONS)), nullable=True),
             pa.field("status", pa.string()),
             pa.field("meta", pa.string()),
+            pa.field("pk", pa.string(), nullable=False),
         ]
     )
+
+
+# an older table (before namespace-scoped keys) gets its ``pk`` computed from these columns
+PK_SQL = {"pk": "concat(namespace, id)"}
 
 
 def item_to_row(
@@ -75,8 +82,9 @@ def item_to_row(
     if len(vector) != dims:
         raise ValueError(f"item {item.id!r}: vector has {len(vector)} dims, the store holds {dims}-dim vectors")
     return {
+        "pk": row_key(item.namespace, item.id),
         "id": item.id,
-        "namespace": L.ns_key(item.namespace),
+        "namespace": ns_key(item.namespace),
         "kind": item.kind,
         "text": item.text,
         "vector": [float(v) for v in vector],
@@ -97,7 +105,7 @@ def row_to_item(row: dict[str, Any]) -> MemoryItem:
     """Return the MemoryItem stored in ``row``."""
     return MemoryItem(
         id=row["id"],
-        namespace=L.ns_parse(row["namespace"]),
+        namespace=ns_parse(row["namespace"]),
         kind=row["kind"],
         text=row["text"],
         source=SourceRef(session_id=row["session_id"], turn_ids=row["turn_ids"] or [], chunk_id=row["chunk_id"]),

@@ -1,12 +1,17 @@
-"""Per-namespace vector cache: exact cosine search over a namespace's active rows in RAM.
+"""Per-namespace vector view: exact cosine search over a namespace's active rows in RAM.
 
 A persona/user namespace is small (thousands of items) inside a large table;
-LanceDB re-reads and decodes the vectors of a prefiltered flat scan on every
-query, so the store keeps each searched namespace's normalised matrix in RAM
-(LRU, bounded by rows) and searches it with one matrix product. Every write
-through any ``DualStore`` of this process bumps a stamp (per namespace, or per
-table when the namespace is unknown, as for ``delete(ids)``), so a stale matrix
-is never used; table handles are shared per process (see ``_lance.open_or_create``).
+LanceDB re-reads and decodes the vectors of a prefiltered scan on every query,
+so a store keeps each searched namespace's normalised matrix in RAM (LRU,
+bounded by rows) and searches it with one matrix product.
+
+The view is a cache keyed on the table version, never the truth. Each read
+checks the table's latest version (one cheap manifest check): the same version
+means the view is exact; a newer one means some process committed, and the
+view is brought up to date by reading the namespace's ``(id, updated_at)``
+pairs and fetching only the rows that changed (deleted ones are dropped). A
+write made through the store that holds the view patches it in place when no
+other commit came in between (its commit is then the very next version).
 """
 
 from __future__ import annotations
@@ -20,25 +25,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-Key = tuple[str, str, str]  # (uri, kind, namespace key)
+from dualmem.stores._sql import and_all, sql_in
 
-_LOCK = threading.Lock()
-_TABLE_STAMPS: dict[tuple[str, str], int] = {}
-_NS_STAMPS: dict[Key, int] = {}
-
-
-def bump(uri: str, kind: str, ns_key: str | None = None) -> None:
-    """Record a write to one namespace (or to the whole table when ``ns_key`` is None)."""
-    with _LOCK:
-        if ns_key is None:
-            _TABLE_STAMPS[(uri, kind)] = _TABLE_STAMPS.get((uri, kind), 0) + 1
-        else:
-            _NS_STAMPS[(uri, kind, ns_key)] = _NS_STAMPS.get((uri, kind, ns_key), 0) + 1
-
-
-def stamp(key: Key) -> tuple[int, int]:
-    """Return the current write stamp of a namespace."""
-    return _TABLE_STAMPS.get(key[:2], 0), _NS_STAMPS.get(key, 0)  # type: ignore[index]
+Key = tuple[str, str]  # (kind, namespace key)
 
 
 @lru_cache(maxsize=1)
@@ -60,27 +49,39 @@ def _one_blas_thread() -> Any:
     return controller.limit(limits=1, user_api="blas") if controller is not None else nullcontext()
 
 
-class Entry:
-    """A namespace's active rows (without vectors), event times and unit-normalised vectors.
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
 
-    ``matrix`` is None when the namespace was too large to cache.
+
+class Entry:
+    """A namespace's active rows (without vectors), their unit-normalised vectors and the table version.
+
+    ``matrix`` is None when the namespace was too large to hold.
     """
 
-    __slots__ = ("stamp", "ids", "matrix", "rows", "event_time", "index")
+    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps")
 
-    def __init__(self, stamp_: tuple[int, int], rows: pa.Table | None = None, matrix: np.ndarray | None = None) -> None:
-        self.stamp, self.matrix, self.rows = stamp_, matrix, rows
+    def __init__(self, version: int, rows: pa.Table | None = None, matrix: np.ndarray | None = None) -> None:
+        self.version, self.matrix, self.rows = version, matrix, rows
         self.ids: list[str] = rows.column("id").to_pylist() if rows is not None else []
         self.index = {i: n for n, i in enumerate(self.ids)}
         times = rows.column("event_time").to_pylist() if rows is not None and "event_time" in rows.column_names else []
         self.event_time = np.asarray([t or "" for t in times], dtype=str)
+        self.stamps: list[Any] = rows.column("updated_at").to_pylist() if rows is not None else []
 
     def __len__(self) -> int:
         return len(self.ids) if self.matrix is not None else 0
 
-    def mask(
-        self, since: str | None = None, until: str | None = None, ids: set[str] | None = None
-    ) -> np.ndarray | None:
+    def at(self, version: int) -> Entry:
+        """Return the same rows, marked exact at ``version`` (a commit that did not touch them)."""
+        entry = Entry.__new__(Entry)
+        for name in Entry.__slots__:
+            setattr(entry, name, getattr(self, name))
+        entry.version = version
+        return entry
+
+    def mask(self, since: str | None = None, until: str | None = None, ids: set[str] | None = None) -> np.ndarray | None:
         """Return the boolean mask of rows inside the time window and among ``ids`` (None: all rows)."""
         if not (since or until or ids is not None):
             return None
@@ -97,18 +98,17 @@ class Entry:
             keep &= allowed
         return keep
 
-    def patched(self, stamp_: tuple[int, int], drop: set[str], rows: list[dict[str, Any]] | None = None) -> Entry:
-        """Return a copy without the ``drop`` ids, plus ``rows`` (dicts with a ``vector``; active ones kept)."""
+    def patched(self, version: int, drop: set[str], rows: list[dict[str, Any]] | None = None) -> Entry:
+        """Return a copy at ``version`` without the ``drop`` ids, plus ``rows`` (dicts with a ``vector``; active kept)."""
         assert self.matrix is not None and self.rows is not None
         keep = np.fromiter((i not in drop for i in self.ids), dtype=bool, count=len(self.ids))
         table, matrix = self.rows.filter(pa.array(keep)), self.matrix[keep]
         added = [r for r in rows or [] if r.get("status") == "active"]
         if added:
-            vecs = np.asarray([r["vector"] for r in added], dtype=np.float32)
-            vecs /= np.where((n := np.linalg.norm(vecs, axis=1, keepdims=True)) == 0, 1.0, n)
+            vecs = _normalise(np.asarray([r["vector"] for r in added], dtype=np.float32))
             extra = pa.Table.from_pylist([{c: r[c] for c in table.column_names} for r in added], schema=table.schema)
             table, matrix = pa.concat_tables([table, extra]).combine_chunks(), np.vstack([matrix, vecs])
-        return Entry(stamp_, table, np.ascontiguousarray(matrix))
+        return Entry(version, table, np.ascontiguousarray(matrix))
 
     def top(self, query: np.ndarray, k: int, mask: np.ndarray | None, columns: list[str]) -> list[dict[str, Any]]:
         """Return the ``k`` nearest rows (only ``columns`` plus ``_distance`` = 1 - cosine), best first."""
@@ -136,7 +136,7 @@ class Entry:
 
 
 class VectorCache:
-    """LRU of namespace matrices, bounded by the total number of cached rows."""
+    """LRU of namespace views of one store, bounded by the total number of cached rows."""
 
     def __init__(self, max_rows: int = 500_000) -> None:
         self.max_rows = max_rows
@@ -144,13 +144,12 @@ class VectorCache:
         self._rows = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Key) -> Entry | None:
-        """Return the fresh entry of ``key`` or None."""
+    def peek(self, key: Key) -> Entry | None:
+        """Return the entry of ``key`` whatever its version (None when absent)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry.stamp != stamp(key):
-                return None
-            self._entries.move_to_end(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
             return entry
 
     def put(self, key: Key, entry: Entry) -> None:
@@ -165,32 +164,55 @@ class VectorCache:
                 _, gone = self._entries.popitem(last=False)
                 self._rows -= len(gone)
 
-    def patch(self, uri: str, kind: str, ns_key: str | None, drop: set[str], rows: list[dict[str, Any]]) -> None:
-        """Record a write (see ``bump``) and apply it to this cache's fresh entries instead of dropping them.
+    def committed(self, kind: str, before: int, after: int, ns_key: str, drop: set[str], rows: list[dict[str, Any]]) -> None:
+        """Apply this store's own commit (table version ``before`` -> ``after``) to the views it leaves exact.
 
-        ``ns_key`` None means a write whose namespace is unknown (delete/supersede by id): every
-        cached namespace of the table loses the ``drop`` ids.
+        Only when ``after == before + 1`` is the commit known to be the only change: then views
+        of other namespaces at ``before`` stay exact at ``after``, and the written namespace's view
+        is patched. Otherwise views are left as they are (the next read brings them up to date).
         """
+        if after != before + 1:
+            return
         with self._lock:
-            keys = [k for k in self._entries if k[:2] == (uri, kind) and (ns_key is None or k[2] == ns_key)]
-            before = {k: stamp(k) for k in keys}
-            bump(uri, kind, ns_key)
-            for key in keys:
-                entry = self._entries[key]
-                if entry.stamp != before[key] or entry.matrix is None:
+            for key, entry in list(self._entries.items()):
+                if key[0] != kind or entry.version != before:
                     continue
-                new = entry.patched(stamp(key), drop, rows)
-                self._rows += len(new) - len(entry)
-                self._entries[key] = new
+                if key[1] != ns_key:
+                    self._entries[key] = entry.at(after)
+                elif entry.matrix is not None:
+                    new = entry.patched(after, drop, rows)
+                    self._rows += len(new) - len(entry)
+                    self._entries[key] = new
 
 
-def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, stamp_: tuple[int, int]) -> Entry:
-    """Read a namespace's rows and vectors from ``table`` (an uncached entry if over ``max_rows``)."""
+def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
+    """Read a namespace's rows and vectors from ``table`` (an entry without matrix if over ``max_rows``)."""
     data = table.search().where(where).select([*columns, "vector"]).limit(max_rows + 1).to_arrow()
     if data.num_rows > max_rows:
-        return Entry(stamp_)
+        return Entry(version)
     flat = data.column("vector").combine_chunks().values.to_numpy(zero_copy_only=False)
-    raw = np.asarray(flat, dtype=np.float32).reshape(data.num_rows, dims)
-    norms = np.linalg.norm(raw, axis=1, keepdims=True)
-    matrix = (raw / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
-    return Entry(stamp_, data.drop_columns(["vector"]).combine_chunks(), matrix)
+    matrix = _normalise(np.asarray(flat, dtype=np.float32).reshape(data.num_rows, dims))
+    return Entry(version, data.drop_columns(["vector"]).combine_chunks(), matrix)
+
+
+def refresh(entry: Entry, table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
+    """Bring ``entry`` up to ``version``: fetch rows whose ``updated_at`` changed, drop rows gone."""
+    if entry.matrix is None:
+        return load(table, where, columns, dims, max_rows, version)
+    now = table.search().where(where).select(["id", "updated_at"]).limit(max_rows + 1).to_arrow()
+    if now.num_rows > max_rows:
+        return Entry(version)
+    current = dict(zip(now.column("id").to_pylist(), now.column("updated_at").to_pylist(), strict=True))
+    known = dict(zip(entry.ids, entry.stamps, strict=True))
+    changed = [i for i, stamp in current.items() if known.get(i, _MISSING) != stamp]
+    gone = {i for i in known if i not in current}
+    if not changed and not gone:
+        return entry.at(version)
+    if len(changed) > max(256, len(current) // 4):
+        return load(table, where, columns, dims, max_rows, version)
+    fresh = table.search().where(and_all(where, sql_in("id", changed))).select([*columns, "vector"]).limit(None)
+    rows = fresh.to_arrow().to_pylist()
+    return entry.patched(version, gone | set(changed), rows)
+
+
+_MISSING = object()

@@ -1,35 +1,39 @@
 """LangGraph ``BaseStore`` on LanceDB: long-term memory for any graph and for ``langgraph dev``.
 
-Mapping: every BaseStore item is one row of the ``lg_items`` table (stable id
-from namespace + key, the namespace as its JSON-array string, the key, the
-value as JSON, created/updated time); with an ``index`` config each indexed
-text of an item is one row of ``lg_vectors`` (item id, field path, vector),
-and a semantic search max-pools an item's field scores like LangGraph's
-``InMemoryStore``. The facts/insights of the dual memory live in the
-``DualStore`` tables at the same URI (``store.dual``); this view keeps
-arbitrary agent values (profiles, tool memories) and never touches them.
+Arbitrary items (profiles, tool memories) live in the ``lg_items``/``lg_vectors``
+tables (:mod:`~dualmem.stores._kv`); the facts and insights of the dual
+memory appear under ``(memory_label, persona, user, "fact" | "insight")``
+(:mod:`~dualmem.stores.memory_view`), backed by the ``DualStore`` at the same
+URI (``store.dual``). Every read goes to LanceDB and sees every commit of any
+process, so several server workers and ``dualmem ingest`` share one store.
 
 Only ``batch``/``abatch`` are implemented (the base class gives get/put/search/
 delete/list_namespaces): a pure core plans the ops, the shells embed (sync or
 async), and one executor applies them — reads see the state before the batch,
-then writes are applied, as in ``InMemoryStore``. ``filter`` takes the same
-dicts as ``InMemoryStore`` (equality, nested dicts, ``$eq $ne $gt $gte $lt
-$lte``). Searches without a query are ordered newest update first.
+then writes are applied, as in LangGraph's own stores. ``filter`` takes the
+same dicts (equality, nested dicts, ``$eq $ne $gt $gte $lt $lte``). Searches
+without a query are ordered newest update first.
 
-For ``langgraph.json``: ``"store": {"path": "./dualmem/stores/langgraph_store.py:make_store"}``;
-the server calls ``make_store()`` (or enters it as a context manager).
+TTL (``supports_ttl``): ``put(..., ttl=minutes)`` or ``ttl={"default_ttl": …,
+"refresh_on_read": …, "sweep_interval_minutes": …, "omit_expired": …}``;
+reads with ``refresh_ttl`` extend an item's expiry; ``sweep_ttl()`` deletes
+expired items and ``start_ttl_sweeper()`` does so in the background. Expired
+items stay visible until swept unless ``omit_expired`` is set, as in
+LangGraph's Postgres store. For ``langgraph.json``: ``"store": {"path":
+"./dualmem/stores/langgraph_store.py:make_store", "ttl": {...}}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import os
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
@@ -43,114 +47,99 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     ensure_embeddings,
     get_text_at_path,
     tokenize_path,
 )
 
 from dualmem.config import Settings
-from dualmem.errors import ConfigurationError
-from dualmem.schema import stable_id, utcnow
+from dualmem.schema import utcnow
 from dualmem.stores import _lance as L
-from dualmem.stores import memory_view
-
-ITEMS, VECTORS = "lg_items", "lg_vectors"
-_TS = pa.timestamp("us", tz="UTC")
-ITEMS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string()),
-        pa.field("namespace", pa.string()),
-        pa.field("key", pa.string()),
-        pa.field("value", pa.string()),
-        pa.field("created_at", _TS),
-        pa.field("updated_at", _TS),
-    ]
-)
-_ITEM_COLS = ["id", "namespace", "key", "value", "created_at", "updated_at"]
-
-
-def _vectors_schema(dims: int) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("id", pa.string()),
-            pa.field("item_id", pa.string()),
-            pa.field("namespace", pa.string()),
-            pa.field("path", pa.string()),
-            pa.field("vector", pa.list_(pa.float32(), dims)),
-        ]
-    )
-
-
-def _item_id(namespace: Sequence[str], key: str) -> str:
-    return stable_id(L.ns_key(namespace), key, prefix="kv-")
+from dualmem.stores._kv import KVTables, expiry, item_id, value_json
+from dualmem.stores._match import matches
+from dualmem.stores._sql import ns_key, ns_parse, ns_prefix_sql
+from dualmem.stores.memory_view import MemoryView
 
 
 class _Plan:
-    """What a batch will do: reads (by op index) and the last write per (namespace, key).
+    """What a batch will do. A plain class: ``langgraph dev`` may exec this file as an anonymous module."""
 
-    A plain class, not a dataclass: ``langgraph dev`` execs this file under a module name
-    missing from ``sys.modules``, where ``@dataclass`` with postponed annotations fails.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.gets: dict[int, GetOp] = {}
-        self.searches: dict[int, SearchOp] = {}
-        self.lists: dict[int, ListNamespacesOp] = {}
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
         self.puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         self.queries: list[str] = []
         self.texts: list[tuple[str, str, str]] = []  # (item id, path, text)
-        self.memory: dict[int, Op] = {}  # ops on ("dualmem", …) namespaces: the dual memory
 
 
 class LanceDBStore(BaseStore):
-    """Persist LangGraph store items in LanceDB, with optional semantic search."""
+    """Persist LangGraph store items in LanceDB, with semantic search, TTL and the dual memory view."""
 
-    supports_ttl = False
+    supports_ttl = True
 
-    def __init__(self, uri: str, *, index: IndexConfig | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        memory_label: str | None = None,
+        storage_options: dict[str, str] | str | None = None,
+        dual: Any = None,
+    ) -> None:
+        settings = Settings()
         self.uri = str(uri)
-        self._db = L.connect(self.uri)
-        self._lock = threading.RLock()
-        self._items = L.open_or_create(self._db, ITEMS, ITEMS_SCHEMA)
-        self._ensure_indexes(self._items, {"id": "BTREE", "namespace": "BITMAP"})
+        self.ttl_config: TTLConfig | None = dict(ttl) if ttl else None  # type: ignore[assignment]
+        self._options = L.storage_options(storage_options if storage_options is not None else settings.store_options)
+        self._db = dual._db if dual is not None else L.connect(self.uri, self._options)
+        if index is None and dual is not None:
+            index = {"dims": dual.dims, "embed": dual.embeddings, "fields": ["$"]}
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Embeddings | None = None
-        self._vectors: Any = None
         if index:
             self.index_config = dict(index)
             self.embeddings = ensure_embeddings(index.get("embed"))
             fields = index.get("fields") or ["$"]
             self.index_config["__tokenized_fields"] = [(p, tokenize_path(p) if p != "$" else p) for p in fields]
-            self._vectors = L.open_or_create(self._db, VECTORS, _vectors_schema(int(index["dims"])))
-            L.check_dims(self._vectors, "vector", int(index["dims"]), self.uri)
-            self._ensure_indexes(self._vectors, {"item_id": "BTREE", "namespace": "BITMAP"})
-        self._dual: Any = None
+        self.kv = KVTables(self._db, int(index["dims"]) if index else None, self.uri)
+        self._dual = dual
+        self._dual_lock = threading.Lock()
+        self.memory_label = memory_label or settings.memory_label
+        self._sweeper: tuple[concurrent.futures.Future[None], threading.Event] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None) -> LanceDBStore:
+    def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None, ttl: TTLConfig | None = None) -> LanceDBStore:
         """Open the store at ``settings.store_uri``, indexing whole values with the settings' embedder."""
-        from dualmem.models import embedding_dims, load_embeddings
+        from dualmem.stores.dual import DualStore
 
-        settings = Settings.resolve(settings)
-        emb = load_embeddings(embeddings, settings)
-        return cls(settings.store_uri, index={"dims": embedding_dims(emb), "embed": emb, "fields": ["$"]})
+        s = Settings.resolve(settings)
+        return cls(s.store_uri, ttl=ttl, memory_label=s.memory_label, dual=DualStore.from_settings(s, embeddings))
 
     @property
     def dual(self) -> Any:
         """Return the ``DualStore`` (facts and insights) at the same URI with the same embedder."""
-        if self._dual is None:
-            from dualmem.stores.dual import DualStore
+        with self._dual_lock:
+            if self._dual is None:
+                from dualmem.errors import ConfigurationError
+                from dualmem.stores.dual import DualStore
 
-            if self.embeddings is None:
-                raise ConfigurationError("the dual store needs embeddings; create LanceDBStore with index=")
-            self._dual = DualStore(self.uri, self.embeddings)
-        return self._dual
+                if self.embeddings is None:
+                    raise ConfigurationError("the dual memory needs embeddings; create LanceDBStore with index=")
+                self._dual = DualStore(self.uri, self.embeddings, storage_options=self._options)
+            return self._dual
+
+    @property
+    def memory(self) -> MemoryView:
+        """Return the facts and insights as store items."""
+        return MemoryView(self.dual, self.memory_label)
+
+    def _omit_expired(self) -> bool:
+        return bool((self.ttl_config or {}).get("omit_expired", False))
 
     # ------------------------------------------------------------------ shells
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Execute ``ops`` in order and return one result per op."""
+        """Execute ``ops`` and return one result per op (reads see the store before the batch's writes)."""
         plan = self._plan(ops)
         emb = self.embeddings
         qvecs = [emb.embed_query(q) for q in plan.queries] if emb and plan.queries else []
@@ -158,7 +147,7 @@ class LanceDBStore(BaseStore):
         return self._execute(plan, qvecs, dvecs)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Execute ``ops`` in order without blocking the event loop."""
+        """Execute ``ops`` without blocking the event loop."""
         plan = self._plan(ops)
         emb = self.embeddings
         qvecs = list(await asyncio.gather(*(emb.aembed_query(q) for q in plan.queries))) if emb else []
@@ -169,195 +158,204 @@ class LanceDBStore(BaseStore):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.stop_ttl_sweeper()
 
     async def __aenter__(self) -> LanceDBStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.stop_ttl_sweeper()
 
     # ------------------------------------------------------------------ core
 
     def _plan(self, ops: Iterable[Op]) -> _Plan:
-        ops = list(ops)
-        plan = _Plan(size=len(ops))
-        for i, op in enumerate(ops):
-            ns = getattr(op, "namespace_prefix", getattr(op, "namespace", None))
-            if ns is not None and memory_view.is_memory_namespace(tuple(ns)):
-                plan.memory[i] = op
-            elif isinstance(op, GetOp):
-                plan.gets[i] = op
-            elif isinstance(op, SearchOp):
-                plan.searches[i] = op
+        plan = _Plan(list(ops))
+        for op in plan.ops:
+            if isinstance(op, SearchOp):
                 if op.query and self.embeddings and op.query not in plan.queries:
                     plan.queries.append(op.query)
-            elif isinstance(op, ListNamespacesOp):
-                plan.lists[i] = op
             elif isinstance(op, PutOp):
-                plan.puts[(tuple(op.namespace), op.key)] = op
-            else:
+                plan.puts[(tuple(op.namespace), op.key)] = op  # the last write of a key wins
+            elif not isinstance(op, GetOp | ListNamespacesOp):
                 raise ValueError(f"unknown store operation {type(op).__name__}; expected Get/Put/Search/ListNamespaces")
         if self.index_config:
-            for op in plan.puts.values():
-                if op.value is None or op.index is False:
+            for (ns, key), op in plan.puts.items():
+                if op.value is None or op.index is False or self._is_memory(ns):
                     continue
-                paths = (
-                    self.index_config["__tokenized_fields"]
-                    if op.index is None
-                    else [(p, tokenize_path(p)) for p in op.index]
-                )
-                iid = _item_id(op.namespace, op.key)
+                paths = self.index_config["__tokenized_fields"] if op.index is None else [(p, tokenize_path(p)) for p in op.index]
                 for path, tokens in paths:
                     texts = get_text_at_path(op.value, tokens)
                     for j, text in enumerate(texts):
-                        plan.texts.append((iid, f"{path}.{j}" if len(texts) > 1 else path, text))
+                        plan.texts.append((item_id(ns, key), f"{path}.{j}" if len(texts) > 1 else path, text))
         return plan
 
+    def _is_memory(self, namespace: tuple[str, ...]) -> bool:
+        return len(namespace) == 4 and namespace[0] == self.memory_label and namespace[3] in ("fact", "insight")
+
     def _execute(self, plan: _Plan, qvecs: list[list[float]], dvecs: list[list[float]]) -> list[Result]:
-        results: list[Result] = [None] * plan.size
+        results: list[Result] = [None] * len(plan.ops)
         qmap = dict(zip(plan.queries, qvecs, strict=True))
-        with self._lock:
-            if plan.gets:
-                ids = {i: _item_id(op.namespace, op.key) for i, op in plan.gets.items()}
-                rows = {r["id"]: r for r in L.query_rows(self._items, L.sql_in("id", set(ids.values())), _ITEM_COLS)}
-                for i, iid in ids.items():
-                    results[i] = _to_item(rows[iid]) if iid in rows else None
-            for i, search in plan.searches.items():
-                results[i] = self._search(search, qmap.get(search.query) if search.query else None)
-            for i, listing in plan.lists.items():
-                results[i] = self._list_namespaces(listing)
-            if plan.puts:
-                self._apply_puts(plan, dvecs)
-            for i, op in plan.memory.items():
-                results[i] = memory_view.execute(self.dual, op, _matches)  # type: ignore[arg-type]
+        refresh: dict[str, dict[str, Any]] = {}
+        for i, op in enumerate(plan.ops):
+            if isinstance(op, GetOp):
+                results[i] = self._get(op, refresh)
+            elif isinstance(op, SearchOp):
+                results[i] = self._search(op, qmap.get(op.query) if op.query else None, refresh)
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = self._list_namespaces(op)
+        if plan.puts:
+            self._apply_puts(plan, dvecs)
+        if refresh:
+            self.kv.refresh(refresh.values())
         return results
 
+    def _get(self, op: GetOp, refresh: dict[str, dict[str, Any]]) -> Item | None:
+        ns = tuple(op.namespace)
+        if self._is_memory(ns):
+            return self.memory.get(op)
+        row = self.kv.by_ids([item_id(ns, op.key)], self._omit_expired()).get(item_id(ns, op.key))
+        if row is None:
+            return None
+        if op.refresh_ttl:
+            refresh[row["id"]] = row
+        return _to_item(row)
+
     def _apply_puts(self, plan: _Plan, dvecs: list[list[float]]) -> None:
-        ids = {k: _item_id(*k) for k in plan.puts}
-        all_ids = list(ids.values())
-        old = {
-            r["id"]: r["created_at"] for r in L.query_rows(self._items, L.sql_in("id", all_ids), ["id", "created_at"])
-        }
-        now = utcnow()
+        kv_puts = {k: op for k, op in plan.puts.items() if not self._is_memory(k[0])}
+        for (ns, _), op in plan.puts.items():
+            if self._is_memory(ns):
+                self.memory.put(op)
+        if not kv_puts:
+            return
+        ids = {k: item_id(*k) for k in kv_puts}
+        old = {r["id"]: r["created_at"] for r in self.kv.by_ids(ids.values()).values()}
+        now, clock = utcnow(), time.time()
         rows, deleted = [], []
-        for (ns, key), op in plan.puts.items():
+        for (ns, key), op in kv_puts.items():
             iid = ids[(ns, key)]
             if op.value is None:
                 deleted.append(iid)
                 continue
-            value = json.dumps(op.value, ensure_ascii=False, default=str)
+            ttl = op.ttl
             rows.append(
                 {
-                    "id": iid,
-                    "namespace": L.ns_key(ns),
-                    "key": key,
-                    "value": value,
-                    "created_at": old.get(iid, now),
-                    "updated_at": now,
+                    "id": iid, "namespace": ns_key(ns), "key": key, "value": value_json(op.value),
+                    "created_at": old.get(iid, now), "updated_at": now,
+                    "ttl_minutes": None if ttl is None else float(ttl), "expires_at": expiry(ttl, clock),
                 }
-            )
-        if deleted:
-            self._items.delete(L.sql_in("id", deleted))
-        if rows:
-            data = pa.Table.from_pylist(rows, schema=ITEMS_SCHEMA)
-            self._items.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
-        if self._vectors is not None:
-            self._vectors.delete(L.sql_in("item_id", all_ids))
-            nskeys = {ids[k]: L.ns_key(k[0]) for k in plan.puts}
-            vrows = [
-                {"id": f"{iid}:{path}", "item_id": iid, "namespace": nskeys[iid], "path": path, "vector": vec}
-                for (iid, path, _), vec in zip(plan.texts, dvecs, strict=True)
-            ]
-            if vrows:
-                self._vectors.add(pa.Table.from_pylist(vrows, schema=self._vectors.schema))
+            )  # fmt: skip
+        nskeys = {iid: ns_key(k[0]) for k, iid in ids.items()}
+        vectors = [
+            {"id": f"{iid}:{path}", "item_id": iid, "namespace": nskeys[iid], "path": path, "vector": vec}
+            for (iid, path, _), vec in zip(plan.texts, dvecs, strict=True)
+        ]
+        self.kv.write(rows, deleted, vectors, [r["id"] for r in rows])
 
-    def _search(self, op: SearchOp, qvec: list[float] | None) -> list[SearchItem]:
-        where = L.ns_prefix_sql(op.namespace_prefix)
+    def _search(self, op: SearchOp, qvec: list[float] | None, refresh: dict[str, dict[str, Any]]) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        where = ns_prefix_sql(prefix)
         want = op.offset + op.limit
-        if qvec is None or self._vectors is None:
-            rows = self._candidates(where, op.filter)
-            rows.sort(key=lambda r: (r["updated_at"], r["key"]), reverse=True)
-            return [_to_item(r, None) for r in rows[op.offset : want]]
+        candidates = self.kv.rows(where, self._omit_expired())
         if op.filter:
-            rows = self._candidates(where, op.filter)
-            scores = self._score_ids({r["id"] for r in rows}, qvec)
-            by_id = {r["id"]: r for r in rows}
+            candidates = [r for r in candidates if matches(json.loads(r["value"]), op.filter)]
+        memory = self.memory.search(op, qvec, matches) if self.memory_label and self._memory_reachable(prefix) else []
+        found: list[tuple[Any, dict[str, Any] | None]]
+        if qvec is None or self.kv.vectors is None:
+            found = [(_to_item(r, None), r) for r in candidates]
+            found += [(m, None) for m in memory]
+            found.sort(key=lambda pair: (pair[0].updated_at, pair[0].key), reverse=True)
         else:
-            scores = self._nearest(where, qvec, want)
-            by_id = {}
-        ranked = sorted(scores, key=lambda i: -scores[i])[op.offset : want]
-        if not op.filter and ranked:
-            by_id = {r["id"]: r for r in L.query_rows(self._items, L.sql_in("id", ranked), _ITEM_COLS)}
-        out = [_to_item(by_id[i], scores[i]) for i in ranked if i in by_id]
-        if len(out) < op.limit:  # items with nothing indexed come last, without a score
-            rest = [
-                r for r in (by_id.values() if op.filter else self._candidates(where, None)) if r["id"] not in scores
-            ]
-            out.extend(_to_item(r, None) for r in rest[: op.limit - len(out)])
-        return out
+            by_id = {r["id"]: r for r in candidates}
+            scores = self.kv.nearest(where, qvec, want, set(by_id) if op.filter else None)
+            scored: list[tuple[Any, dict[str, Any] | None]] = [(_to_item(by_id[i], s), by_id[i]) for i, s in scores.items() if i in by_id]
+            scored += [(m, None) for m in memory]
+            scored.sort(key=lambda pair: -(pair[0].score if pair[0].score is not None else -2.0))
+            found = scored
+        page = found[op.offset : want]
+        if qvec is not None and self.kv.vectors is not None and len(page) < op.limit:
+            shown = {(it.namespace, it.key) for it, _ in found}
+            unscored = [r for r in candidates if (ns_parse(r["namespace"]), r["key"]) not in shown]
+            unscored.sort(key=lambda r: (r["updated_at"], r["key"]), reverse=True)
+            page += [(_to_item(r, None), r) for r in unscored[: op.limit - len(page)]]  # items with nothing indexed
+        if op.refresh_ttl:
+            refresh.update({row["id"]: row for _, row in page if row is not None})
+        return [item for item, _ in page]
 
-    def _candidates(self, where: str | None, filt: dict[str, Any] | None) -> list[dict[str, Any]]:
-        rows = L.query_rows(self._items, where, _ITEM_COLS)
-        if filt:
-            rows = [r for r in rows if _matches(json.loads(r["value"]), filt)]
-        return rows
-
-    def _nearest(self, where: str | None, qvec: list[float], want: int) -> dict[str, float]:
-        fetch = max(want * 2, 20)
-        while True:
-            query = self._vectors.search(list(qvec), vector_column_name="vector").distance_type("cosine")
-            if where:
-                query = query.where(where, prefilter=True)
-            rows = query.select(["item_id", "_distance"]).limit(fetch).to_arrow().to_pylist()
-            scores: dict[str, float] = {}
-            for r in rows:  # max-pool an item's field scores (rows come best first)
-                scores.setdefault(r["item_id"], 1.0 - r["_distance"])
-            if len(scores) >= want or len(rows) < fetch:
-                return scores
-            fetch *= 4
-
-    def _score_ids(self, ids: set[str], qvec: list[float]) -> dict[str, float]:
-        if not ids:
-            return {}
-        rows = L.query_rows(self._vectors, L.sql_in("item_id", ids), ["item_id", "vector"])
-        if not rows:
-            return {}
-        mat = np.asarray([r["vector"] for r in rows], dtype=np.float32)
-        q = np.asarray(qvec, dtype=np.float32)
-        sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
-        scores: dict[str, float] = {}
-        for r, s in zip(rows, sims.tolist(), strict=True):
-            scores[r["item_id"]] = max(scores.get(r["item_id"], -2.0), s)
-        return scores
+    def _memory_reachable(self, prefix: tuple[str, ...]) -> bool:
+        if prefix and prefix[0] != self.memory_label:
+            return False
+        if self.embeddings is None and self._dual is None:
+            return False
+        return MemoryView.covers(self.memory, prefix)
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        col = self._items.search().select(["namespace"]).limit(None).to_arrow().column("namespace")
-        namespaces = [L.ns_parse(k) for k in col.unique().to_pylist()]
-        if self.embeddings is not None:
-            namespaces += memory_view.namespaces(self.dual)
+        namespaces = set(self.kv.namespaces(self._omit_expired()))
+        if self.embeddings is not None or self._dual is not None:
+            namespaces.update(self.memory.namespaces())
+        found = list(namespaces)
         for cond in op.match_conditions or ():
-            namespaces = [ns for ns in namespaces if _ns_matches(cond, ns)]
+            found = [ns for ns in found if _ns_matches(cond, ns)]
         if op.max_depth is not None:
-            namespaces = list({ns[: op.max_depth] for ns in namespaces})
-        return sorted(namespaces)[op.offset : op.offset + op.limit]
+            found = list({ns[: op.max_depth] for ns in found})
+        return sorted(found)[op.offset : op.offset + op.limit]
 
-    @staticmethod
-    def _ensure_indexes(table: Any, wanted: dict[str, str]) -> None:
-        from lancedb.index import Bitmap, BTree
+    # ------------------------------------------------------------------ TTL
 
-        have = {tuple(i.columns) for i in table.list_indices()}
-        for column, kind in wanted.items():
-            if (column,) not in have:
-                table.create_index(column, config=BTree() if kind == "BTREE" else Bitmap())
+    def sweep_ttl(self) -> int:
+        """Delete every expired item; return how many were deleted."""
+        return self.kv.sweep()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+        """Sweep expired items in a background thread every interval (default: the TTL config's, else 5 min)."""
+        if self._sweeper is not None and not self._sweeper[0].done():
+            return self._sweeper[0]
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.ttl_config:
+            future.set_result(None)
+            return future
+        minutes = sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(float(minutes) * 60.0):
+                try:
+                    self.sweep_ttl()
+                except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
+                    continue
+            future.set_result(None)
+
+        threading.Thread(target=loop, name="lancedb-store-ttl-sweeper", daemon=True).start()
+        self._sweeper = (future, stop)
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the background sweeper; return True once it has stopped (or none was running)."""
+        if self._sweeper is None:
+            return True
+        future, stop = self._sweeper
+        stop.set()
+        try:
+            future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        self._sweeper = None
+        return True
 
 
 def make_store() -> LanceDBStore:
-    """Return the store ``langgraph dev`` serves (``langgraph.json`` → ``store.path``), built from Settings."""
+    """Return the store ``langgraph dev`` serves (``langgraph.json`` → ``store.path``), built from Settings.
+
+    The ``ttl`` block of ``langgraph.json``'s store config (the server passes it in
+    ``LANGGRAPH_STORE``) is honoured, and its sweeper started.
+    """
     # the server may exec this file as an anonymous module: build the canonical class
     from dualmem.stores.langgraph_store import LanceDBStore as Store
 
-    return Store.from_settings()
+    config = json.loads(os.environ.get("LANGGRAPH_STORE") or "{}")
+    store = Store.from_settings(ttl=config.get("ttl") or None)
+    if store.ttl_config:
+        store.start_ttl_sweeper()
+    return store
 
 
 # --------------------------------------------------------------------------- helpers
@@ -365,7 +363,7 @@ def make_store() -> LanceDBStore:
 
 def _to_item(row: dict[str, Any], score: float | None | bool = False) -> Any:
     kwargs = {
-        "namespace": L.ns_parse(row["namespace"]),
+        "namespace": ns_parse(row["namespace"]),
         "key": row["key"],
         "value": json.loads(row["value"]),
         "created_at": L.utc(row["created_at"]),
@@ -377,7 +375,7 @@ def _to_item(row: dict[str, Any], score: float | None | bool = False) -> Any:
 
 
 def _ns_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
-    path = tuple(cond.path)
+    path = tuple(cond.path) if not isinstance(cond.path, str) else (cond.path,)
     if len(ns) < len(path):
         return False
     if cond.match_type not in ("prefix", "suffix"):
@@ -385,36 +383,3 @@ def _ns_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
     pairs = zip(ns, path, strict=False) if cond.match_type == "prefix" else zip(ns[::-1], path[::-1], strict=False)
     return all(p == "*" or k == p for k, p in pairs)
 
-
-_OPS = {
-    "$eq": lambda a, b: a == b,
-    "$ne": lambda a, b: a != b,
-    "$gt": lambda a, b: a is not None and float(a) > float(b),
-    "$gte": lambda a, b: a is not None and float(a) >= float(b),
-    "$lt": lambda a, b: a is not None and float(a) < float(b),
-    "$lte": lambda a, b: a is not None and float(a) <= float(b),
-}
-
-
-def _matches(value: Any, filt: dict[str, Any]) -> bool:
-    """Return True if ``value`` (a dict) satisfies the filter dict, as ``InMemoryStore`` does."""
-    return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in filt.items())
-
-
-def _compare(actual: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(k.startswith("$") for k in wanted):
-            for op, arg in wanted.items():
-                if op not in _OPS:
-                    raise ValueError(f"unsupported filter operator {op!r}; use one of {sorted(_OPS)}")
-                if not _OPS[op](actual, arg):
-                    return False
-            return True
-        return _matches(actual, wanted)
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(actual, list | tuple)
-            and len(actual) == len(wanted)
-            and all(_compare(a, w) for a, w in zip(actual, wanted, strict=True))
-        )
-    return actual == wanted

@@ -1,15 +1,23 @@
-"""The dual memory seen through the LangGraph store API (and so through the server's `/store`).
+"""The dual memory seen through the LangGraph store API (and so through the server's ``/store``).
 
-Namespaces ``("dualmem", persona, user, "fact" | "insight")`` map onto the
-``DualStore`` tables at the same URI: an item's key is the memory id and its
-value the memory item as JSON (text, source, grounding, status…). Get, search
-(hybrid when a query is given, newest first otherwise), put (upsert; the value
-needs at least ``text``; insights need ``grounding``) and delete work; the
-namespaces appear in ``list_namespaces``.
+Namespaces ``(label, persona, user, "fact" | "insight")`` — ``label`` is the
+``memory_label`` setting, ``"dualmem"`` by default — map onto the ``DualStore``
+tables at the same URI: an item's key is the memory id and its value the
+memory item as JSON (``text``, also under ``content`` as LangMem's tools write
+it, ``source``, ``grounding``, ``status``…). Other namespaces under the label
+(say ``("dualmem", "settings")``) are ordinary store items.
+
+Get, put (upsert; ``text`` or ``content`` required; insights need
+``grounding``), delete, and search work; a search prefix shorter than four
+labels (``("dualmem", persona)``) covers every memory namespace below it, as
+LangGraph's prefix semantics say. A query search ranks by cosine similarity
+(the score LangGraph's stores report), so memory and ordinary items rank on
+one scale. Facts and insights do not expire: they are superseded instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langgraph.store.base import GetOp, Item, PutOp, SearchItem, SearchOp
@@ -17,85 +25,98 @@ from langgraph.store.base import GetOp, Item, PutOp, SearchItem, SearchOp
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight, MemoryItem
 
-PREFIX = "dualmem"
 KINDS = ("fact", "insight")
+Matcher = Callable[[Any, dict[str, Any]], bool]
 
 
-def is_memory_namespace(namespace: tuple[str, ...]) -> bool:
-    """Return True for namespaces under ``("dualmem", …)``."""
-    return bool(namespace) and namespace[0] == PREFIX
+class MemoryView:
+    """Facts and insights of a ``DualStore`` as LangGraph store items under ``(label, persona, user, kind)``."""
 
+    def __init__(self, dual: Any, label: str) -> None:
+        if not label or "." in label:
+            raise ConfigurationError(f"memory_label {label!r} must be a non-empty label without '.'")
+        self.dual, self.label = dual, label
 
-def split(namespace: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
-    """Return (memory namespace, kind or None) of a ``("dualmem", …)`` namespace."""
-    rest = tuple(namespace[1:])
-    if rest and rest[-1] in KINDS:
-        return rest[:-1], rest[-1]
-    return rest, None
+    # ------------------------------------------------------------------ shapes
 
+    def owns(self, namespace: Sequence[str]) -> bool:
+        """Return True for a memory item namespace ``(label, persona, user, kind)``."""
+        ns = tuple(namespace)
+        return len(ns) == 4 and ns[0] == self.label and ns[3] in KINDS
 
-def store_namespace(item: MemoryItem) -> tuple[str, ...]:
-    """Return the store-API namespace of a memory item."""
-    return (PREFIX, *item.namespace, item.kind)
+    def covers(self, prefix: Sequence[str]) -> bool:
+        """Return True if a search under ``prefix`` may reach memory items."""
+        ns = tuple(prefix)
+        return not ns or (ns[0] == self.label and (len(ns) < 4 or self.owns(ns)))
 
+    def _targets(self, prefix: Sequence[str]) -> list[tuple[tuple[str, ...], str]]:
+        """Return the (memory namespace, kind) pairs below a search prefix."""
+        rest = tuple(prefix)[1:]
+        kinds = [rest[2]] if len(rest) == 3 else list(KINDS)
+        return [(ns, kind) for kind in kinds for ns in self.dual.namespaces(rest[:2], kind=kind) if len(ns) == 2]
 
-def _value(item: MemoryItem) -> dict[str, Any]:
-    return item.model_dump(mode="json", exclude={"namespace"})
+    def _item(self, item: MemoryItem, score: float | None | bool = False) -> Item:
+        value = item.model_dump(mode="json", exclude={"namespace"})
+        value["content"] = item.text
+        kwargs: dict[str, Any] = {
+            "namespace": (self.label, *item.namespace, item.kind), "key": item.id, "value": value,
+            "created_at": item.created_at, "updated_at": item.updated_at,
+        }  # fmt: skip
+        return Item(**kwargs) if score is False else SearchItem(**kwargs, score=score)  # type: ignore[arg-type]
 
+    # ------------------------------------------------------------------ operations
 
-def _item(item: MemoryItem, score: float | None | bool = False) -> Item:
-    kwargs: dict[str, Any] = {"namespace": store_namespace(item), "key": item.id, "value": _value(item), "created_at": item.created_at, "updated_at": item.updated_at}
-    if score is False:
-        return Item(**kwargs)
-    return SearchItem(**kwargs, score=score)  # type: ignore[arg-type]
+    def get(self, op: GetOp) -> Item | None:
+        """Return the memory item ``op.key`` of exactly ``op.namespace``."""
+        _, persona, user, kind = op.namespace
+        found = [i for i in self.dual.get((persona, user), [op.key]) if i.kind == kind]
+        return self._item(found[0]) if found else None
 
+    def search(self, op: SearchOp, qvec: Sequence[float] | None, matches: Matcher) -> list[SearchItem]:
+        """Return the memory items below ``op.namespace_prefix`` (ranked when ``qvec``), before paging."""
+        status = None if op.filter and "status" in op.filter else "active"
+        hits: list[tuple[MemoryItem, float | None]] = []
+        for ns, kind in self._targets(op.namespace_prefix):
+            if qvec is not None:
+                want = op.offset + op.limit if not op.filter else max(4 * (op.offset + op.limit), 200)
+                found = self.dual.search(ns, op.query or "", kind=kind, k=want, mode="vector", status=status, vector=qvec)
+                hits.extend((h.item, float(h.score)) for h in found)
+            else:
+                hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status))
+        if op.filter:
+            hits = [(i, s) for i, s in hits if matches(self._item(i).value, op.filter)]
+        return [self._item(i, s) for i, s in hits]  # type: ignore[misc]
 
-def execute(dual: Any, op: GetOp | SearchOp | PutOp, matches: Any) -> Any:
-    """Run one store operation against the dual store; ``matches(value, filter)`` filters values."""
-    if isinstance(op, GetOp):
-        ns, kind = split(tuple(op.namespace))
-        found = [i for i in dual.get([op.key]) if i.namespace == ns and (kind is None or i.kind == kind)]
-        return _item(found[0]) if found else None
-    if isinstance(op, SearchOp):
-        return _search(dual, op, matches)
-    _put(dual, op)
-    return None
+    def put(self, op: PutOp) -> None:
+        """Upsert or (value None) delete a memory item of exactly ``op.namespace``."""
+        _, persona, user, kind = op.namespace
+        ns = (persona, user)
+        if op.value is None:
+            self.dual.delete(ns, [op.key])
+            return
+        value = {k: v for k, v in dict(op.value).items() if k not in {"id", "namespace", "kind"}}
+        text = value.pop("content", None)
+        if "text" not in value and text is not None:
+            value["text"] = text
+        if not str(value.get("text") or "").strip():
+            raise ConfigurationError(f"a memory item needs `text` (or `content`); got keys {sorted(op.value)}")
+        old = self.dual.get(ns, [op.key])
+        if old:
+            merged = old[0].model_dump(mode="json", exclude={"namespace", "id", "kind"})
+            value = {**merged, **value, "created_at": old[0].created_at}
+        cls = Fact if kind == "fact" else Insight
+        try:
+            item = cls(id=op.key, namespace=ns, **value)
+        except ValueError as exc:
+            raise ConfigurationError(f"memory item {op.key!r} in {tuple(op.namespace)}: {exc}") from exc
+        if isinstance(item, Insight):
+            missing = set(item.grounding) - {f.id for f in self.dual.get(ns, item.grounding)}
+            if missing:
+                raise ConfigurationError(
+                    f"insight {op.key!r} cites {sorted(missing)}, which are not facts of {tuple(op.namespace[:3])}"
+                )
+        self.dual.upsert([item])
 
-
-def _search(dual: Any, op: SearchOp, matches: Any) -> list[SearchItem]:
-    ns, kind = split(tuple(op.namespace_prefix))
-    if not ns:
-        return []
-    status = None if op.filter and "status" in op.filter else "active"
-    want = op.offset + op.limit
-    fetch = want * 4 if op.filter else want
-    if op.query:
-        hits = [(h.item, h.score) for k in ([kind] if kind else KINDS) for h in dual.search(ns, op.query, kind=k, k=fetch, status=status)]
-        hits.sort(key=lambda pair: -pair[1])
-    else:
-        hits = [(i, None) for i in dual.list(ns, kind=kind, status=status, limit=fetch)]
-    if op.filter:
-        hits = [(i, s) for i, s in hits if matches(_value(i), op.filter)]
-    return [_item(i, s) for i, s in hits[op.offset : want]]  # type: ignore[misc]
-
-
-def _put(dual: Any, op: PutOp) -> None:
-    ns, kind = split(tuple(op.namespace))
-    if op.value is None:
-        dual.delete([op.key])
-        return
-    if kind is None or not ns:
-        raise ConfigurationError(f"memory items go under ('dualmem', persona, user, 'fact'|'insight'); got {op.namespace}")
-    value = {k: v for k, v in dict(op.value).items() if k not in {"id", "namespace", "kind"}}
-    cls = Fact if kind == "fact" else Insight
-    old = dual.get([op.key])
-    if old:
-        value = {**_value(old[0]), **value, "created_at": old[0].created_at}
-        for key in ("id", "kind"):
-            value.pop(key, None)
-    dual.upsert([cls(id=op.key, namespace=ns, **value)])
-
-
-def namespaces(dual: Any) -> list[tuple[str, ...]]:
-    """Return the store-API namespaces of every memory namespace."""
-    return [(PREFIX, *ns, kind) for ns in dual.namespaces() for kind in KINDS]
+    def namespaces(self) -> list[tuple[str, ...]]:
+        """Return the store namespaces of every memory namespace that holds items."""
+        return [(self.label, *ns, kind) for kind in KINDS for ns in self.dual.namespaces(kind=kind) if len(ns) == 2]

@@ -15,25 +15,26 @@ _SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("json", pa.string())]
 
 
 def _table(uri: str):  # noqa: ANN202 - lancedb table
-    import lancedb
+    from dualmem.config import Settings
+    from dualmem.stores import _lance as L
 
-    db = lancedb.connect(uri)
-    if TABLE in db.table_names():
-        return db.open_table(TABLE)
-    return db.create_table(TABLE, schema=_SCHEMA, exist_ok=True)
+    db = L.connect(uri, L.storage_options(Settings().store_options))
+    return L.open_or_create(db, TABLE, _SCHEMA)
 
 
 def save_persona(uri: str, persona: Persona) -> None:
-    """Insert or replace ``persona`` in the registry at ``uri``."""
+    """Insert or replace ``persona`` in the registry at ``uri`` (the newest row of an id wins)."""
+    from dualmem.stores import _lance as L
+
     row = {"id": persona.id, "json": persona.model_dump_json()}
     table = _table(uri)
-    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
+    L.retry(lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row]))
 
 
 def list_personas(uri: str) -> list[Persona]:
-    """Return every registered persona."""
+    """Return every registered persona (one per id, even if two writers registered it at once)."""
     rows = _table(uri).to_arrow().to_pylist()
-    return [Persona.model_validate_json(r["json"]) for r in rows]
+    return list({r["id"]: Persona.model_validate_json(r["json"]) for r in rows}.values())
 
 
 def find_persona(uri: str, ref: str) -> Persona:

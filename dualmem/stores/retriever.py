@@ -53,9 +53,7 @@ class DualMemRetriever(BaseRetriever):
         return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync())
 
     def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
-        cited = list(dict.fromkeys(f for h in hits for f in h.item.grounding))
-        by_id = {f.id: f for f in self.store.get(cited)}
-        return {h.item.id: [by_id[f] for f in h.item.grounding if f in by_id] for h in hits}
+        return self.store.grounding(self.namespace, [h.item for h in hits])
 
 
 def to_document(hit: ScoredItem, grounding: list[MemoryItem] | None = None) -> Document:

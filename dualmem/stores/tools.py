@@ -3,9 +3,13 @@
 The store is the ``store=`` argument or, when that is None, the store of the
 running LangGraph graph (``graph.compile(store=...)``) — never a global. It
 may be any LangGraph ``BaseStore`` (values ``{"content": text}``, as langmem
-writes them) or a ``DualStore`` (search returns facts and insights, manage
-writes facts). Namespace parts like ``"{user_id}"`` are filled from the run's
-``config["configurable"]``.
+writes them; with a ``LanceDBStore`` and a namespace ``("dualmem", persona,
+user, "fact")`` the tools read and write the dual memory itself) or a
+``DualStore`` (search returns facts and insights, manage writes facts).
+Namespace parts like ``"{user_id}"`` are filled from the run's
+``config["configurable"]`` (or its ``context``). ``update`` and ``delete``
+only reach memories of the tool's own namespace: another namespace's id is
+refused with an error naming it.
 """
 
 from __future__ import annotations
@@ -33,10 +37,25 @@ MANAGE_DESCRIPTION = (
 )
 
 
+def _runtime_values() -> dict[str, Any]:
+    """Return the running graph's context as a dict (empty outside a graph)."""
+    from dataclasses import asdict, is_dataclass
+
+    try:
+        from langgraph.runtime import get_runtime
+
+        context = get_runtime().context
+    except Exception:  # noqa: BLE001 - not inside a graph run
+        return {}
+    if isinstance(context, dict):
+        return context
+    return asdict(context) if is_dataclass(context) and not isinstance(context, type) else {}
+
+
 def resolve_namespace(template: tuple[str, ...] | str, config: RunnableConfig | None) -> tuple[str, ...]:
-    """Fill ``{name}`` parts of a namespace template from ``config["configurable"]``."""
+    """Fill ``{name}`` parts of a namespace template from ``config["configurable"]`` or the run's context."""
     parts = (template,) if isinstance(template, str) else tuple(template)
-    configurable = (config or {}).get("configurable") or {}
+    configurable = {**_runtime_values(), **((config or {}).get("configurable") or {})}
     out = []
     for part in parts:
         if part.startswith("{") and part.endswith("}"):
@@ -69,6 +88,12 @@ def _store(store: BaseStore | DualStore | None) -> BaseStore | DualStore:
     return found
 
 
+def _exists(target: BaseStore | DualStore, namespace: tuple[str, ...], key: str) -> bool:
+    if isinstance(target, DualStore):
+        return bool(target.get(namespace, [key]))
+    return target.get(namespace, key) is not None
+
+
 def create_search_memory_tool(
     namespace: tuple[str, ...] | str = ("memories", "{user_id}"),
     *,
@@ -91,7 +116,7 @@ def create_search_memory_tool(
             ]  # fmt: skip
         else:
             hits = [
-                {"id": i.key, "content": i.value.get("content", i.value), "score": i.score}
+                {"id": i.key, "content": i.value.get("content", i.value.get("text", i.value)), "score": i.score}
                 for i in target.search(ns, query=query, limit=limit)
             ]
         return json.dumps(hits, ensure_ascii=False, default=str)
@@ -127,9 +152,11 @@ def create_manage_memory_tool(
         target = _store(store)
         ns = resolve_namespace(namespace, config)
         key = id or str(uuid.uuid4())
+        if action != "create" and not _exists(target, ns, key):
+            raise ValueError(f"there is no memory {key!r} in this namespace {ns}; search first and pass one of its ids")
         if isinstance(target, DualStore):
             if action == "delete":
-                target.delete([key])
+                target.delete(ns, [key])
             else:
                 target.upsert([Fact(id=key, namespace=ns, text=content or "", meta={"via": name})])
         elif action == "delete":

@@ -1,20 +1,28 @@
-"""Benchmark the LanceDB dual store: search latency in one namespace inside large tables.
+"""Benchmark the LanceDB dual store: search latency in one namespace inside large tables, and a load test.
 
 For each table size, rows are spread over namespaces of ``--ns-size`` items
-(interleaved, as a long-running service writes them) and one namespace is
-queried. Compared in the same run over the same vectors:
+(interleaved row by row, as a long-running service writes them), then
+``DualStore.optimize()`` gathers each namespace's rows together and indexes
+them, and one namespace is queried. Every search reads with freshness on (it
+checks the table's latest version first). Compared in the same run over the
+same vectors:
 
-- ``lance vector``   DualStore.search_vectors (ids + scores; prefiltered flat scan)
+- ``lance vector``   DualStore.search_vectors (ids + scores) on the in-RAM namespace view
 - ``lance vector+items`` DualStore.search(mode="vector"), items parsed
 - ``lance hybrid``   DualStore.search(mode="hybrid"): vector + full text, RRF
 - ``lance time-filtered`` DualStore.search(mode="vector", since=...) (~half the namespace), items parsed
-- ``lance SQL-where-filtered`` search_vectors(where=<the same time filter as SQL>), resolved by LanceDB
-- ``lance vector cold`` the first search after another process/store wrote the namespace (reload from disk)
-- ``lance vector after own upsert`` the first search after this store wrote the namespace (cache patched)
-- ``lance prefiltered scan`` LanceDB's own prefiltered flat scan, without the RAM cache
-- ``numpy``          brute force: the namespace's vectors already in RAM, matmul + top-k
+- ``lance filter-dict`` search_vectors(filter={"event_time": {"$gte": ...}}), resolved by LanceDB
+- ``lance vector after another writer's commit`` the first search after another store wrote the
+  namespace: the view notices the new version and fetches only the changed rows
+- ``lance vector after own upsert`` the first search after this store wrote the namespace (view patched)
+- ``lance fresh worker`` a store that holds no RAM view (a fresh server worker): LanceDB's own
+  prefiltered scan of the namespace (bitmap index on ``namespace``)
+- ``numpy``          brute force: the namespace's float32 vectors already in RAM, matmul + top-k
 - ``numpy filtered`` same with the time mask
 - ``inmemory``       LangGraph InMemoryStore.search(query=...) (and with a filter dict)
+
+Then, on the largest table, ``benchmarks/store_load.py``: 1 writer and
+``--readers`` reader processes on the same store for ``--load-seconds``.
 
 Vectors are random unit vectors; texts are 12 random English words (from the
 bundled tokenizer's vocabulary) so the full-text index has real terms.
@@ -22,7 +30,7 @@ InMemoryStore is filled through its documented ``_data``/``_vectors`` dicts;
 vectors of namespaces that are not queried share a small pool of lists to
 keep memory bounded (its search only reads the queried namespace).
 
-    python benchmarks/store_bench.py --sizes 100000,1000000 --ns-size 10000 --dims 384 --queries 200
+    python benchmarks/store_bench.py --sizes 100000,1000000 --ns-size 10000 --dims 384 --queries 200 --load-seconds 60
 """
 
 from __future__ import annotations
@@ -48,9 +56,13 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from dualmem.stores import DualStore, _vcache
-from dualmem.stores import _lance as L
+from dualmem.schema import Fact
+from dualmem.stores import DualStore
 from dualmem.stores._rows import item_schema
+from dualmem.stores._sql import ns_key, row_key
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import store_load  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "store_bench.json"
 BATCH = 50_000
@@ -156,13 +168,14 @@ def load_table(store: DualStore, total: int, ns_size: int, dims: int, target: in
         days = rng.integers(0, 730, n)
         times = [f"{2023 + d // 365}-{1 + (d % 365) // 31:02d}-{1 + d % 28:02d}" for d in days]
         ids = [f"f{i}" for i in idx]
-        ns_keys = [L.ns_key((f"persona-{j}", "user")) for j in ns_idx]
+        ns_keys = [ns_key((f"persona-{j}", "user")) for j in ns_idx]
         cols = {
+            "pk": [row_key((f"persona-{j}", "user"), i) for j, i in zip(ns_idx, ids, strict=True)],
             "id": ids,
             "namespace": ns_keys,
             "kind": ["fact"] * n,
             "text": texts,
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), dims),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1).astype(np.float16)), dims),
             "session_id": [f"s{i // 50}" for i in idx],
             "turn_ids": [[f"t{i}"] for i in idx],
             "chunk_id": [None] * n,
@@ -182,12 +195,13 @@ def load_table(store: DualStore, total: int, ns_size: int, dims: int, target: in
         t_texts += [texts[i] for i in np.flatnonzero(mask)]
     load_s = time.perf_counter() - start
     t0 = time.perf_counter()
-    store.optimize()  # fold everything into the scalar + full-text indexes (and the vector index if enabled)
+    gathered = store.optimize()  # gather each namespace's rows, fold everything into the indexes
     index_s = time.perf_counter() - t0
+    console.print(f"optimize: gathered {gathered['fact']} namespaces and indexed in {index_s:.1f} s")
     return np.concatenate(t_vecs), t_ids, t_times, t_texts, load_s, index_s, n_ns
 
 
-def bench_size(args: argparse.Namespace, total: int, words: list[str]) -> dict[str, Any]:
+def bench_size(args: argparse.Namespace, total: int, words: list[str], load_seconds: float = 0) -> dict[str, Any]:
     """Run every measurement for one table size."""
     dims, k = args.dims, 10
     root = tempfile.mkdtemp(prefix=f"store-bench-{total}-", dir=args.workdir)
@@ -209,24 +223,22 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str]) -> dict[s
         "namespaces": n_ns,
         "ns_items": len(ids),
         "bulk_insert_rows_per_s": round(total / load_s),
-        "index_build_s": round(index_s, 2),
+        "optimize_s": round(index_s, 2),
         "disk_bytes": dir_size(uri),
     }
-    # upsert path (merge_insert by id, precomputed vectors): 2,000 items in batches of 200
-    from dualmem.schema import Fact
-
+    # upsert path (merge_insert by key, precomputed vectors): 2,000 items in batches of 200
     up_vecs = unit(rng, 2000, dims)
     items = [Fact(id=f"u{i}", namespace=ns, text=" ".join(rng.choice(words, 12))) for i in range(2000)]
     t0 = time.perf_counter()
     for lo in range(0, 2000, 200):
         store.upsert(items[lo : lo + 200], vectors=up_vecs[lo : lo + 200].tolist())
     out["upsert_items_per_s"] = round(2000 / (time.perf_counter() - t0))
-    store.delete([it.id for it in items])
+    store.delete(ns, [it.id for it in items])
     store.optimize()
 
     qs = list(range(args.queries))
     late = np.asarray([t >= "2024-01-01" for t in times])  # the same rows as since="2024-01-01"
-    where = "event_time >= '2024-01-01'"
+    where = {"event_time": {"$gte": "2024-01-01"}}
     lat: dict[str, dict[str, float]] = {}
     console.print(f"[bold]{total:,} rows[/]: querying namespace {ns} ({len(ids):,} items)")
     since = "2024-01-01"
@@ -255,21 +267,23 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str]) -> dict[s
                     ns, q_texts[i], kind="fact", k=k, mode="hybrid", vector=q_vecs[i]
                 ),
                 "lance fts": lambda i: store.search(ns, q_texts[i], kind="fact", k=k, mode="fts"),
-                "lance SQL-where-filtered": lambda i: store.search_vectors(ns, q_vecs[i], k=k, where=where),
+                "lance filter-dict": lambda i: store.search_vectors(ns, q_vecs[i], k=k, filter=where),
             },
             qs,
         )
     )
     few = qs[: args.cold_queries]
-    nskey = L.ns_key(ns)
+    other = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows)  # another writer (own view)
+    foreign = unit(rng, len(qs), dims)
 
-    def cold(i: int) -> Any:
-        _vcache.bump(store.uri, "fact", nskey)  # as after a write to this namespace: reload from disk
-        return store.search_vectors(ns, q_vecs[i], k=k)
+    def foreign_write(i: int) -> None:
+        other.upsert([Fact(id=f"o{i}", namespace=ns, text=" ".join(rng.choice(words, 12)))], [foreign[i].tolist()])
 
-    lat["lance vector cold (reload after write)"] = timed(cold, few)
-    scan = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows, flat_search_max_rows=0)
-    lat["lance prefiltered scan (no RAM cache)"] = timed(lambda i: scan.search_vectors(ns, q_vecs[i], k=k), few)
+    lat["lance vector after another writer's commit"] = timed(
+        lambda i: store.search_vectors(ns, q_vecs[i], k=k), few, prep=foreign_write
+    )
+    fresh = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows, flat_search_max_rows=0)
+    lat["lance fresh worker (no RAM view, prefiltered scan)"] = timed(lambda i: fresh.search_vectors(ns, q_vecs[i], k=k), qs[:100])
 
     # recall of the store against exact brute force
     hits = 0
@@ -291,7 +305,11 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str]) -> dict[s
     out["latency"] = lat
     out["ratio_lance_vector_to_numpy_p50"] = round(lat["lance vector"]["p50_ms"] / lat["numpy"]["p50_ms"], 2)
     out["speedup_vs_inmemory_p50"] = round(lat["inmemory"]["p50_ms"] / lat["lance vector+items"]["p50_ms"], 2)
-    store = None  # noqa: F841 - release the tables before removing the folder
+    out["fresh_worker_p50_ms"] = lat["lance fresh worker (no RAM view, prefiltered scan)"]["p50_ms"]
+    if load_seconds:
+        console.print(f"load test: 1 writer + {args.readers} readers for {load_seconds:.0f} s on {ns}")
+        out["load_test"] = store_load.run(uri, ns, dims, load_seconds, args.readers, root)
+    store = other = fresh = None  # noqa: F841 - release the tables before removing the folder
     gc.collect()
     shutil.rmtree(root, ignore_errors=True)
     return out
@@ -341,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dims", type=int, default=384, help="vector dimensions")
     p.add_argument("--queries", type=int, default=200, help="queries per measurement")
     p.add_argument("--inmemory-queries", type=int, default=50, help="queries for InMemoryStore (slow)")
-    p.add_argument("--cold-queries", type=int, default=20, help="queries for the cold-cache and no-cache runs")
+    p.add_argument("--cold-queries", type=int, default=20, help="queries measured right after another writer's commit")
+    p.add_argument("--load-seconds", type=float, default=60, help="load test on the largest table (0: none)")
+    p.add_argument("--readers", type=int, default=4, help="reader processes of the load test")
     p.add_argument("--vector-index", action="store_true", help="also build the IVF_PQ vector index")
     p.add_argument("--workdir", default=None, help="where the temporary LanceDB folders go")
     p.add_argument("--out", default=str(RESULTS), help="JSON results file")
@@ -360,12 +380,16 @@ def main(argv: list[str] | None = None) -> int:
             "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
         },
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
-        "targets": {"lance_vs_numpy_p50_max": 1.5, "speedup_vs_inmemory_at_1M_min": 10},
+        "targets": {
+            "lance_vs_numpy_p50_max": 1.5, "speedup_vs_inmemory_at_1M_min": 10, "fresh_worker_p50_ms_max": 10,
+            "load_test_errors": 0, "load_test_staleness_p95_ms_max": 100,
+        },
         "runs": [],
     }
     runs = report["runs"]
-    for size in (int(s) for s in args.sizes.split(",") if s):
-        runs.append(bench_size(args, size, words))
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    for size in sizes:
+        runs.append(bench_size(args, size, words, args.load_seconds if size == max(sizes) else 0))
         runs[-1]["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")  # after every size: partial results survive
@@ -378,10 +402,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(t)
         console.print(
             f"bulk insert {run['bulk_insert_rows_per_s']:,} rows/s, upsert {run['upsert_items_per_s']:,} items/s, "
-            f"index build {run['index_build_s']} s, disk {run['disk_bytes'] / 2**20:.0f} MiB, "
+            f"optimize {run['optimize_s']} s, disk {run['disk_bytes'] / 2**20:.0f} MiB, "
             f"recall@10 {run['lance_recall_at_10']}, lance/numpy {run['ratio_lance_vector_to_numpy_p50']}x, "
-            f"speedup vs InMemoryStore {run['speedup_vs_inmemory_p50']}x"
+            f"speedup vs InMemoryStore {run['speedup_vs_inmemory_p50']}x, fresh worker p50 {run['fresh_worker_p50_ms']} ms"
         )
+        if "load_test" in run:
+            console.print({"load test": run["load_test"]})
     console.print(f"wrote {args.out}")
     return 0
 

@@ -7,6 +7,7 @@ the test checks the serving path, not a model.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -44,7 +45,14 @@ def server(tmp_path_factory):
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
     }
     log = work / "server.log"
-    cmd = [exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port), "--config", str(REPO / "langgraph.json")]
+    # the repo's langgraph.json, with absolute paths and a fast TTL sweeper (its store.ttl block is honoured)
+    config = json.loads((REPO / "langgraph.json").read_text())
+    config["dependencies"] = [str(REPO)]
+    config["graphs"] = {name: str(REPO / path.removeprefix("./")) for name, path in config["graphs"].items()}
+    config["store"] = {**config["store"], "path": str(REPO / config["store"]["path"].removeprefix("./"))}
+    config["store"]["ttl"] = {**config["store"].get("ttl", {}), "sweep_interval_minutes": 0.02}
+    (work / "langgraph.json").write_text(json.dumps(config))
+    cmd = [exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port), "--config", str(work / "langgraph.json")]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -60,7 +68,7 @@ def server(tmp_path_factory):
                 if time.time() > deadline:
                     pytest.fail(f"langgraph dev did not answer in 240 s:\n{log.read_text()[-4000:]}")
                 time.sleep(1)
-        yield url
+        yield {"url": url, "env": env}
     finally:
         proc.terminate()
         try:
@@ -80,7 +88,7 @@ def test_write_and_respond_through_the_server(server):
     sessions = [s.model_dump(mode="json") for s in sample.dialogue.sessions[:2]]
 
     async def scenario() -> None:
-        client = get_client(url=server)
+        client = get_client(url=server["url"])
         assistants = {a["graph_id"] for a in await client.assistants.search()}
         assert {"write", "respond"} <= assistants
 
@@ -111,5 +119,65 @@ def test_write_and_respond_through_the_server(server):
         )
         assert isinstance(reply, dict) and reply.get("reply"), reply
         assert reply.get("facts") or reply.get("insights"), "the reply state lists the retrieved memory"
+
+    asyncio.run(scenario())
+
+
+def test_the_server_sees_what_dualmem_ingest_writes_beside_it_per_user(server):
+    """A running server reads the commits of another process (`dualmem ingest`) at once, per (persona, user)."""
+    from langgraph_sdk import get_client
+
+    from dualmem.datasets import load_sample
+
+    sample = load_sample()
+    persona = sample.dialogue.persona
+    assert persona is not None
+    path = REPO / "dualmem" / "data" / "sample_dialogue.json"
+    for user in ("carol", "dave"):
+        out = subprocess.run(
+            [os.sys.executable, "-m", "dualmem.cli", "ingest", str(path), "--user", user, "--sessions", "1"],
+            env={**server["env"], "DUALMEM_CHUNK_TOKENS": "400"}, capture_output=True, text=True, timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    async def scenario() -> None:
+        client = get_client(url=server["url"])
+        carol = await client.store.search_items(["dualmem", persona.id, "carol", "fact"], limit=100)
+        dave = await client.store.search_items(["dualmem", persona.id, "dave", "fact"], limit=100)
+        assert carol["items"] and dave["items"], "written by another process after the server started"
+        assert all(i["namespace"] == ["dualmem", persona.id, "carol", "fact"] for i in carol["items"])
+        both = await client.store.search_items(["dualmem", persona.id], limit=200)  # a prefix covers every user below
+        users = {tuple(i["namespace"][:3]) for i in both["items"]}
+        assert {("dualmem", persona.id, "carol"), ("dualmem", persona.id, "dave")} <= users
+        spaces = await client.store.list_namespaces(prefix=["dualmem", persona.id], limit=100)
+        assert ["dualmem", persona.id, "carol", "fact"] in spaces["namespaces"]
+
+        # the respond graph on the server reads the caller's user's memory only
+        thread = await client.threads.create()
+        text = carol["items"][0]["value"]["text"]
+        reply = await client.runs.wait(
+            thread["thread_id"], "respond", input={"persona": persona.model_dump(mode="json"), "query": text},
+            context={"user_id": "carol"},
+        )
+        seen = [f["item"]["namespace"] for f in reply.get("facts", []) + reply.get("insights", [])]
+        assert seen and all(ns == [persona.id, "carol"] for ns in seen), seen
+
+    asyncio.run(scenario())
+
+
+def test_the_server_store_expires_items_put_with_a_ttl(server):
+    """`store.ttl` of langgraph.json works: the custom store sweeps expired items in the background."""
+    from langgraph_sdk import get_client
+
+    async def scenario() -> None:
+        client = get_client(url=server["url"])
+        await client.store.put_item(["ttl-test"], key="short", value={"v": 1}, ttl=0.03)  # about 2 s
+        await client.store.put_item(["ttl-test"], key="kept", value={"v": 2})
+        assert (await client.store.get_item(["ttl-test"], key="short"))["value"] == {"v": 1}
+        deadline = time.time() + 30
+        while await client.store.get_item(["ttl-test"], key="short", refresh_ttl=False) is not None:
+            assert time.time() < deadline, "the expired item was never swept"
+            await asyncio.sleep(0.5)
+        assert (await client.store.get_item(["ttl-test"], key="kept"))["value"] == {"v": 2}
 
     asyncio.run(scenario())

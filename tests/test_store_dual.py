@@ -277,3 +277,21 @@ def test_own_writes_patch_the_ram_cache_without_reloading(filled, monkeypatch):
             assert [(h.item.id, h.item.text) for h in cached] == [(h.item.id, h.item.text) for h in scanned]
             assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)
     assert [a for a in loads if a[4] > 0] == []  # `filled` never reloaded: its writes patched the cache
+
+
+def test_optimize_gathers_scattered_namespaces_without_changing_them(tmp_path):
+    from dualmem.stores._cluster import scattered
+
+    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32))
+    a, b = ("p", "a"), ("p", "b")
+    for i in range(6):  # interleaved commits: each namespace's rows spread over six fragments
+        store.upsert([fact(f"x{i}", f"alpha note {i} about tea", ns=a)])
+        store.upsert([fact(f"x{i}", f"beta note {i} about chess", ns=b)])
+    table = store._tables["fact"]
+    assert set(scattered(table)) == {'["p", "a"]', '["p", "b"]'}
+    before = {ns: [(h.item.id, h.item.text, round(h.score, 5)) for h in store.search(ns, "note tea chess", k=6, mode="vector")] for ns in (a, b)}
+    assert store.optimize() == {"fact": 2, "insight": 0}
+    assert scattered(table) == []
+    after = {ns: [(h.item.id, h.item.text, round(h.score, 5)) for h in store.search(ns, "note tea chess", k=6, mode="vector")] for ns in (a, b)}
+    assert after == before and store.count(a) == store.count(b) == 6
+    assert store.optimize() == {"fact": 0, "insight": 0}  # nothing left to gather

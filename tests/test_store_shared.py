@@ -24,14 +24,23 @@ WORKER = Path(__file__).parent / "fixtures" / "store_worker.py"
 NS = ("mara", "alice")
 
 
+@pytest.fixture(params=["local", "s3"])
+def uri(request, tmp_path, monkeypatch):
+    """A fresh store URI: a local folder, or a prefix on an S3-compatible server (moto, loopback)."""
+    if request.param == "local":
+        return str(tmp_path / "db")
+    s3 = request.getfixturevalue("s3_server")
+    monkeypatch.setenv("DUALMEM_STORE_OPTIONS", s3["options_json"])  # this process and the workers it starts
+    return f"s3://{s3['bucket']}/{request.node.name.replace('[', '-').rstrip(']')}-{time.time_ns()}"
+
+
 def run(command: str, **args) -> dict:
     """Run the worker process to completion and return its JSON result."""
-    out = subprocess.run([sys.executable, str(WORKER), command, json.dumps(args)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return finish(start(command, **args))
 
 
 def start(command: str, **args) -> subprocess.Popen:
+    """Start the worker process (it inherits the environment, so DUALMEM_STORE_OPTIONS reaches it)."""
     return subprocess.Popen([sys.executable, str(WORKER), command, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -41,8 +50,7 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_a_reader_opened_before_another_process_writes_sees_it_through_every_read_api(tmp_path):
-    uri = str(tmp_path / "db")
+def test_a_reader_opened_before_another_process_writes_sees_it_through_every_read_api(uri, tmp_path):
     dual = DualStore(uri, HashEmbeddings(64))
     graph_store = LanceDBStore(uri, dual=DualStore(uri, HashEmbeddings(64)))
     retriever = DualMemRetriever(store=dual, namespace=NS, k=5)
@@ -72,8 +80,7 @@ def test_a_reader_opened_before_another_process_writes_sees_it_through_every_rea
     assert {d.metadata["id"] for d in retriever.invoke("green tea tomatoes chess")} == {"f2"}
 
 
-def test_several_processes_create_a_fresh_store_at_once(tmp_path):
-    uri = str(tmp_path / "fresh")
+def test_several_processes_create_a_fresh_store_at_once(uri, tmp_path):
     at = time.time() + 6  # every process is started and imported by then: they open the store together
     procs = [start("open", uri=uri, start=at, tag=f"w{i}") for i in range(4)]
     assert all(finish(p)["ok"] for p in procs)
@@ -84,26 +91,25 @@ def test_several_processes_create_a_fresh_store_at_once(tmp_path):
     assert dual.leases.table.count_rows() == 4096  # the lease slots were created once
 
 
-def test_two_writers_of_one_namespace_apply_every_chunk_exactly_once(tmp_path):
-    uri = str(tmp_path / "db")
-    common = {"uri": uri, "persona": "mara", "user": "alice", "sessions": 12, "delay": 0.2}
+def test_two_writers_of_one_namespace_apply_every_chunk_exactly_once(uri, tmp_path):
+    n = 6 if uri.startswith("s3://") else 12  # object-store commits are slower
+    common = {"uri": uri, "persona": "mara", "user": "alice", "sessions": n, "delay": 0.2}
     a = start("ingest", checkpoint=str(tmp_path / "a.sqlite"), **common)
     b = start("ingest", checkpoint=str(tmp_path / "b.sqlite"), **common)
     ra, rb = finish(a), finish(b)
-    assert ra["calls"] + rb["calls"] == 12, "each chunk was drafted by one writer only"
+    assert ra["calls"] + rb["calls"] == n, "each chunk was drafted by one writer only"
     applied = [x for x, y in zip(ra["status"], rb["status"], strict=True) if (x, y).count("applied") == 1]
-    assert len(applied) == 12, (ra["status"], rb["status"])
+    assert len(applied) == n, (ra["status"], rb["status"])
     dual = DualStore(uri, HashEmbeddings(64))
-    assert dual.count(NS, kind="fact", status=None) == 12 and dual.count(NS, kind="insight", status=None) == 12
-    assert len(dual.ledger.applied_ids(NS)) == 12 and dual.ledger.pending(NS) == []
+    assert dual.count(NS, kind="fact", status=None) == n and dual.count(NS, kind="insight", status=None) == n
+    assert len(dual.ledger.applied_ids(NS)) == n and dual.ledger.pending(NS) == []
     rows = dual.ledger.table.search().where("namespace = '[\"mara\", \"alice\"]'").limit(None).to_list()
-    assert len(rows) == 12, "one ledger row per chunk"
+    assert len(rows) == n, "one ledger row per chunk"
     facts = dual._tables["fact"].search().limit(None).to_list()
-    assert len({r["pk"] for r in facts}) == len(facts) == 12, "no row written twice"
+    assert len({r["pk"] for r in facts}) == len(facts) == n, "no row written twice"
 
 
-def test_kill_9_of_a_writer_while_another_process_reads_loses_and_duplicates_nothing(tmp_path):
-    uri = str(tmp_path / "db")
+def test_kill_9_of_a_writer_while_another_process_reads_loses_and_duplicates_nothing(uri, tmp_path):
     stop = tmp_path / "stop"
     common = {"uri": uri, "persona": "mara", "user": "alice", "sessions": 10, "ttl": 2.0}
     run("write", uri=uri, ns=list(NS), facts=[{"id": "seed", "text": "seed fact"}])
@@ -129,8 +135,7 @@ def test_kill_9_of_a_writer_while_another_process_reads_loses_and_duplicates_not
     assert dual.count(NS, kind="fact") == 11 and dual.count(NS, kind="insight") == 10  # + the seed fact
 
 
-def test_two_users_of_one_persona_ingested_at_once_each_get_exactly_their_memory(tmp_path):
-    uri = str(tmp_path / "db")
+def test_two_users_of_one_persona_ingested_at_once_each_get_exactly_their_memory(uri, tmp_path):
     common = {"uri": uri, "persona": "mara", "sessions": 6, "delay": 0.02}
     a = start("ingest", checkpoint=str(tmp_path / "a.sqlite"), user="alice", **common)
     b = start("ingest", checkpoint=str(tmp_path / "b.sqlite"), user="bob", **common)

@@ -80,6 +80,7 @@ class KVTables:
             self.vectors = L.open_or_create(db, VECTORS, vectors_schema(dims))
             L.check_dims(self.vectors, "vector", dims, uri)
             L.ensure_indexes(self.vectors, L.base_index_configs({"item_id": "BTREE", "namespace": "BITMAP"}))
+        self._maintain = L.AutoOptimize()
 
     # ------------------------------------------------------------------ reads
 
@@ -151,6 +152,9 @@ class KVTables:
         if self.vectors is not None and vectors:
             vdata = pa.Table.from_pylist(vectors, schema=self.vectors.schema)
             L.retry(lambda: self.vectors.add(vdata))
+        for table in (self.items, self.vectors):
+            if table is not None:
+                self._maintain.committed(table)
 
     def refresh(self, rows: Iterable[dict[str, Any]]) -> None:
         """Extend the expiry of items read with ``refresh_ttl`` (those with a TTL)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -137,12 +138,18 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
     the others open the winner's table (``data`` is written once, atomically).
     """
 
-    def attempt() -> Any:
-        if name in table_names(db):
-            return db.open_table(name)
-        return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
-
-    return retry(attempt)
+    for attempt in range(60):
+        try:
+            if name in table_names(db):
+                return db.open_table(name)
+            return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
+        except Exception as exc:  # noqa: BLE001 - only creation races are retried
+            text = str(exc).lower()
+            racing = is_conflict(exc) or "not found" in text or "already exists" in text
+            if not racing or attempt == 59:
+                raise
+            time.sleep(0.01 * (1 + random.random()) * min(attempt + 1, 20))  # another process is creating it
+    raise AssertionError("unreachable")
 
 
 def migrate_columns(table: Any, schema: pa.Schema, sql: Mapping[str, str]) -> None:
@@ -229,6 +236,40 @@ def build_vector_index(table: Any, rows: int) -> None:
     sub_vectors = next(d for d in (dims // 8, dims // 4, dims // 2, dims, 1) if d >= 1 and dims % d == 0)
     config = IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors)
     ensure_indexes(table, {"vector": config})
+
+
+class AutoOptimize:
+    """Fold a table's small fragments after every ``every`` commits made through this object, in the background.
+
+    Every commit adds a small fragment (and a version); a table of thousands of tiny
+    fragments makes every scan slow. The store that makes the commits starts a
+    maintenance run (compaction, index update, old versions dropped) in a background
+    thread now and then, so neither its writes nor anyone's reads wait for it.
+    """
+
+    def __init__(self, every: int = 64) -> None:
+        self.every = every
+        self._counts: dict[int, int] = {}
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
+
+    def committed(self, table: Any) -> None:
+        """Count one commit to ``table``; start its maintenance when the count reaches a multiple of ``every``."""
+        with self._lock:
+            count = self._counts[id(table)] = self._counts.get(id(table), 0) + 1
+            if count % self.every or id(table) in self._running:
+                return
+            self._running.add(id(table))
+        threading.Thread(target=self._run, args=(table,), name="lancedb-maintenance", daemon=True).start()
+
+    def _run(self, table: Any) -> None:
+        try:
+            optimize(table, keep_versions_for=timedelta(minutes=10))
+        except Exception:  # noqa: BLE001 - maintenance only: started again after the next commits
+            pass
+        finally:
+            with self._lock:
+                self._running.discard(id(table))
 
 
 def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:

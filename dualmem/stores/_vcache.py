@@ -49,6 +49,11 @@ def _one_blas_thread() -> Any:
     return controller.limit(limits=1, user_api="blas") if controller is not None else nullcontext()
 
 
+def _stamps(rows: pa.Table) -> np.ndarray:
+    """Return the rows' ``updated_at`` as int64 microseconds (what a refresh compares)."""
+    return rows.column("updated_at").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
+
+
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
@@ -66,9 +71,10 @@ class Entry:
         self.version, self.matrix, self.rows = version, matrix, rows
         self.ids: list[str] = rows.column("id").to_pylist() if rows is not None else []
         self.index = {i: n for n, i in enumerate(self.ids)}
-        times = rows.column("event_time").to_pylist() if rows is not None and "event_time" in rows.column_names else []
-        self.event_time = np.asarray([t or "" for t in times], dtype=str)
-        self.stamps: list[Any] = rows.column("updated_at").to_pylist() if rows is not None else []
+        has_time = rows is not None and "event_time" in rows.column_names
+        times = rows.column("event_time").fill_null("").to_numpy(zero_copy_only=False) if has_time else []  # type: ignore[union-attr]
+        self.event_time = np.asarray(times, dtype=str)
+        self.stamps = _stamps(rows) if rows is not None else np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.ids) if self.matrix is not None else 0
@@ -202,17 +208,15 @@ def refresh(entry: Entry, table: Any, where: str, columns: list[str], dims: int,
     now = table.search().where(where).select(["id", "updated_at"]).limit(max_rows + 1).to_arrow()
     if now.num_rows > max_rows:
         return Entry(version)
-    current = dict(zip(now.column("id").to_pylist(), now.column("updated_at").to_pylist(), strict=True))
-    known = dict(zip(entry.ids, entry.stamps, strict=True))
-    changed = [i for i, stamp in current.items() if known.get(i, _MISSING) != stamp]
-    gone = {i for i in known if i not in current}
+    ids, stamps = now.column("id").to_pylist(), _stamps(now).tolist()
+    known, index = entry.stamps, entry.index
+    changed = [i for i, stamp in zip(ids, stamps, strict=True) if i not in index or known[index[i]] != stamp]
+    gone = set(entry.ids).difference(ids)
     if not changed and not gone:
         return entry.at(version)
-    if len(changed) > max(256, len(current) // 4):
+    if len(changed) > max(256, len(ids) // 4):
         return load(table, where, columns, dims, max_rows, version)
     fresh = table.search().where(and_all(where, sql_in("id", changed))).select([*columns, "vector"]).limit(None)
     rows = fresh.to_arrow().to_pylist()
     return entry.patched(version, gone | set(changed), rows)
 
-
-_MISSING = object()

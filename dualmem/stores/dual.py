@@ -38,7 +38,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 from langchain_core.embeddings import Embeddings
 
@@ -48,6 +47,7 @@ from dualmem.schema import MemoryItem, MemoryKind, utcnow
 from dualmem.stores import _lance as L
 from dualmem.stores import _vcache
 from dualmem.stores._rows import ITEM_COLUMNS, PK_SQL, item_schema, item_to_row, row_to_item
+from dualmem.stores._search import TableSearch
 from dualmem.stores._sql import (
     Scope,
     and_all,
@@ -57,7 +57,6 @@ from dualmem.stores._sql import (
     ns_parse,
     ns_prefix_sql,
     row_key,
-    rrf_fuse,
     sql_in,
     status_sql,
 )
@@ -67,7 +66,6 @@ from dualmem.stores.ledger import Ledger
 SearchMode = Literal["hybrid", "vector", "fts"]
 Namespace = tuple[str, ...]
 TABLES: dict[str, str] = {"fact": "facts", "insight": "insights"}
-RRF_K = 60
 INDEXES = {"pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "status": "BITMAP", "event_time": "BTREE", "text": "FTS"}
 # fields a structured ``filter`` may name (public key -> column)
 FILTERABLE = {"id": "id", "session_id": "session_id", "chunk_id": "chunk_id", "event_time": "event_time", "status": "status"}
@@ -137,19 +135,23 @@ class DualStore:
         options = L.storage_options(storage_options if storage_options is not None else defaults.store_options)  # type: ignore[union-attr]
         self._db = L.connect(self.uri, options)
         self._cache = _vcache.VectorCache(cache_rows)
+        self._maintain = L.AutoOptimize()
         schema = item_schema(self.dims)
         self._tables = {kind: L.open_or_create(self._db, name, schema) for kind, name in TABLES.items()}
         for table in self._tables.values():
             L.check_dims(table, "vector", self.dims, self.uri)
             L.migrate_columns(table, schema, PK_SQL)
             L.ensure_indexes(table, L.base_index_configs(INDEXES))
+        self._searchers = {
+            kind: TableSearch(kind, table, self._cache, self.dims, flat_search_max_rows, fts_reindex_rows)
+            for kind, table in self._tables.items()
+        }
         self.ledger = Ledger(self._db)
         self.leases = Leases(
             self._db,
             ttl_s=lease_ttl_s if lease_ttl_s is not None else defaults.lease_ttl_s,  # type: ignore[union-attr]
             wait_s=lease_wait_s if lease_wait_s is not None else defaults.lease_wait_s,  # type: ignore[union-attr]
         )
-        self._fts_checked: dict[str, int] = {}  # table version at the last full-text index check
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None) -> DualStore:
@@ -188,6 +190,7 @@ class DualStore:
         result = L.retry(write)
         after = int(getattr(result, "version", 0) or 0)
         self._cache.committed(kind, before, after, ns, drop, rows)
+        self._maintain.committed(table)
 
     def upsert(self, items: Sequence[MemoryItem], vectors: Sequence[Sequence[float]] | None = None) -> None:
         """Insert or replace items by (namespace, id)."""
@@ -248,15 +251,25 @@ class DualStore:
             self._commit(kind, ns_key(namespace), lambda t=table: t.delete(where), ids, [])
         self.ledger.drop(namespace)
 
-    def optimize(self) -> None:
-        """Fold new rows into the indexes, build the vector index once tables are large enough, drop old versions."""
+    def optimize(self, cluster: bool = True) -> dict[str, int]:
+        """Maintain the tables: gather each scattered namespace's rows together (``cluster``), compact,
+        fold new rows into the indexes, build the vector index once a table is large enough, drop old versions.
+
+        Returns how many namespaces were gathered per kind. A namespace is gathered under its
+        write lease, so it never races a writer of that namespace; readers see it before or after.
+        """
         from datetime import timedelta
 
-        for table in self._tables.values():
+        from dualmem.stores._cluster import gather_scattered
+
+        gathered = {}
+        for kind, table in self._tables.items():
+            gathered[kind] = gather_scattered(self, table) if cluster else 0
             rows = table.count_rows()
             if rows >= self.vector_index_min_rows and not L.has_index(table, "vector"):
                 L.build_vector_index(table, rows)
             L.optimize(table, keep_versions_for=timedelta(minutes=10))
+        return gathered
 
     # ------------------------------------------------------------------ reads
 
@@ -324,7 +337,7 @@ class DualStore:
             vector = self.embeddings.embed_query(query)
         hits: builtins.list[ScoredItem] = []
         for kd in ["fact", "insight"] if kind is None else self._kinds(kind):
-            rows = self._search_rows(kd, query, vector, k, mode, scope)
+            rows = self._searchers[kd].rows(query, vector, k, mode, scope)
             hits.extend(ScoredItem(row_to_item(r), s) for r, s in rows)
         hits.sort(key=lambda h: -h.score)
         return hits[:k]
@@ -339,7 +352,7 @@ class DualStore:
     ) -> builtins.list[tuple[str, float]]:
         """Return ``(id, cosine score)`` of the ``k`` nearest active items, without parsing items."""
         scope = Scope(tuple(namespace), "active", filter_sql(filter, FILTERABLE))
-        rows = self._vector_rows(self._kinds(kind)[0], vector, k, scope, ["id"])
+        rows = self._searchers[self._kinds(kind)[0]].vector_rows(vector, k, scope, ["id"])
         return [(r["id"], 1.0 - r["_distance"]) for r in rows]
 
     def dual_search(
@@ -382,69 +395,6 @@ class DualStore:
 
     def _pick(self, kind: MemoryKind | None) -> builtins.list[Any]:
         return builtins.list(self._tables.values()) if kind is None else [self._tables[k] for k in self._kinds(kind)]
-
-    def _search_rows(self, kind: str, query: str, vector: Any, k: int, mode: str, scope: Scope) -> builtins.list[tuple[dict[str, Any], float]]:
-        table = self._tables[kind]
-        if mode == "vector":
-            return [(r, 1.0 - r.pop("_distance")) for r in self._vector_rows(kind, vector, k, scope)]
-        self._refresh_fts(kind)
-        if mode == "fts":
-            return [(r, float(r.pop("_score"))) for r in self._fts_rows(table, query, k, scope.sql())]
-        fetch = max(2 * k, 20)
-        vec_rows = self._vector_rows(kind, vector, fetch, scope)
-        fts_rows = self._fts_rows(table, query, fetch, scope.sql())
-        return rrf_fuse([vec_rows, fts_rows], k, RRF_K)
-
-    def _view(self, kind: str, scope: Scope) -> _vcache.Entry | None:
-        """Return the namespace's in-RAM view, brought up to the table's latest version (None: not cacheable)."""
-        if scope.status != "active":
-            return None
-        table, key = self._tables[kind], (kind, ns_key(scope.namespace))
-        version = table.version  # checks the latest commit of any process
-        entry = self._cache.peek(key)
-        if entry is None or entry.version != version:
-            where = Scope(scope.namespace, "active").sql()
-            args = (table, where, ITEM_COLUMNS, self.dims, self.flat_search_max_rows, version)
-            entry = _vcache.load(*args) if entry is None else _vcache.refresh(entry, *args)
-            self._cache.put(key, entry)
-        return entry if entry.matrix is not None else None
-
-    def _vector_rows(self, kind: str, vector: Any, k: int, scope: Scope, columns: builtins.list[str] | None = None) -> builtins.list[dict[str, Any]]:
-        table = self._tables[kind]
-        columns = columns or ITEM_COLUMNS
-        entry = self._view(kind, scope)
-        if entry is not None:  # exact search in RAM; a structured filter is resolved by LanceDB
-            ids = {r["id"] for r in L.query_rows(table, scope.sql(), ["id"])} if scope.filter else None
-            mask = entry.mask(since=scope.since, until=scope.until, ids=ids)
-            return entry.top(np.asarray(vector, dtype=np.float32), k, mask, columns)
-        query = table.search(builtins.list(vector), vector_column_name="vector").distance_type("cosine")
-        query = query.where(scope.sql(), prefilter=True)
-        if L.has_index(table, "vector"):
-            if table.count_rows(ns_eq_sql(scope.namespace)) <= self.flat_search_max_rows:
-                query = query.bypass_vector_index()  # exact: a small namespace is cheaper to scan
-            else:
-                query = query.nprobes(32).refine_factor(5)
-        return query.select([*columns, "_distance"]).limit(k).to_arrow().to_pylist()
-
-    def _fts_rows(self, table: Any, query: str, k: int, filt: str | None) -> builtins.list[dict[str, Any]]:
-        if not query.strip():
-            return []
-        search = table.search(query, query_type="fts", fts_columns="text")
-        if filt:
-            search = search.where(filt, prefilter=True)
-        return search.select([*ITEM_COLUMNS, "_score"]).limit(k).to_arrow().to_pylist()
-
-    def _refresh_fts(self, kind: str) -> None:
-        """Fold rows into the full-text index once enough are unindexed (checked when the table changed)."""
-        table = self._tables[kind]
-        version = table.version
-        if self._fts_checked.get(kind) == version:
-            return
-        if not L.has_index(table, "text"):
-            L.ensure_indexes(table, L.base_index_configs({"text": "FTS"}))
-        elif L.unindexed_rows(table, "text") >= self.fts_reindex_rows:
-            L.optimize(table)
-        self._fts_checked[kind] = version
 
 
 def _dims_of(embeddings: Embeddings) -> int:

@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -43,7 +42,6 @@ SCHEMA = pa.schema(
         pa.field("namespace", pa.string()),
     ]
 )
-_COMPACT_EVERY = 256
 
 
 class LeaseTimeout(DualMemError):
@@ -111,21 +109,13 @@ class Leases:
         )
         self.table = L.open_or_create(db, TABLE, SCHEMA, data=data)
         L.ensure_indexes(self.table, L.base_index_configs({"slot": "BTREE"}))
-        self._updates = 0
-        self._lock = threading.Lock()
+        self._maintain = L.AutoOptimize()
 
     # ------------------------------------------------------------------ primitives
 
     def _update(self, where: str, values: dict[str, Any]) -> int:
         result = L.retry(lambda: self.table.update(where=where, values=values))
-        with self._lock:
-            self._updates += 1
-            compact = self._updates % _COMPACT_EVERY == 0
-        if compact:  # every update adds a small fragment and a version: fold them now and then
-            try:
-                L.optimize(self.table, keep_versions_for=timedelta(minutes=10))
-            except Exception:  # noqa: BLE001 - maintenance only; retried next time
-                pass
+        self._maintain.committed(self.table)  # every update adds a small fragment and a version
         return int(getattr(result, "rows_updated", 0))
 
     def try_acquire(self, namespace: Sequence[str], owner: str) -> bool:

@@ -45,6 +45,7 @@ class Ledger:
         self.table = L.open_or_create(db, TABLE, SCHEMA)
         L.migrate_columns(self.table, SCHEMA, {"state": "'applied'"})
         L.ensure_indexes(self.table, L.base_index_configs({"id": "BTREE", "namespace": "BITMAP"}))
+        self._maintain = L.AutoOptimize()
 
     def get(self, namespace: Sequence[str], chunk_id: str) -> tuple[State, str] | None:
         """Return (state, payload) of a unit, or None if the namespace never saw it."""
@@ -80,6 +81,7 @@ class Ledger:
         }
         data = pa.Table.from_pylist([row], schema=self.table.schema)
         L.retry(lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
+        self._maintain.committed(self.table)
 
     def drop(self, namespace: Sequence[str]) -> None:
         """Forget every unit of a namespace."""

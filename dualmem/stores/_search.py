@@ -1,0 +1,98 @@
+"""How the dual store searches one table: the in-RAM namespace view, LanceDB's prefiltered scan, full text, RRF.
+
+A namespace of up to ``flat_search_max_rows`` active items is searched exactly
+on its RAM view (``_vcache``), brought up to the table's latest version on
+every read; a larger one (or a process told not to hold views) uses LanceDB's
+prefiltered scan, through the IVF index once one is built and the namespace
+is too large to scan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dualmem.stores import _lance as L
+from dualmem.stores import _vcache
+from dualmem.stores._rows import ITEM_COLUMNS
+from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, rrf_fuse
+
+RRF_K = 60
+
+
+class TableSearch:
+    """Vector, full-text and hybrid search of one facts or insights table."""
+
+    def __init__(self, kind: str, table: Any, cache: _vcache.VectorCache, dims: int, flat_search_max_rows: int, fts_reindex_rows: int) -> None:
+        self.kind, self.table, self.cache, self.dims = kind, table, cache, dims
+        self.flat_search_max_rows, self.fts_reindex_rows = flat_search_max_rows, fts_reindex_rows
+        self._checked: dict[str, int] = {}  # what -> table version at the last check
+        self._vector_index = False
+
+    def _once_per_version(self, what: str) -> bool:
+        version = self.table.version
+        if self._checked.get(what) == version:
+            return False
+        self._checked[what] = version
+        return True
+
+    def rows(self, query: str, vector: Any, k: int, mode: str, scope: Scope) -> list[tuple[dict[str, Any], float]]:
+        """Return the ``k`` best rows of ``scope`` with their scores (cosine, BM25 or RRF by ``mode``)."""
+        if mode == "vector":
+            return [(r, 1.0 - r.pop("_distance")) for r in self.vector_rows(vector, k, scope)]
+        self.refresh_fts()
+        if mode == "fts":
+            return [(r, float(r.pop("_score"))) for r in self.fts_rows(query, k, scope.sql())]
+        fetch = max(2 * k, 20)
+        return rrf_fuse([self.vector_rows(vector, fetch, scope), self.fts_rows(query, fetch, scope.sql())], k, RRF_K)
+
+    def view(self, scope: Scope) -> _vcache.Entry | None:
+        """Return the namespace's RAM view at the table's latest version (None: not held)."""
+        if scope.status != "active" or self.flat_search_max_rows <= 0:
+            return None
+        key = (self.kind, ns_key(scope.namespace))
+        version = self.table.version  # the latest commit of any process
+        entry = self.cache.peek(key)
+        if entry is None or entry.version != version:
+            args = (self.table, Scope(scope.namespace, "active").sql(), ITEM_COLUMNS, self.dims, self.flat_search_max_rows, version)
+            entry = _vcache.load(*args) if entry is None else _vcache.refresh(entry, *args)
+            self.cache.put(key, entry)
+        return entry if entry.matrix is not None else None
+
+    def vector_rows(self, vector: Any, k: int, scope: Scope, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        """Return the ``k`` nearest rows of ``scope`` (with ``_distance`` = 1 - cosine)."""
+        columns = columns or ITEM_COLUMNS
+        entry = self.view(scope)
+        if entry is not None:  # exact search in RAM; a structured filter is resolved by LanceDB
+            ids = {r["id"] for r in L.query_rows(self.table, scope.sql(), ["id"])} if scope.filter else None
+            mask = entry.mask(since=scope.since, until=scope.until, ids=ids)
+            return entry.top(np.asarray(vector, dtype=np.float32), k, mask, columns)
+        query = self.table.search(list(vector), vector_column_name="vector").distance_type("cosine")
+        query = query.where(scope.sql(), prefilter=True)
+        if self._once_per_version("vector-index"):
+            self._vector_index = L.has_index(self.table, "vector")
+        if self._vector_index:
+            if self.table.count_rows(ns_eq_sql(scope.namespace)) <= max(self.flat_search_max_rows, 50_000):
+                query = query.bypass_vector_index()  # exact: a small namespace is cheaper to scan
+            else:
+                query = query.nprobes(32).refine_factor(5)
+        return query.select([*columns, "_distance"]).limit(k).to_arrow().to_pylist()
+
+    def fts_rows(self, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
+        """Return the ``k`` best full-text rows matching ``filt`` (with ``_score``)."""
+        if not query.strip():
+            return []
+        search = self.table.search(query, query_type="fts", fts_columns="text")
+        if filt:
+            search = search.where(filt, prefilter=True)
+        return search.select([*ITEM_COLUMNS, "_score"]).limit(k).to_arrow().to_pylist()
+
+    def refresh_fts(self) -> None:
+        """Fold rows into the full-text index once enough are unindexed (checked when the table changed)."""
+        if not self._once_per_version("fts"):
+            return
+        if not L.has_index(self.table, "text"):
+            L.ensure_indexes(self.table, L.base_index_configs({"text": "FTS"}))
+        elif L.unindexed_rows(self.table, "text") >= self.fts_reindex_rows:
+            L.optimize(self.table)

@@ -57,6 +57,7 @@ class Settings:
     chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
     writer_model: str = _setting("", "model of the memory writer; empty = chat_model")
     judge_model: str = _setting("", "model of the LLM judges; empty = chat_model")
+    judge_repetitions: int = _setting(3, "times each role-play judge scores an answer (averaged; RealMem and LoCoMo judges ask once)", int)
     openai_base_url: str = _setting("", "base URL of an OpenAI-compatible endpoint (vLLM, DeepSeek…)")
     openai_api_key: str = _setting("", "API key for that endpoint")
     embedder: str = _setting(
@@ -96,7 +97,7 @@ class Settings:
                     f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
                     f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
                 )
-        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency"):
+        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
 

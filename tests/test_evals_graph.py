@@ -11,7 +11,9 @@ from conftest import REALMEM_SOPHIE, need
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
 from dualmem.evals.fakes import TurnLogFramework
-from dualmem.evals.reports import compare_runs, read_records, read_summary
+from dualmem.evals.compare import compare_runs
+from dualmem.evals.journal import Journal
+from dualmem.evals.reports import read_records, read_summary
 from dualmem.evals.run import compare, run_eval
 from dualmem.frameworks import FrameworkContext
 from dualmem.graphs.evaluate import EvalContext, builder, graph
@@ -46,11 +48,10 @@ class Factory:
 
 
 def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_path):
-    settings = Settings(embedder="hash:64", concurrency=1)
+    settings = Settings(embedder="hash:64", concurrency=1, judge_repetitions=1)
     factory = Factory(crash_on="b-crash")
     kwargs = dict(out=tmp_path / "run", settings=settings, similarity=HashEmbeddings(64), framework_factory=factory,
-                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True),
-                  judge_repetitions=1, ragas=False)
+                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True), ragas=False)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_eval("rolememo", three_personas, "turn-log", **kwargs)
     assert factory.built["a-first"] == 1 and factory.built["b-crash"] == 1
@@ -87,8 +88,11 @@ def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
         assert summary["ragas"]["agrees_with_dualmem"] is True and summary["ragas"]["n"] == 4
         assert summary["ragas"]["id_context_recall"] == pytest.approx(summary["micro"]["id_context_recall"])
     table = compare_runs([a, b])
-    assert table.headers[:4] == ["run", "framework", "dataset", "queries"]
-    assert [row[0] for row in table.rows] == ["a", "b"] and table.rows[0][4:] == table.rows[1][4:]
+    headers, rows = table.headline_rows()
+    assert headers[:4] == ["run", "framework", "dataset", "queries"]
+    assert [row[0] for row in rows] == ["a", "b"] and rows[0][4:-1] == [c.split(" (")[0] for c in rows[1][4:-1]]
+    assert all("(+0.000)" in c for c in rows[1][4:-1] if c != "–")  # same run twice: every delta is zero
+    assert table.flips["b"] == {"gained": 0, "lost": 0, "same": 4, "paired": 4}
     md = compare([a, b], out=tmp_path / "cmp")
     assert "recall_any@10" in md and (tmp_path / "cmp" / "comparison.html").exists()
     with pytest.raises(FileNotFoundError, match="summary.json"):
@@ -140,10 +144,16 @@ def test_graph_with_a_settings_dict_context_and_a_registered_framework(three_per
     assert (tmp_path / "db" / "a-first").exists()  # each persona writes to its own store folder
 
 
-def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
+def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, tmp_path):
     from langgraph.checkpoint.memory import InMemorySaver
 
-    factory = Factory()
+    made: list[TurnLogFramework] = []
+
+    def factory(name, item, ctx):
+        made.append(TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical"))
+        return made[-1]
+
+    judge = FakeChatModel(responses=[{"reasoning": "", "score": 3}], cycle=True)
     calls = {"n": 0}
 
     def crash_once(record):
@@ -151,18 +161,20 @@ def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
         if calls["n"] == 2:
             raise RuntimeError("judge crashed")
 
-    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1), similarity=HashEmbeddings(64),
-                      framework_factory=factory, judge=FakeChatModel(responses=[{"reasoning": "", "score": 3}], cycle=True),
-                      judge_repetitions=1, on_judged=crash_once)
+    journal = Journal(tmp_path / "journal.sqlite")
+    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1), similarity=HashEmbeddings(64),
+                      framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once)
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
     inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,
               "personas": ["a-first", "c-last"]}
     with pytest.raises(RuntimeError, match="judge crashed"):
         runnable.invoke(inputs, config, context=ctx)
-    assert factory.built == Counter({"a-first": 1, "c-last": 1})
+    assert len(judge.calls) >= 2 * 4  # two answers judged (four dimensions, one repetition each) before the crash
     out = runnable.invoke(None, config, context=ctx)
-    assert factory.built == Counter({"a-first": 1, "c-last": 1})  # ingestion kept from the checkpoint
+    resumed = made[-1]
+    assert resumed.ingested == [] and resumed.queries == []  # sessions and answers came back from the journal
+    assert len(judge.calls) == 6 * 4  # every verdict asked once over both attempts
     assert out["summary"]["judges"]["logical_quality"] == {"mean": 3.0, "n": 6.0, "errors": 0.0}
 
 

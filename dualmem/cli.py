@@ -281,6 +281,7 @@ def eval_(
     personas: str | None = typer.Option(None, "--personas", help="only these persona ids, comma-separated"),
 ) -> None:
     """Evaluate a framework (`dualmem eval -d realmem FILE -f NAME`), resume one (`--resume RUN`), compare runs, or test personality."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress is drawn by dualmem's own bars (langsmith and frameworks use tqdm)
     args = list(args or [])
     overrides = _set_options(set_)
     chosen = [p.strip() for p in personas.split(",") if p.strip()] if personas else None

@@ -7,8 +7,10 @@ answers a structured request (``response_format`` JSON schema, or a bound
 tool) with JSON for its schema — ``MemoryUpdate`` gets one fact and one
 insight taken from the chunk, any other schema a small valid instance — and a
 plain request with a short text. Every answered call is logged (start, end,
-schema, thread); ``hold_at`` makes the N-th call (1-based) wait until
-:meth:`OpenAIStandin.release` so that a test can kill its client mid-call.
+schema, thread); ``hold_at`` makes the N-th call (1-based) and every later one
+wait until :meth:`OpenAIStandin.release` (then answered) or
+:meth:`OpenAIStandin.abandon` (never answered, not logged), so that a test can
+kill its client in the middle of a call.
 
 >>> with OpenAIStandin(latency_s=0.0) as server:
 ...     server.base_url.startswith("http://127.0.0.1:")
@@ -51,6 +53,7 @@ class OpenAIStandin:
         self._lock = threading.Lock()
         self._held = threading.Event()
         self._release = threading.Event()
+        self._abandoned = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -85,14 +88,21 @@ class OpenAIStandin:
         """Let a held call (and every later one) be answered."""
         self._release.set()
 
-    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Return the chat-completion payload for one request body (after the latency)."""
+    def abandon(self) -> None:
+        """Drop held calls (and every later one) without answering or logging them."""
+        self._abandoned = True
+        self._release.set()
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the chat-completion payload for one request body (after the latency); None when abandoned."""
         with self._lock:
             self.received += 1
             number = self.received
         if self.hold_at is not None and number >= self.hold_at:
             self._held.set()
             self._release.wait()
+            if self._abandoned:
+                return None
         started = time.perf_counter()
         time.sleep(self.latency_s)
         name, schema, tool = _requested_schema(body)
@@ -136,9 +146,13 @@ class OpenAIStandin:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
+                payload = standin.answer(body)
+                if payload is None:  # abandoned: the client was killed while this call was held
+                    self.close_connection = True
+                    return
                 try:
-                    self._send(200, standin.answer(body))
-                except (BrokenPipeError, ConnectionResetError):  # the client went away (killed mid-call)
+                    self._send(200, payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away
                     return
 
         return Handler

@@ -10,8 +10,8 @@ from conftest import REALMEM_SOPHIE, need
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
-from dualmem.evals.fakes import TurnLogFramework
 from dualmem.evals.compare import compare_runs
+from dualmem.evals.fakes import TurnLogFramework
 from dualmem.evals.journal import Journal
 from dualmem.evals.reports import read_records, read_summary
 from dualmem.evals.run import compare, run_eval
@@ -33,18 +33,24 @@ def three_personas(tmp_path):
 
 
 class Factory:
-    """Builds TurnLogFrameworks, counting builds per persona; can crash on one persona once."""
+    """Builds TurnLogFrameworks, counting builds per persona and keeping them; can crash on one persona once."""
 
     def __init__(self, crash_on: str | None = None) -> None:
         self.crash_on = crash_on
         self.built: Counter[str] = Counter()
+        self.made: list[TurnLogFramework] = []
 
     def __call__(self, name, item, ctx):
         self.built[item.dialogue.id] += 1
         if item.dialogue.id == self.crash_on:
             self.crash_on = None
             raise RuntimeError("simulated crash")
-        return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
+        self.made.append(TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical"))
+        return self.made[-1]
+
+    def work(self, start: int = 0) -> tuple[int, int]:
+        """Return (sessions ingested, queries retrieved) by the frameworks built since ``start``."""
+        return sum(len(f.ingested) for f in self.made[start:]), sum(len(f.queries) for f in self.made[start:])
 
 
 def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_path):
@@ -55,8 +61,12 @@ def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_eval("rolememo", three_personas, "turn-log", **kwargs)
     assert factory.built["a-first"] == 1 and factory.built["b-crash"] == 1
+    first = len(factory.made)
+    before = factory.work()
     run_dir = run_eval("rolememo", three_personas, "turn-log", **kwargs)
-    assert factory.built == Counter({"a-first": 1, "b-crash": 2, "c-last": 1})  # a-first kept from the checkpoint
+    # the finished personas come back from the journal; only b-crash ingests and answers (4 sessions, 3 queries, with respond)
+    sessions, queries = factory.work(first)
+    assert sessions == 4 and queries == 3 * 2 and before[0] + sessions == 3 * 4
     records = read_records(run_dir / "records.jsonl")
     assert sorted({r["persona"] for r in records}) == ["a-first", "b-crash", "c-last"]
     assert len(records) == 9 and all(r["judges"]["logical_quality"]["score"] == 4.0 for r in records)
@@ -69,8 +79,11 @@ def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_
     assert html.count("data:image/png;base64,") >= 2 and 'id="judge_radar"' in html and 'id="recall_by_group"' in html
     assert "fact_recall@10" in (run_dir / "report.md").read_text()
     # a finished run is re-reported, not recomputed
+    judged = len(kwargs["judge"].calls)
+    again = len(factory.made)
     run_eval("rolememo", three_personas, "turn-log", **kwargs)
-    assert sum(factory.built.values()) == 4
+    assert factory.work(again) == (0, 0) and len(kwargs["judge"].calls) == judged
+    assert read_records(run_dir / "records.jsonl") == records
 
 
 def test_realmem_graph_run_with_limit_and_comparison(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dualmem.evals.journal import Journal
 from dualmem.evals.judges import (
     ROLEPLAY_KEYS,
     apply_judges,
@@ -14,7 +15,6 @@ from dualmem.evals.judges import (
     roleplay_judge,
     roleplay_judges,
 )
-from dualmem.evals.journal import Journal
 from dualmem.evals.langsmith_adapter import Judging
 from dualmem.testing import FakeChatModel
 

@@ -2,24 +2,22 @@
 
 :func:`run_eval` claims a run folder for its :class:`~dualmem.evals.runspec.RunSpec`
 (by default ``runs/<dataset>-<framework>-<fingerprint>``, so the same command
-run again continues the same run), then drives the evaluate graph under a
-SQLite checkpointer and a journal kept in that folder: finished personas are
-kept whole, and an interrupted persona continues where it stopped — no
-ingested session, answered query or judge verdict is computed twice. A
-finished run is only re-reported. :func:`resume_eval` continues a run from
-its folder alone. Progress is shown with rich bars.
+run again continues the same run), then drives the evaluate graph with the
+journal kept in that folder: an interrupted persona continues where it
+stopped — no ingested session, answered query or judge verdict is computed
+twice — and a finished run is re-reported from the journal without a model
+call. :func:`resume_eval` continues a run from its folder alone. Progress is
+shown with rich bars.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 
 from dualmem.config import Settings
@@ -34,10 +32,8 @@ from dualmem.evals.reports import RECORDS, read_summary, write_report
 from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
 from dualmem.evals.runspec import OPERATIONAL, RunSpec, claim, data_stamp, recorded_settings, spec_of, write_run
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, builder, dataset
+from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, dataset, graph
 from dualmem.models import describe_embeddings, load_chat_model, model_name
-
-CHECKPOINTS = "checkpoints.sqlite"
 
 
 def _store_uri(settings: Settings, run_dir: Path) -> str:
@@ -143,14 +139,14 @@ def run_eval(
             write_run(run_dir, run)
     inputs: EvalState = {"dataset_kind": dataset_kind, "path": path, "framework": framework, "limit": limit, "respond": respond,
                          "personas": list(personas or [])}
-    config: RunnableConfig = {"configurable": {"thread_id": run["fingerprint"]}, "max_concurrency": settings.concurrency,
-                              "recursion_limit": 100}
+    config: RunnableConfig = {"max_concurrency": settings.concurrency, "recursion_limit": 100}
     n_queries, n_sessions = _totals(dataset_kind, path, limit, personas)
     console = Console(stderr=True)
-    conn = sqlite3.connect(str(run_dir / CHECKPOINTS), check_same_thread=False)
+    done = {kind: journal.count(kind) for kind in ("ingest", "record", "judge")}
+    if any(done.values()):
+        console.print(f"resuming run {run_dir}: {done['ingest']} sessions ingested, {done['record']} queries answered, "
+                      f"{done['judge']} verdicts recorded before (not redone)")
     try:
-        runnable = builder.compile(checkpointer=SqliteSaver(conn))
-        snapshot = runnable.get_state(config)
         with progress_bars(console, enabled=progress) as (bar, advance):
             q_task = bar.add_task(f"{framework} × {dataset_kind}: queries", total=n_queries)
             s_task = bar.add_task("sessions ingested", total=n_sessions)
@@ -159,16 +155,8 @@ def run_eval(
             if judge_model is not None:
                 j_task = bar.add_task("answers judged", total=n_queries)
                 ctx.on_judged = lambda _rec: advance(j_task)
-            if snapshot.next:  # interrupted earlier: finished personas are kept, the others resume from the journal
-                console.print(f"resuming run {run_dir} ({len(snapshot.values.get('results') or [])} persona(s) done, "
-                              f"{journal.count('record')} queries answered before)")
-                values = runnable.invoke(None, config, context=as_context(ctx))
-            elif snapshot.values.get("summary"):
-                values = snapshot.values
-            else:
-                values = runnable.invoke(inputs, config, context=as_context(ctx))
+            values = graph.invoke(inputs, config, context=as_context(ctx))
     finally:
-        conn.close()
         journal.close()
     summary = dict(values["summary"])
     summary["meta"] = _meta(spec, run, ctx, chat, judge_model, settings)

@@ -3,7 +3,8 @@
 A :class:`RunSpec` is everything that changes a run's results: dataset (kind,
 path, a stamp of its files), framework, query limit, answering, personas, the
 models and every setting except the operational ones (concurrency, where
-checkpoints go, secrets). Its fingerprint names the default run folder
+checkpoints go, the endpoint URL and local runtime serving the named model,
+secrets). Its fingerprint names the default run folder
 ``runs/<dataset>-<framework>-<fingerprint>``, so the same command run again
 continues the same run; ``run.json`` in the folder keeps the spec, so
 ``dualmem eval --resume RUN`` needs nothing else, and a folder holding a
@@ -24,8 +25,9 @@ from dualmem.errors import ConfigurationError
 from dualmem.schema import stable_id
 
 RUN_FILE = "run.json"
-# settings that never change a result: not part of the fingerprint (secrets are never written at all)
-OPERATIONAL = frozenset({"concurrency", "checkpoint_path", "openai_api_key", "store_uri"})
+# settings that say how or where to run, not what: not part of the fingerprint (secrets are never written at all);
+# the endpoint (openai_base_url) and the local runtime serve the model that chat_model names
+OPERATIONAL = frozenset({"concurrency", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
 SECRETS = frozenset({"openai_api_key"})
 
 

@@ -9,10 +9,11 @@ reset) and runs the protocol runner — ingest, retrieve / respond per query,
 metrics (RealMem interleaves ingest and queries, so these live in one node) —
 then the LLM judges through ``langsmith.evaluate``, in the same branch, so one
 persona's judging never waits for another's ingestion; ``aggregate``
-summarises. Under a checkpointer finished branches are kept; with a journal
-(:mod:`dualmem.evals.journal`) an interrupted branch resumes mid-persona:
-ingested sessions, answered queries and judge verdicts are read back, not
-recomputed.
+summarises. With a journal (:mod:`dualmem.evals.journal`) a re-run resumes
+mid-persona: ingested sessions, answered queries and judge verdicts are read
+back, not recomputed. Frameworks run in a fresh context, so graphs they
+invoke never inherit this graph's checkpointer (under ``langgraph dev`` or any
+checkpointer, a re-run branch would otherwise replay their old checkpoints).
 
 Context: :class:`EvalContext` (models, embedders, judges, store), or
 ``Settings`` / a dict of settings (the declared context schema, what
@@ -21,6 +22,7 @@ Context: :class:`EvalContext` (models, embedders, judges, store), or
 
 from __future__ import annotations
 
+import contextvars
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -211,7 +213,9 @@ def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> dict[str, Any
         on_record=ctx.on_record,
         on_ingest=ctx.on_ingest,
     )
-    result = run_item(task["dataset_kind"], item, framework, opts)
+    # a fresh context: graphs a framework invokes inside (respond, writers) must not inherit this graph's
+    # checkpointer and thread, or a re-run branch would replay their earlier checkpoints instead of calling models
+    result = contextvars.Context().run(run_item, task["dataset_kind"], item, framework, opts)
     judging = ctx.judging_for(task["dataset_kind"]) if task["respond"] else None
     if judging is not None:
         result["records"] = judging.judge(result["records"], persona_text(item), journal, ctx.on_judged)

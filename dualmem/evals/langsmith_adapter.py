@@ -98,6 +98,11 @@ class Judging:
         if self.dataset_id is None:
             self.dataset_id = uuid.uuid5(NAMESPACE, self.dataset_name)
 
+    def flush(self) -> None:
+        """Send whatever the LangSmith client still holds in its background queue (uploads only)."""
+        if self.upload and self.client is not None:
+            self.client.flush()
+
     def examples(self, records: Sequence[Mapping[str, Any]], persona_text: str) -> list[Any]:
         """Return the LangSmith examples of ``records``."""
         from langsmith.schemas import Example
@@ -220,7 +225,12 @@ def open_judging(
     if experiment_id:
         experiment = client.read_project(project_id=experiment_id)
     else:
-        experiment = client.create_project(experiment_name, reference_dataset_id=dataset.id, metadata=dict(metadata or {}),
-                                           upsert=False)
+        from langsmith.utils import LangSmithConflictError
+
+        try:
+            experiment = client.create_project(experiment_name, reference_dataset_id=dataset.id, metadata=dict(metadata or {}))
+        except LangSmithConflictError:  # the name is taken (another run folder of the same name): keep both
+            experiment = client.create_project(f"{experiment_name}-{uuid.uuid4().hex[:6]}", reference_dataset_id=dataset.id,
+                                               metadata=dict(metadata or {}))
     return Judging(judges, upload=True, client=client, experiment=experiment, dataset_id=dataset.id,
                    dataset_name=dataset_name, experiment_prefix=experiment_name)

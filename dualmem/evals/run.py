@@ -158,6 +158,8 @@ def run_eval(
             values = graph.invoke(inputs, config, context=as_context(ctx))
     finally:
         journal.close()
+        if ctx.judging is not None:
+            ctx.judging.flush()
     summary = dict(values["summary"])
     summary["meta"] = _meta(spec, run, ctx, chat, judge_model, settings)
     records = [rec for r in sorted(values.get("results") or [], key=lambda r: r["persona"]) for rec in r["records"]]

@@ -77,6 +77,7 @@ class Settings:
     search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
     emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
+    incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)

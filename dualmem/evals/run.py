@@ -36,7 +36,7 @@ from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, dataset,
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
 
-def _store_uri(settings: Settings, run_dir: Path) -> str:
+def run_store(settings: Settings, run_dir: Path) -> str:
     """Return the store of the run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
     default = next(f.metadata["env_default"] for f in fields(Settings) if f.name == "store_uri")
     return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
@@ -122,7 +122,7 @@ def run_eval(
     judge_model = load_chat_model(judge, settings, role="judge") if respond_and_judge else None
     journal = Journal(run_dir / JOURNAL)
     ctx = EvalContext(settings=settings, chat_model=chat, embeddings=embeddings, similarity=similarity, judge=judge_model,
-                      journal=journal, store_uri=_store_uri(settings, run_dir), framework_factory=framework_factory)
+                      journal=journal, store_uri=run_store(settings, run_dir), framework_factory=framework_factory)
     if judge_model is not None:
         upload = ls.upload_enabled() if upload is None else upload
         items = _items(dataset_kind, path, personas)

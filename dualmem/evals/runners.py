@@ -135,7 +135,8 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     return record
 
 
-def _ingest(framework: MemoryFramework, session: Session, opts: RunOptions, log: list[dict[str, Any]]) -> None:
+def ingest_session(framework: MemoryFramework, session: Session, opts: RunOptions, log: list[dict[str, Any]]) -> None:
+    """Ingest one session (skipped when the journal has it), appending its log row; a failure is logged, not raised."""
     done = opts.journal.get("ingest", session.id) if opts.journal else None
     if done is not None:  # ingested before a resume: nothing to do
         log.append(done)
@@ -300,7 +301,7 @@ def run_realmem(item: DatasetItem, framework: MemoryFramework, opts: RunOptions 
             _finish(answered(framework, query, item, opts, "realmem", score), records, opts)
         if opts.limit is not None and index == len(sessions) - 1:
             break  # the last session was only needed for its queries
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
         seen.add(session.id)
     return {"persona": item.dialogue.id, "records": records, "ingest": ingest_log}
 
@@ -310,7 +311,7 @@ def run_locomo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions |
     opts = opts or RunOptions()
     ingest_log: list[dict[str, Any]] = []
     for session in item.dialogue.sessions:
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
     records: list[dict[str, Any]] = []
     for query in kept_queries(item, opts.limit):
 
@@ -329,7 +330,7 @@ def run_rolememo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions
         raise ValueError("RoleMemo recall needs a similarity embedder: pass RunOptions(embed=load_embeddings(...))")
     ingest_log: list[dict[str, Any]] = []
     for session in item.dialogue.sessions:
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
     records: list[dict[str, Any]] = []
     for query in kept_queries(item, opts.limit):
 

@@ -60,27 +60,37 @@ class RunSpec:
 
     def fingerprint(self) -> str:
         """Return a short hash of everything that changes the results."""
-        result_settings = {k: v for k, v in sorted(self.settings.items()) if k not in OPERATIONAL}
-        return stable_id(self.dataset_kind, self.path, self.stamp, self.framework, self.limit, self.respond,
-                         sorted(self.personas), self.chat_model, self.judge_model, json.dumps(result_settings, sort_keys=True))[:10]
+        return fingerprint(self)
 
     def default_dir(self) -> Path:
         """Return the deterministic run folder of this spec."""
         return Path("runs") / f"{self.dataset_kind}-{self.framework}-{self.fingerprint()}"
 
-    def differences(self, other: RunSpec) -> list[str]:
+    def differences(self, other: Any) -> list[str]:
         """Return ``name: old -> new`` for each result-changing input that differs from ``other``."""
-        out = []
-        mine, theirs = asdict(self), asdict(other)
-        for key in mine:
-            if key == "settings":
-                for name in sorted(set(self.settings) | set(other.settings)):
-                    a, b = other.settings.get(name), self.settings.get(name)
-                    if name not in OPERATIONAL and a != b:
-                        out.append(f"{name}: {a!r} -> {b!r}")
-            elif mine[key] != theirs[key]:
-                out.append(f"{key}: {theirs[key]!r} -> {mine[key]!r}")
-        return out
+        return differences(self, other)
+
+
+def fingerprint(spec: Any) -> str:
+    """Return a short hash of a spec dataclass (its ``settings`` field without the operational ones)."""
+    data = asdict(spec)
+    data["settings"] = {k: v for k, v in sorted(data.get("settings", {}).items()) if k not in OPERATIONAL}
+    return stable_id(json.dumps(data, sort_keys=True, default=str))[:10]
+
+
+def differences(new: Any, old: Any) -> list[str]:
+    """Return ``name: old -> new`` for each result-changing field (and setting) of two spec dataclasses."""
+    out = []
+    mine, theirs = asdict(new), asdict(old)
+    for key in mine:
+        if key == "settings":
+            for name in sorted(set(mine[key]) | set(theirs.get(key, {}))):
+                a, b = theirs.get(key, {}).get(name), mine[key].get(name)
+                if name not in OPERATIONAL and a != b:
+                    out.append(f"{name}: {a!r} -> {b!r}")
+        elif mine[key] != theirs.get(key):
+            out.append(f"{key}: {theirs.get(key)!r} -> {mine[key]!r}")
+    return out
 
 
 def read_run(run_dir: str | Path) -> dict[str, Any] | None:
@@ -97,19 +107,21 @@ def spec_of(run_dir: str | Path) -> RunSpec:
     return RunSpec(**data["spec"])
 
 
-def claim(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
-    """Create or reopen ``run_dir`` for ``spec``; refuse a folder of another run; return its run.json (segments updated)."""
+def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, Any]:
+    """Create or reopen ``run_dir`` for ``spec`` (a spec dataclass); refuse a folder of another run; return its run.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data = read_run(run_dir)
     if data is not None:
-        earlier = RunSpec(**data["spec"])
-        if earlier.fingerprint() != spec.fingerprint():
-            diff = "; ".join(spec.differences(earlier)) or "dataset files changed"
-            raise ConfigurationError(
-                f"{run_dir} holds another run ({diff}); continue it with `dualmem eval --resume {run_dir}`, "
-                "or choose another --out (or delete the folder to start over)")
+        if "spec" not in data or set(data["spec"]) != {f.name for f in fields(spec)}:
+            raise ConfigurationError(f"{run_dir} holds a run of another kind; choose another --out")
+        earlier = type(spec)(**data["spec"])
+        if fingerprint(earlier) != fingerprint(spec):
+            diff = "; ".join(differences(spec, earlier)) or "dataset files changed"
+            hint = f"continue it with `dualmem eval --resume {run_dir}`, or " if resume_hint else ""
+            raise ConfigurationError(f"{run_dir} holds another run ({diff}); {hint}choose another --out "
+                                     "(or delete the folder to start over)")
     else:
-        data = {"spec": asdict(spec), "fingerprint": spec.fingerprint(), "created": _now(), "segments": [],
+        data = {"spec": asdict(spec), "fingerprint": fingerprint(spec), "created": _now(), "segments": [],
                 "dualmem_revision": git_revision()}
     data["segments"] = [*data.get("segments", []), _now()]
     write_run(run_dir, data)

@@ -75,7 +75,7 @@ class Settings:
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
     retrieval_mode: str = _setting("dual", "dual (k facts + k insights) or merged (one top-k pool)")
     search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
-    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty")
+    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
     incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)

@@ -7,7 +7,7 @@ answers a structured request (``response_format`` JSON schema, or a bound
 tool) with JSON for its schema — ``MemoryUpdate`` gets one fact and one
 insight taken from the chunk, any other schema a small valid instance — and a
 plain request with a short text. Every answered call is logged (start, end,
-schema, thread); ``hold_at`` makes the N-th call (1-based) and every later one
+schema, thread, and a ``tagger``'s label of the request); ``hold_at`` makes the N-th call (1-based) and every later one
 wait until :meth:`OpenAIStandin.release` (then answered) or
 :meth:`OpenAIStandin.abandon` (never answered, not logged), so that a test can
 kill its client in the middle of a call.
@@ -46,8 +46,9 @@ def default_script(name: str | None, schema: dict[str, Any] | None, messages: li
 class OpenAIStandin:
     """Serve ``/v1/chat/completions`` on 127.0.0.1 with a fixed latency and scripted answers (see the module docstring)."""
 
-    def __init__(self, latency_s: float = 0.3, script: Script = default_script, hold_at: int | None = None) -> None:
-        self.latency_s, self.script, self.hold_at = latency_s, script, hold_at
+    def __init__(self, latency_s: float = 0.3, script: Script = default_script, hold_at: int | None = None,
+                 tagger: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+        self.latency_s, self.script, self.hold_at, self.tagger = latency_s, script, hold_at, tagger
         self.calls: list[dict[str, Any]] = []  # answered calls
         self.received = 0
         self._lock = threading.Lock()
@@ -115,7 +116,8 @@ class OpenAIStandin:
             message["content"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
         with self._lock:
             self.calls.append({"n": number, "start": started, "end": time.perf_counter(), "schema": name,
-                               "thread": threading.get_ident(), "prompt": _last_text(body)[:300]})
+                               "thread": threading.get_ident(), "prompt": _last_text(body)[:300],
+                               "tag": self.tagger(body) if self.tagger else None})
         return {"id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "standin"),
                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop", "logprobs": None}],

@@ -282,6 +282,9 @@ def _shim_removed_modules() -> None:
 
 def load_ragas_id_metrics() -> tuple[Any, Any, Any] | None:
     """Return ragas' (SingleTurnSample, IDBasedContextRecall(), IDBasedContextPrecision()), or None if it cannot import."""
+    import os
+
+    os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # ragas sends usage analytics unless told not to
     _shim_removed_modules()
     try:
         from ragas import SingleTurnSample

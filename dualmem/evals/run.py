@@ -12,6 +12,7 @@ shown with rich bars.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -27,6 +28,7 @@ from dualmem.evals import langsmith_adapter as ls
 from dualmem.evals.compare import compare_runs, write_comparison
 from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.judges import judges_for
+from dualmem.evals.metrics import load_ragas_id_metrics
 from dualmem.evals.progress import progress_bars
 from dualmem.evals.reports import RECORDS, read_summary, write_report
 from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
@@ -107,6 +109,8 @@ def run_eval(
     path = str(Path(path).expanduser().resolve())
     if not Path(path).exists():
         raise ConfigurationError(f"dataset path {path} does not exist; pass the file or folder of a {dataset_kind} dataset")
+    if ragas:  # importing ragas takes seconds: do it while the evaluation waits on models
+        threading.Thread(target=load_ragas_id_metrics, name="dualmem-warm-ragas", daemon=True).start()
     respond_and_judge = respond and judge is not None
     spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=framework, limit=limit, respond=respond,
                    personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,

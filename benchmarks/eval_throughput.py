@@ -96,6 +96,7 @@ def main() -> None:
     names = {it.dialogue.persona.name: it.dialogue.id for it in items if it.dialogue.persona}
     questions = {q.text[:200]: it.dialogue.id for it in items for q in it.queries[: args.limit]}
     shutil.rmtree(args.runs, ignore_errors=True)
+    load_before = round(os.getloadavg()[0], 2)  # other work on the machine slows every figure below
     with OpenAIStandin(latency_s=0.0) as warm:  # imports, embedder and caches: paid before any clock starts
         warm_item = next(it for it in items if it.dialogue.id == min(names.values()))
         _evaluate(args.data, args.runs / "warm-up", args, warm.base_url, 1, [warm_item.dialogue.id])
@@ -122,6 +123,7 @@ def main() -> None:
         "longest_persona": longest, "longest_calls": longest_calls, "longest_alone_calls": len(alone.calls),
         "critical_path_s": round(solo, 2), "ratio": round(wall / solo, 3), "target_ratio": TARGET, "passed": wall / solo <= TARGET,
         "calls_only_s": round(calls_only, 2), "ratio_to_calls_only": round(wall / calls_only, 3),
+        "load_average_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)}, "cpus": os.cpu_count(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

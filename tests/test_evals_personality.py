@@ -148,3 +148,22 @@ def test_cli_entry(data_dir, tmp_path):
     report = json.loads((tmp_path / "p" / "personality.json").read_text())
     assert set(report["subjects"]) == {"Luna-en"} and report["fidelity"]["no-memory"]["BFI"]["n_dimensions"] == 5
     assert Path(tmp_path / "p" / "personality.md").exists()
+
+
+def test_a_run_folder_lends_its_ingested_memory(data_dir, tmp_path):
+    from dualmem.evals.run import run_eval
+
+    item = load_sample()
+    path = dump_rolememo(Dataset(name="rolememo", items=[item]), tmp_path / "data")
+    run = run_eval("rolememo", path, "raw-turns", out=tmp_path / "eval", respond=False, progress=False, ragas=False,
+                   settings=Settings(embedder="hash:64", incharacter_dir=str(data_dir)))
+    received: list = []
+    agent = agent_model(lambda system: "reserved" if "(nothing relevant remembered)" in system else "outgoing")
+    out = run_personality(run, questionnaires="bfi", out=tmp_path / "p", model=agent, judge=judge_model(received), progress=False,
+                          settings=Settings(embedder="hash:64", incharacter_dir=str(data_dir)))
+    report = json.loads((out / "personality.json").read_text())
+    assert report["meta"]["mode"] == "run" and report["meta"]["framework"] == "raw-turns"
+    subject = report["subjects"][item.dialogue.id]
+    assert "ingest" not in subject  # nothing ingested again: the run's memory is used as it is
+    assert {d["type"] for d in subject["conditions"]["memory"]["BFI"].values()} == {"H"}
+    assert {d["type"] for d in subject["conditions"]["no-memory"]["BFI"].values()} == {"L"}

@@ -45,7 +45,7 @@ from dualmem.evals.progress import progress_bars
 from dualmem.evals.reports import fmt, md_table
 from dualmem.evals.run import run_store
 from dualmem.evals.runners import RunOptions, ingest_session
-from dualmem.evals.runspec import claim, data_stamp, fingerprint, read_run, recorded_settings, spec_of
+from dualmem.evals.runspec import OPERATIONAL, claim, data_stamp, fingerprint, read_run, recorded_settings, spec_of
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
 from dualmem.graphs.evaluate import persona_store
 from dualmem.models import load_chat_model, model_name
@@ -83,6 +83,7 @@ class Subject:
     labels: dict[str, dict[str, dict[str, Any]]]
     history: list[Session] = field(default_factory=list)
     memory_store: str | None = None  # the store of the memory condition (None: no memory condition)
+    user: str | None = None  # second part of the namespace (the dialogue's user, as `dualmem eval` wrote it)
 
 
 def _safe(name: str) -> str:
@@ -111,7 +112,8 @@ def _subjects(spec: PersonalitySpec, labels_file: Path | None, out: Path) -> lis
             persona = item.dialogue.persona or Persona(id=item.dialogue.id, name=item.dialogue.id)
             history = item.dialogue.sessions[: spec.sessions] if spec.mode == "dataset" else []
             labels = {**ic.normalise_labels(persona.personality), **extra.get(item.dialogue.id, {})}
-            subjects.append(Subject(item.dialogue.id, persona, (persona.name, persona.id), labels, history, persona_store(base, item)))
+            subjects.append(Subject(item.dialogue.id, persona, (persona.name, persona.id), labels, history, persona_store(base, item),
+                                    item.dialogue.user_id or None))
     missing = wanted - {s.id for s in subjects}
     if missing:
         raise ConfigurationError(f"--personas {sorted(missing)} are not in {spec.source}; available: {[s.id for s in subjects][:10]}")
@@ -149,9 +151,11 @@ def run_personality(
     if not source.exists():
         raise ConfigurationError(f"{source} does not exist: pass a dataset, a `dualmem eval` run folder or the InCharacter folder")
     mode = _mode(source)
-    if mode == "run":
+    if mode == "run":  # the run's framework and settings; where and how to run, and the judge, from this call
         run = spec_of(source)
-        framework, settings = run.framework, Settings.resolve({**run.settings, "concurrency": settings.concurrency})
+        here = {k: getattr(settings, k) for k in OPERATIONAL if k not in ("store_uri", "openai_api_key")}
+        framework = run.framework
+        settings = Settings.resolve({**run.settings, **here, **({"judge_model": settings.judge_model} if settings.judge_model else {})})
     framework = framework or settings.framework
     names = [ic.questionnaire_name(q) for q in (questionnaires.split(",") if isinstance(questionnaires, str) else questionnaires) if q.strip()]
     data_dir = source if mode == "incharacter" else Path(settings.incharacter_dir).expanduser()
@@ -170,7 +174,7 @@ def run_personality(
 
     def open_condition(subject: Subject, condition: str) -> MemoryFramework:
         store = subject.memory_store if condition == "memory" else str(run_dir / "no-memory" / _safe(subject.id))
-        return open_framework(framework, FrameworkContext(namespace=(subject.id, settings.user_id), settings=settings,
+        return open_framework(framework, FrameworkContext(namespace=(subject.id, subject.user or settings.user_id), settings=settings,
                                                           persona=subject.persona, chat_model=chat, embeddings=embeddings,
                                                           store_uri=store))
 

@@ -121,3 +121,8 @@ def test_resume_reads_the_command_from_the_run_folder(sample_data, tmp_path):
         resume_eval(run, settings={"context_tokens": 900})
     with pytest.raises(ConfigurationError, match="run.json"):
         resume_eval(tmp_path)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "summary.json").write_text("{}")  # a folder of an older dualmem: memory without a journal
+    with pytest.raises(ConfigurationError, match="not empty and holds no run.json"):
+        run_eval("rolememo", sample_data, "full-context", out=tmp_path / "old", progress=False, respond=False, ragas=False,
+                 settings=Settings(embedder="hash:64"))

@@ -111,6 +111,9 @@ def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, An
     """Create or reopen ``run_dir`` for ``spec`` (a spec dataclass); refuse a folder of another run; return its run.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data = read_run(run_dir)
+    if data is None and any(run_dir.iterdir()):  # memory without a journal: a replay would see sessions ahead of it
+        raise ConfigurationError(f"{run_dir} is not empty and holds no {RUN_FILE} (a run of an older dualmem, or other files); "
+                                 "choose another --out or delete the folder")
     if data is not None:
         if "spec" not in data or set(data["spec"]) != {f.name for f in fields(spec)}:
             raise ConfigurationError(f"{run_dir} holds a run of another kind; choose another --out")

@@ -200,3 +200,39 @@ def test_progress_goes_to_a_log_as_plain_lines_when_stderr_is_not_a_terminal(tmp
     lines = [line for line in err.splitlines() if ": queries: " in line or "sessions ingested: " in line]
     assert any(line.endswith("queries: 4/4") for line in lines)  # the last step is always printed
     assert any(line.split()[0].count(":") == 2 and "sessions ingested: 1/" in line for line in lines)  # the first too, timed
+
+
+def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_personas, tmp_path):
+    attempts = {"respond": 0}
+
+    class Flaky(TurnLogFramework):
+        def respond(self, query, k=10):
+            attempts["respond"] += 1
+            if attempts["respond"] == 2:
+                raise ConnectionError("endpoint down")
+            return super().respond(query, k)
+
+    def factory(name, item, ctx):
+        return Flaky(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
+
+    judge_calls = {"n": 0}
+
+    def verdict(messages):
+        judge_calls["n"] += 1
+        if judge_calls["n"] == 1:
+            raise TimeoutError("judge endpoint timed out")
+        return {"reasoning": "", "score": 3}
+
+    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1),
+                  similarity=HashEmbeddings(64), framework_factory=factory, progress=False, ragas=False, personas=["a-first"],
+                  judge=FakeChatModel(responses=[verdict], cycle=True))
+    first = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
+    assert [bool(r["errors"]) for r in first] == [True, True, False]  # q1: a verdict timed out; q2: no answer
+    assert "respond failed: ConnectionError: endpoint down" in first[1]["errors"]
+    assert first[0]["judges"]["information_richness"]["score"] is None and not first[1]["judges"]
+    assert (attempts["respond"], judge_calls["n"]) == (3, 2 * 4)  # two answers judged on four dimensions
+    second = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
+    assert not any(r["errors"] for r in second) and all(v["score"] == 3 for r in second for v in r["judges"].values())
+    # only what failed is asked again: q2's answer and its four verdicts, q1's one failed verdict
+    assert (attempts["respond"], judge_calls["n"]) == (3 + 1, 8 + 4 + 1)
+    assert second[0]["answer"] == first[0]["answer"] and second[2] == first[2]

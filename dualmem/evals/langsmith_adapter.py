@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dualmem.evals.journal import PersonaJournal
-from dualmem.evals.judges import Evaluator, apply_judges
+from dualmem.evals.judges import Evaluator, flatten_result
 
 NAMESPACE = uuid.UUID("5b0f6a52-3c1e-4d8e-9a51-6f2d0e2f7a10")
 warnings.filterwarnings("ignore", message=".*'upload_runs' parameter is in beta.*")
@@ -60,7 +60,11 @@ def _replay(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def journaled(judge: Evaluator, journal: PersonaJournal | None) -> Evaluator:
-    """Wrap a judge: a verdict recorded in ``journal`` is returned without a model call; a new one is recorded; never raises."""
+    """Wrap a judge: a verdict recorded in ``journal`` is returned without a model call; a new one is recorded; never raises.
+
+    A judge that raises (a failed call) gives an error result that is not
+    recorded, so a resumed run asks it again.
+    """
     name = getattr(judge, "__name__", "judge")
 
     def evaluate(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
@@ -68,9 +72,12 @@ def journaled(judge: Evaluator, journal: PersonaJournal | None) -> Evaluator:
         qid = str(inputs["query_id"])
         if journal is not None and (done := journal.judgement(qid, name)) is not None:
             return dict(done)
-        scores, _errors = apply_judges([judge], inputs, outputs, reference_outputs)
-        result = {"results": list(scores.values())}
-        if journal is not None:
+        try:
+            result = {"results": flatten_result(judge(inputs, outputs, reference_outputs))}
+        except Exception as exc:  # noqa: BLE001 - a failed call (network, quota): reported now, asked again on resume
+            return {"results": [{"key": name, "score": None, "comment": f"error: {exc}",
+                                 "extra": {"errors": [f"judge raised {type(exc).__name__}: {exc}"]}}]}
+        if journal is not None:  # a verdict, even one the model could not make parseable, is recorded once
             journal.put_judgement(qid, name, result)
         return result
 

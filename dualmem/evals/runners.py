@@ -37,6 +37,7 @@ DIALOGUE_ID = re.compile(r"^D\d+:\d+$")
 LOCOMO_KS = (5, 10, 20)
 LOCOMO_SCORED = ("1", "2", "3", "4")  # category 5 (adversarial) is reported apart
 OnRecord = Callable[[dict[str, Any]], None]
+FAILED_CALLS = ("retrieve failed", "respond failed")
 
 
 @dataclass
@@ -177,8 +178,8 @@ def answered(
     record = ask(framework, query, item, opts, protocol)
     score(record)
     mark_hits(record)
-    if opts.journal is not None:
-        opts.journal.put("record", query.id, record)
+    if opts.journal is not None and not any(e.startswith(FAILED_CALLS) for e in record["errors"]):
+        opts.journal.put("record", query.id, record)  # a failed call is reported in this run and asked again on resume
     return record
 
 

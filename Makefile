@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LANGSMITH_TEST_TRACKING := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-integration lint bench venv dev llamacpp clean
+.PHONY: demo test test-integration lint bench venv dev llamacpp chromium clean
 
 include Makefile.train
 
@@ -34,6 +34,12 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 $(VENV)/.llamacpp: $(VENV)/.installed
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) install -q --no-cache-dir -e ".[llamacpp]"
 	touch $@
+
+# Headless Chromium (Debian package) for the report test that opens report.html in a real browser.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }
 
 venv: $(VENV)/.installed
 dev: $(VENV)/.dev

@@ -58,6 +58,10 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+# the tables in the README were measured with dualmem's merged top-k pool (its default then; settings now default to dual)
+RETRIEVAL_MODE = "merged"
+
+
 def _engine(model: str) -> str:
     """Return the runtime that serves ``model`` (llama.cpp or transformers for local models)."""
     return resolve_engine(Settings().local_engine) if model.startswith("local:") else model.split(":", 1)[0]
@@ -87,7 +91,7 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
         earlier = json.loads(status_path.read_text()) if status_path.exists() else {}
         earlier = earlier if earlier.get("status") == "interrupted" else {}
         cmd = [*_dualmem(), "eval", str(data), "--dataset", "realmem", "--framework", name, "--limit", str(limit),
-               "--out", str(run_dir), "--model", model]
+               "--out", str(run_dir), "--model", model, "--set", f"retrieval_mode={RETRIEVAL_MODE}"]
         started = time.perf_counter()
         log = runs / f"{name}.log"
         runs.mkdir(parents=True, exist_ok=True)

@@ -237,33 +237,90 @@ def frameworks() -> None:
     console.print(table)
 
 
+def _set_options(pairs: list[str] | None) -> dict[str, Any]:
+    """Turn ``--set name=value`` pairs into settings overrides (typed by the field's default)."""
+    from dataclasses import fields
+
+    from dualmem.config import ENV_PREFIX
+
+    kinds = {f.name: type(f.metadata["env_default"]) for f in fields(Settings)}
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in kinds:
+            raise ConfigurationError(f"--set {pair!r}: use NAME=VALUE with a setting of the README table "
+                                     f"(e.g. --set retrieval_mode=merged); known: {', '.join(kinds)}")
+        kind = kinds[name]
+        try:
+            out[name] = (raw.strip().lower() in {"1", "true", "yes", "on"}) if kind is bool else kind(raw)
+        except ValueError:
+            raise ConfigurationError(f"--set {pair!r}: {raw!r} is not a valid {kind.__name__} ({ENV_PREFIX}{name.upper()})") from None
+    return out
+
+
+def _eval_settings(model: str | None, store: str | None, framework: str | None, judge: str | None, overrides: dict[str, Any]) -> Settings:
+    """Return the run's settings: explicit flags over ``--set`` over environment over defaults."""
+    explicit = {"chat_model": model, "store_uri": store, "framework": framework, "judge_model": judge}
+    return Settings.resolve(None, **{**overrides, **{k: v for k, v in explicit.items() if v is not None}})
+
+
 @app.command(name="eval", context_settings={"allow_interspersed_args": True})
 @friendly
 def eval_(
-    args: list[str] = typer.Argument(..., help="PATH of the dataset, or `compare RUN_DIR...`"),
+    args: list[str] = typer.Argument(None, help="PATH of the dataset, `compare RUN_DIR...`, or `personality SOURCE`"),
     dataset: str = typer.Option("rolememo", "--dataset", "-d", help=f"format: {', '.join(DATASETS)}"),
     framework: str | None = typer.Option(None, "--framework", "-f", help="memory framework (see `dualmem frameworks`)"),
-    judge: str | None = typer.Option(None, "--judge", help="judge model provider:model (default: no LLM judges)"),
-    limit: int | None = typer.Option(None, "--limit", help="evaluate only the first N queries"),
-    out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<dataset>-<framework>-<time>)"),
+    judge: str | None = typer.Option(None, "--judge", help="judge model provider:model (default: settings.judge_model; none: no LLM judges)"),
+    limit: int | None = typer.Option(None, "--limit", help="evaluate only the first N queries of each history"),
+    out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<dataset>-<framework>-<fingerprint>: re-running continues it)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder (its run.json holds the command)"),
+    set_: list[str] | None = typer.Option(None, "--set", help="override a setting for this run, NAME=VALUE (repeatable; see the README table)"),
+    upload: bool | None = typer.Option(None, "--upload/--no-upload", help="LangSmith experiment (default: upload when LANGSMITH_API_KEY is set)"),
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
     no_respond: bool = typer.Option(False, "--no-respond", help="retrieval metrics only, no in-character answers"),
+    questionnaires: str = typer.Option("bfi,mbti", "--questionnaires", help="personality: bfi, mbti or both"),
+    labels: Path | None = typer.Option(None, "--labels", help="personality: labels file {persona: {BFI: {dim: {score, type}}}}"),
+    sessions: int | None = typer.Option(None, "--sessions", help="personality: ingest only the first N sessions of each history"),
+    personas: str | None = typer.Option(None, "--personas", help="only these persona ids, comma-separated"),
 ) -> None:
-    """Evaluate a framework on a dataset (`dualmem eval -d realmem FILE -f NAME`), or `dualmem eval compare RUN...`."""
-    if args[0] == "compare":
+    """Evaluate a framework (`dualmem eval -d realmem FILE -f NAME`), resume one (`--resume RUN`), compare runs, or test personality."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress is drawn by dualmem's own bars (langsmith and frameworks use tqdm)
+    args = list(args or [])
+    overrides = _set_options(set_)
+    chosen = [p.strip() for p in personas.split(",") if p.strip()] if personas else None
+    if args and args[0] == "compare":
         from dualmem.evals.run import compare
 
         if len(args) < 2:
             raise ConfigurationError("`dualmem eval compare` needs one or more run directories")
         compare([Path(a) for a in args[1:]], out=out)
         return
-    if dataset not in DATASETS:
-        raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
-    from dualmem.evals.run import run_eval
+    if args and args[0] == "personality":
+        from dualmem.evals.personality_run import run_personality
 
-    settings = _settings(model, store, framework=framework, judge_model=judge)
-    run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge, limit=limit, out=out, settings=settings, respond=not no_respond)
+        if len(args) != 2:
+            raise ConfigurationError("`dualmem eval personality SOURCE`: SOURCE is a dataset (with -d), a run folder, or ../shared/data/incharacter")
+        settings = _eval_settings(model, store, framework, judge, overrides)
+        run_dir = run_personality(Path(args[1]), dataset_kind=dataset, framework=settings.framework, settings=settings,
+                                  questionnaires=questionnaires, labels=labels, sessions=sessions, personas=chosen, out=out)
+        console.print(f"personality report: [bold]{run_dir}[/]")
+        return
+    from dualmem.evals.run import resume_eval, run_eval
+
+    if resume is not None:
+        if args:
+            raise ConfigurationError("--resume RUN takes no dataset PATH: the run folder's run.json holds it")
+        run_dir = resume_eval(resume, settings=overrides, upload=upload)
+    else:
+        if len(args) != 1:
+            raise ConfigurationError("`dualmem eval` needs one dataset PATH (or `--resume RUN`, `compare RUN...`, `personality SOURCE`)")
+        if dataset not in DATASETS:
+            raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
+        settings = _eval_settings(model, store, framework, judge, overrides)
+        run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge or settings.judge_model or None, limit=limit,
+                           out=out, settings=settings, respond=not no_respond, personas=chosen, upload=upload)
     console.print(f"report: [bold]{run_dir}[/]")
 
 

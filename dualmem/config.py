@@ -57,6 +57,7 @@ class Settings:
     chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
     writer_model: str = _setting("", "model of the memory writer; empty = chat_model")
     judge_model: str = _setting("", "model of the LLM judges; empty = chat_model")
+    judge_repetitions: int = _setting(3, "times each role-play judge scores an answer (averaged; RealMem and LoCoMo judges ask once)", int)
     openai_base_url: str = _setting("", "base URL of an OpenAI-compatible endpoint (vLLM, DeepSeek…)")
     openai_api_key: str = _setting("", "API key for that endpoint")
     embedder: str = _setting(
@@ -78,8 +79,9 @@ class Settings:
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
     retrieval_mode: str = _setting("dual", "dual (k facts + k insights) or merged (one top-k pool)")
     search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
-    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty")
+    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
+    incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
@@ -100,7 +102,7 @@ class Settings:
                     f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
                     f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
                 )
-        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency"):
+        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
 

@@ -55,7 +55,12 @@ def stable_id(*parts: object, prefix: str = "") -> str:
 
 
 class Persona(BaseModel):
-    """A role-play character. Free-form extra keys are kept in ``extra``."""
+    """A role-play character. Free-form extra keys are kept in ``extra``.
+
+    ``personality`` holds labels for personality-fidelity tests, as InCharacter
+    writes them (``{"BFI": {"Extraversion": {"score": 4.0, "type": "H"}}}``, or
+    ``{"MBTI": "INTJ"}``); it is never shown to the agent.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -68,6 +73,7 @@ class Persona(BaseModel):
     expertise: list[str] = Field(default_factory=list)
     goals: list[str] = Field(default_factory=list)
     user_profile: str | dict[str, Any] | None = None
+    personality: dict[str, Any] = Field(default_factory=dict)
 
     def render(self) -> str:
         """Render the persona as prompt text."""

@@ -10,8 +10,10 @@ from conftest import REALMEM_SOPHIE, need
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
+from dualmem.evals.compare import compare_runs
 from dualmem.evals.fakes import TurnLogFramework
-from dualmem.evals.reports import compare_runs, read_records, read_summary
+from dualmem.evals.journal import Journal
+from dualmem.evals.reports import read_records, read_summary
 from dualmem.evals.run import compare, run_eval
 from dualmem.frameworks import FrameworkContext
 from dualmem.graphs.evaluate import EvalContext, builder, graph
@@ -31,31 +33,40 @@ def three_personas(tmp_path):
 
 
 class Factory:
-    """Builds TurnLogFrameworks, counting builds per persona; can crash on one persona once."""
+    """Builds TurnLogFrameworks, counting builds per persona and keeping them; can crash on one persona once."""
 
     def __init__(self, crash_on: str | None = None) -> None:
         self.crash_on = crash_on
         self.built: Counter[str] = Counter()
+        self.made: list[TurnLogFramework] = []
 
     def __call__(self, name, item, ctx):
         self.built[item.dialogue.id] += 1
         if item.dialogue.id == self.crash_on:
             self.crash_on = None
             raise RuntimeError("simulated crash")
-        return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
+        self.made.append(TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical"))
+        return self.made[-1]
+
+    def work(self, start: int = 0) -> tuple[int, int]:
+        """Return (sessions ingested, queries retrieved) by the frameworks built since ``start``."""
+        return sum(len(f.ingested) for f in self.made[start:]), sum(len(f.queries) for f in self.made[start:])
 
 
 def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_path):
-    settings = Settings(embedder="hash:64", concurrency=1)
+    settings = Settings(embedder="hash:64", concurrency=1, judge_repetitions=1)
     factory = Factory(crash_on="b-crash")
     kwargs = dict(out=tmp_path / "run", settings=settings, similarity=HashEmbeddings(64), framework_factory=factory,
-                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True),
-                  judge_repetitions=1, ragas=False)
+                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True), ragas=False)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_eval("rolememo", three_personas, "turn-log", **kwargs)
     assert factory.built["a-first"] == 1 and factory.built["b-crash"] == 1
+    first = len(factory.made)
+    before = factory.work()
     run_dir = run_eval("rolememo", three_personas, "turn-log", **kwargs)
-    assert factory.built == Counter({"a-first": 1, "b-crash": 2, "c-last": 1})  # a-first kept from the checkpoint
+    # the finished personas come back from the journal; only b-crash ingests and answers (4 sessions, 3 queries, with respond)
+    sessions, queries = factory.work(first)
+    assert sessions == 4 and queries == 3 * 2 and before[0] + sessions == 3 * 4
     records = read_records(run_dir / "records.jsonl")
     assert sorted({r["persona"] for r in records}) == ["a-first", "b-crash", "c-last"]
     assert len(records) == 9 and all(r["judges"]["logical_quality"]["score"] == 4.0 for r in records)
@@ -68,8 +79,11 @@ def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_
     assert html.count("data:image/png;base64,") >= 2 and 'id="judge_radar"' in html and 'id="recall_by_group"' in html
     assert "fact_recall@10" in (run_dir / "report.md").read_text()
     # a finished run is re-reported, not recomputed
+    judged = len(kwargs["judge"].calls)
+    again = len(factory.made)
     run_eval("rolememo", three_personas, "turn-log", **kwargs)
-    assert sum(factory.built.values()) == 4
+    assert factory.work(again) == (0, 0) and len(kwargs["judge"].calls) == judged
+    assert read_records(run_dir / "records.jsonl") == records
 
 
 def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
@@ -87,8 +101,11 @@ def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
         assert summary["ragas"]["agrees_with_dualmem"] is True and summary["ragas"]["n"] == 4
         assert summary["ragas"]["id_context_recall"] == pytest.approx(summary["micro"]["id_context_recall"])
     table = compare_runs([a, b])
-    assert table.headers[:4] == ["run", "framework", "dataset", "queries"]
-    assert [row[0] for row in table.rows] == ["a", "b"] and table.rows[0][4:] == table.rows[1][4:]
+    headers, rows = table.headline_rows()
+    assert headers[:4] == ["run", "framework", "dataset", "queries"]
+    assert [row[0] for row in rows] == ["a", "b"] and rows[0][4:-1] == [c.split(" (")[0] for c in rows[1][4:-1]]
+    assert all("(+0.000)" in c for c in rows[1][4:-1] if c != "–")  # same run twice: every delta is zero
+    assert table.flips["b"] == {"gained": 0, "lost": 0, "same": 4, "paired": 4}
     md = compare([a, b], out=tmp_path / "cmp")
     assert "recall_any@10" in md and (tmp_path / "cmp" / "comparison.html").exists()
     with pytest.raises(FileNotFoundError, match="summary.json"):
@@ -140,10 +157,16 @@ def test_graph_with_a_settings_dict_context_and_a_registered_framework(three_per
     assert (tmp_path / "db" / "a-first").exists()  # each persona writes to its own store folder
 
 
-def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
+def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, tmp_path):
     from langgraph.checkpoint.memory import InMemorySaver
 
-    factory = Factory()
+    made: list[TurnLogFramework] = []
+
+    def factory(name, item, ctx):
+        made.append(TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical"))
+        return made[-1]
+
+    judge = FakeChatModel(responses=[{"reasoning": "", "score": 3}], cycle=True)
     calls = {"n": 0}
 
     def crash_once(record):
@@ -151,18 +174,20 @@ def test_a_crash_while_judging_does_not_redo_ingestion(three_personas):
         if calls["n"] == 2:
             raise RuntimeError("judge crashed")
 
-    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1), similarity=HashEmbeddings(64),
-                      framework_factory=factory, judge=FakeChatModel(responses=[{"reasoning": "", "score": 3}], cycle=True),
-                      judge_repetitions=1, on_judged=crash_once)
+    journal = Journal(tmp_path / "journal.sqlite")
+    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1), similarity=HashEmbeddings(64),
+                      framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once)
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
     inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,
               "personas": ["a-first", "c-last"]}
     with pytest.raises(RuntimeError, match="judge crashed"):
         runnable.invoke(inputs, config, context=ctx)
-    assert factory.built == Counter({"a-first": 1, "c-last": 1})
+    assert len(judge.calls) >= 2 * 4  # two answers judged (four dimensions, one repetition each) before the crash
     out = runnable.invoke(None, config, context=ctx)
-    assert factory.built == Counter({"a-first": 1, "c-last": 1})  # ingestion kept from the checkpoint
+    resumed = made[-1]
+    assert resumed.ingested == [] and resumed.queries == []  # sessions and answers came back from the journal
+    assert len(judge.calls) == 6 * 4  # every verdict asked once over both attempts
     assert out["summary"]["judges"]["logical_quality"] == {"mean": 3.0, "n": 6.0, "errors": 0.0}
 
 
@@ -175,3 +200,39 @@ def test_progress_goes_to_a_log_as_plain_lines_when_stderr_is_not_a_terminal(tmp
     lines = [line for line in err.splitlines() if ": queries: " in line or "sessions ingested: " in line]
     assert any(line.endswith("queries: 4/4") for line in lines)  # the last step is always printed
     assert any(line.split()[0].count(":") == 2 and "sessions ingested: 1/" in line for line in lines)  # the first too, timed
+
+
+def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_personas, tmp_path):
+    attempts = {"respond": 0}
+
+    class Flaky(TurnLogFramework):
+        def respond(self, query, k=10):
+            attempts["respond"] += 1
+            if attempts["respond"] == 2:
+                raise ConnectionError("endpoint down")
+            return super().respond(query, k)
+
+    def factory(name, item, ctx):
+        return Flaky(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
+
+    judge_calls = {"n": 0}
+
+    def verdict(messages):
+        judge_calls["n"] += 1
+        if judge_calls["n"] == 1:
+            raise TimeoutError("judge endpoint timed out")
+        return {"reasoning": "", "score": 3}
+
+    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1),
+                  similarity=HashEmbeddings(64), framework_factory=factory, progress=False, ragas=False, personas=["a-first"],
+                  judge=FakeChatModel(responses=[verdict], cycle=True))
+    first = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
+    assert [bool(r["errors"]) for r in first] == [True, True, False]  # q1: a verdict timed out; q2: no answer
+    assert "respond failed: ConnectionError: endpoint down" in first[1]["errors"]
+    assert first[0]["judges"]["information_richness"]["score"] is None and not first[1]["judges"]
+    assert (attempts["respond"], judge_calls["n"]) == (3, 2 * 4)  # two answers judged on four dimensions
+    second = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
+    assert not any(r["errors"] for r in second) and all(v["score"] == 3 for r in second for v in r["judges"].values())
+    # only what failed is asked again: q2's answer and its four verdicts, q1's one failed verdict
+    assert (attempts["respond"], judge_calls["n"]) == (3 + 1, 8 + 4 + 1)
+    assert second[0]["answer"] == first[0]["answer"] and second[2] == first[2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dualmem.evals.journal import Journal
 from dualmem.evals.judges import (
     ROLEPLAY_KEYS,
     apply_judges,
@@ -14,7 +15,7 @@ from dualmem.evals.judges import (
     roleplay_judge,
     roleplay_judges,
 )
-from dualmem.evals.langsmith_adapter import evaluate_records, examples_from_records
+from dualmem.evals.langsmith_adapter import Judging
 from dualmem.testing import FakeChatModel
 
 INPUTS = {"question": "Why am I so snappy lately?", "persona": "Name: Mara\nRole: night-shift nurse"}
@@ -88,19 +89,23 @@ def test_locomo_correctness_and_protocol_sets():
     assert len(judges_for("rolememo", fake)) == 4 and len(judges_for("locomo", fake)) == 1
 
 
-def test_langsmith_evaluate_offline(monkeypatch):
+def test_langsmith_evaluate_offline_records_each_verdict_once(monkeypatch, tmp_path):
     monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
     monkeypatch.delenv("LANGCHAIN_API_KEY", raising=False)
-    monkeypatch.setenv("LANGSMITH_TEST_TRACKING", "false")
     records = [
-        {"persona": "p", "query_id": f"q{i}", "query": f"question {i}", "reference_answer": "gold",
+        {"persona": "p", "query_id": f"q{i}", "query": f"question {i}", "reference_answer": "gold", "errors": [],
          "gold": {"facts": ["f"], "insight": "i", "memory_points": []}, "answer": f"answer {i}",
          "retrieved": [{"text": "t", "expanded": False}]}
         for i in range(2)
     ]
-    assert [e.inputs["query_id"] for e in examples_from_records(records)] == ["q0", "q1"]
     scripted = FakeChatModel(responses=[lambda msgs: {"reasoning": "", "score": 5 if "answer 1" in msgs[-1].content else 1}],
                              cycle=True)
-    out = evaluate_records(records, [roleplay_judge("logical_quality", scripted, repetitions=3)])
-    assert out["q0"]["logical_quality"]["score"] == 1.0 and out["q1"]["logical_quality"]["score"] == 5.0
-    assert out["q1"]["logical_quality"]["extra"]["repetitions"] == [5, 5, 5]
+    judging = Judging([roleplay_judge("logical_quality", scripted, repetitions=3)])
+    assert [e.inputs["query_id"] for e in judging.examples(records, "persona text")] == ["q0", "q1"]
+    journal = Journal(tmp_path / "j.sqlite").scope("p")
+    out = {r["query_id"]: r for r in judging.judge(records, "persona text", journal)}
+    assert out["q0"]["judges"]["logical_quality"]["score"] == 1.0 and out["q1"]["judges"]["logical_quality"]["score"] == 5.0
+    assert out["q1"]["judges"]["logical_quality"]["extra"]["repetitions"] == [5, 5, 5]
+    assert len(scripted.calls) == 6
+    again = judging.judge(records, "persona text", journal)  # a resumed run: verdicts come from the journal
+    assert len(scripted.calls) == 6 and [r["judges"] for r in again] == [out["q0"]["judges"], out["q1"]["judges"]]

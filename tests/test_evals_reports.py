@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from dualmem.evals.reports import compare_runs, read_summary, write_report
+from dualmem.evals.compare import compare_runs
+from dualmem.evals.reports import read_summary, write_report
 from dualmem.evals.summary import summarize
 
 
@@ -27,14 +28,16 @@ def test_locomo_summary_reports_category_5_apart_and_judge_errors():
     ok = {"key": "locomo_correctness", "score": 1.0}
     err = {"key": "locomo_correctness", "score": None, "comment": "error: unparseable"}
     records = [
-        rec("c", {"evidence_recall@5": 1.0}, category="1", scored=True, judges={"locomo_correctness": ok}),
-        rec("c", {"evidence_recall@5": 0.0}, category="2", scored=True, judges={"locomo_correctness": err}),
-        rec("c", {"evidence_recall@5": 0.0}, category="5", scored=False, judges={"locomo_correctness": ok}),
+        rec("c", {"evidence_recall@5": 1.0}, category="1", scored=True, judges={"locomo_correctness": ok}, protocol="locomo"),
+        rec("c", {"evidence_recall@5": 0.0}, category="2", scored=True, judges={"locomo_correctness": err}, protocol="locomo"),
+        rec("c", {"evidence_recall@5": 0.0}, category="5", scored=False, judges={"locomo_correctness": ok}, protocol="locomo"),
     ]
     s = summarize("locomo", records)
     assert s["overall"]["evidence_recall@5"] == 0.5  # category 5 left out
     assert s["adversarial"]["n"] == 1 and s["adversarial"]["metrics"]["evidence_recall@5"] == 0.0
-    assert s["by_category"]["5"]["evidence_recall@5"] == 0.0
+    assert s["by_category"]["adversarial"]["evidence_recall@5"] == 0.0  # categories by name, not "1", "5"
+    assert sorted(s["by_category"]) == ["adversarial", "multi-hop", "temporal"]
+    assert s["judges_by_category"]["multi-hop"]["locomo_correctness"]["mean"] == 1.0
     # the failed verdict is counted as an error, never averaged in as a zero
     assert s["judges"]["locomo_correctness"] == {"mean": 1.0, "n": 1.0, "errors": 1.0}
 
@@ -67,7 +70,7 @@ def test_rolememo_summary_and_report_files(tmp_path):
     assert "<table>" in html and 'id="recall_by_group"' in html and 'id="judge_radar"' in html
     assert "src=\"data:image/png;base64," in html and "http" not in html.split("<body>")[1]
     assert read_summary(run)["n_queries"] == 2
-    table = compare_runs([run])
-    assert table.rows[0][table.headers.index("fact_recall@10")] == 0.75
+    headers, rows = compare_runs([run]).headline_rows()
+    assert rows[0][headers.index("fact_recall@10")] == "0.750"
     with pytest.raises(ValueError, match="protocol"):
         summarize("nope", records)

@@ -4,7 +4,7 @@ Each judge asks any chat model (a ``provider:model`` spec or a model object)
 for a JSON verdict through :func:`dualmem.structured.invoke_structured`, so a
 malformed or out-of-range answer is fed back and retried; a verdict that
 still fails is reported as an error (``score`` None, ``extra["errors"]``) and
-never as a zero. Role-play judges run ``repetitions`` times (3 by default)
+never as a zero. Role-play judges run ``repetitions`` times (``Settings.judge_repetitions``)
 and average; the per-repetition scores are kept in ``extra``.
 
 >>> from dualmem.testing import FakeChatModel
@@ -126,13 +126,15 @@ def _named(fn: Evaluator, name: str) -> Evaluator:
 
 
 def roleplay_judge(
-    dimension: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None, repetitions: int = 3
+    dimension: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None,
+    repetitions: int | None = None,
 ) -> Evaluator:
     """Return the 0-5 judge of one role-play dimension (see ``ROLEPLAY_KEYS``), averaged over repetitions."""
     if dimension not in ROLEPLAY_DIMENSIONS:
         raise ValueError(f"unknown role-play dimension {dimension!r}; use one of {', '.join(ROLEPLAY_KEYS)}")
     chat = _model(model, settings)
     retries = (settings or Settings()).max_retries
+    reps = repetitions or (settings or Settings()).judge_repetitions
     schema = verdict_schema("RolePlayVerdict", 0, 5)
     template = ROLEPLAY_DIMENSIONS[dimension]
 
@@ -145,14 +147,14 @@ def roleplay_judge(
             question=inputs.get("question", ""),
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=reps, retries=retries)
         return _result(dimension, verdict["means"]["score"], verdict)
 
     return _named(evaluate, dimension)
 
 
 def roleplay_judges(
-    model: str | BaseChatModel | None = None, *, settings: Settings | None = None, repetitions: int = 3
+    model: str | BaseChatModel | None = None, *, settings: Settings | None = None, repetitions: int | None = None
 ) -> list[Evaluator]:
     """Return the four role-play judges: information richness, logic, character consistency, attractiveness."""
     chat = _model(model, settings)
@@ -236,7 +238,8 @@ def locomo_correctness_judge(
 
 
 def judges_for(
-    dataset_kind: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None, repetitions: int = 3
+    dataset_kind: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None,
+    repetitions: int | None = None,
 ) -> list[Evaluator]:
     """Return the judges of a protocol: rolememo (4 dimensions), realmem (answer, memory), locomo (correctness)."""
     chat = _model(model, settings)

@@ -49,15 +49,21 @@ def embed_texts(embed: Embedder, texts: Sequence[str]) -> np.ndarray:
     return vecs / norms
 
 
+def similarity_matrix(gold: Sequence[str], candidates: Sequence[str], embed: Embedder) -> np.ndarray:
+    """Return the cosine similarities of each gold text (rows) with each candidate (columns)."""
+    if not gold or not candidates:
+        return np.zeros((len(gold), len(candidates)))
+    both = embed_texts(embed, [*gold, *candidates])
+    return both[: len(gold)] @ both[len(gold) :].T
+
+
 def best_similarities(gold: Sequence[str], candidates: Sequence[str], embed: Embedder) -> list[float]:
     """Return, for each gold text, its best cosine similarity among ``candidates`` (0 if none)."""
     if not gold:
         return []
     if not candidates:
         return [0.0] * len(gold)
-    both = embed_texts(embed, [*gold, *candidates])
-    sims = both[: len(gold)] @ both[len(gold) :].T
-    return [float(x) for x in sims.max(axis=1)]
+    return [float(x) for x in similarity_matrix(gold, candidates, embed).max(axis=1)]
 
 
 def mean(values: Iterable[float | None]) -> float:
@@ -82,12 +88,18 @@ def rolememo_recall(
 
     ``retrieved_texts`` are both streams merged in rank order, grounding
     expansion excluded. Returns per-item similarities and hits, and counts for
-    micro-averaging (:func:`aggregate_rolememo`).
+    micro-averaging (:func:`aggregate_rolememo`), and per retrieved text the
+    gold items it matches (``retrieved_matches``: "fact 1", "insight").
     """
     top = list(retrieved_texts)[:k]
     golds = [*gold_facts, *([gold_insight] if gold_insight else [])]
-    sims = best_similarities(golds, top, embed)
+    matrix = similarity_matrix(golds, top, embed)
+    sims = [float(x) for x in matrix.max(axis=1)] if top else [0.0] * len(golds)
     fact_sims = sims[: len(gold_facts)]
+    labels = [f"fact {i + 1}" for i in range(len(gold_facts))] + (["insight"] if gold_insight else [])
+    limits = [fact_threshold] * len(gold_facts) + ([insight_threshold] if gold_insight else [])
+    matches = [[lab for g, (lab, lim) in enumerate(zip(labels, limits, strict=True)) if matrix[g, j] >= lim]
+               for j in range(len(top))]
     insight_sim = sims[len(gold_facts)] if gold_insight else None
     fact_hits = [s >= fact_threshold for s in fact_sims]
     return {
@@ -101,6 +113,7 @@ def rolememo_recall(
         "insight_hit_count": int(insight_sim is not None and insight_sim >= insight_threshold),
         "fact_recall": sum(fact_hits) / len(fact_hits) if fact_hits else float("nan"),
         "insight_recall": float("nan") if insight_sim is None else float(insight_sim >= insight_threshold),
+        "retrieved_matches": matches,
     }
 
 
@@ -269,6 +282,9 @@ def _shim_removed_modules() -> None:
 
 def load_ragas_id_metrics() -> tuple[Any, Any, Any] | None:
     """Return ragas' (SingleTurnSample, IDBasedContextRecall(), IDBasedContextPrecision()), or None if it cannot import."""
+    import os
+
+    os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # ragas sends usage analytics unless told not to
     _shim_removed_modules()
     try:
         from ragas import SingleTurnSample

@@ -1,4 +1,4 @@
-"""Report figures (matplotlib, Agg backend): recall by group, judge radar, recall@k curves.
+"""Report figures (matplotlib, Agg backend): recall by task type / category, per persona, judge radar, recall@k curves.
 
 Every function takes ``{label: summary}`` (one summary per framework/run) and
 returns PNG bytes, or None when the summaries hold nothing to draw.
@@ -39,28 +39,29 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not math.isnan(float(x))
 
 
-def group_series(summary: Mapping[str, Any]) -> tuple[str, dict[str, dict[str, float]]]:
-    """Return (title, {group: {metric: value}}) that the recall-by-group chart shows for a summary."""
-    protocol = summary.get("protocol")
-    if protocol == "rolememo":
-        groups = {g: {k: v for k, v in row.items() if k in ("fact_recall@10", "insight_recall@10")}
-                  for g, row in summary.get("by_task_type", {}).items()}
-        return "Recall@10 by task type", groups
-    if protocol == "locomo":
-        return "Evidence recall@10 by category", {
-            f"cat {g}": {"evidence_recall@10": row.get("evidence_recall@10", float("nan"))}
-            for g, row in summary.get("by_category", {}).items()}
-    return "Session recall_any@10 per persona", {
-        p: {"recall_any@10": row.get("recall_any@10", float("nan"))} for p, row in summary.get("per_persona", {}).items()}
+GROUP_METRICS = {"rolememo": ("fact_recall@10", "insight_recall@10"), "realmem": ("recall_any@10",),
+                 "locomo": ("evidence_recall@10",)}
 
 
-def recall_by_group(summaries: Summaries) -> bytes | None:
-    """Return grouped bars of recall per task type / category / persona, one colour per run and metric."""
+def group_series(summary: Mapping[str, Any], by: str = "category") -> tuple[str, dict[str, dict[str, float]]]:
+    """Return (title, {group: {metric: value}}) of a summary by task type / category (``by="category"``) or persona."""
+    protocol = str(summary.get("protocol"))
+    metrics = GROUP_METRICS.get(protocol, ())
+    if by == "persona":
+        block, title = summary.get("per_persona", {}), f"{', '.join(metrics)} per persona"
+    else:
+        block = summary.get("by_task_type" if protocol == "rolememo" else "by_category", {})
+        title = f"{', '.join(metrics)} by {'task type' if protocol == 'rolememo' else 'category'}"
+    return title, {g: {k: row.get(k, float("nan")) for k in metrics} for g, row in block.items()}
+
+
+def recall_by_group(summaries: Summaries, by: str = "category") -> bytes | None:
+    """Return grouped bars of recall per task type / category (or persona), one colour per run and metric."""
     series: dict[str, dict[str, float]] = {}
     title = ""
     groups: list[str] = []
     for label, summary in summaries.items():
-        title, by_group = group_series(summary)
+        title, by_group = group_series(summary, by)
         for g, row in by_group.items():
             if g not in groups:
                 groups.append(g)
@@ -126,6 +127,8 @@ def recall_at_k(summaries: Summaries) -> bytes | None:
 
 def all_plots(summaries: Summaries) -> dict[str, bytes]:
     """Return every drawable figure as ``{name: png}``."""
-    figures = {"recall_by_group": recall_by_group(summaries), "judge_radar": judge_radar(summaries),
-               "recall_at_k": recall_at_k(summaries)}
+    several = any(len(s.get("per_persona") or {}) > 1 for s in summaries.values())
+    figures = {"recall_by_group": recall_by_group(summaries),
+               "recall_per_persona": recall_by_group(summaries, by="persona") if several else None,
+               "judge_radar": judge_radar(summaries), "recall_at_k": recall_at_k(summaries)}
     return {k: v for k, v in figures.items() if v is not None}

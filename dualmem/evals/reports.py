@@ -1,9 +1,11 @@
-"""Run reports: per-query JSONL, ``summary.json``, ``report.md``, self-contained ``report.html``, run comparison.
+"""Run reports: per-query JSONL, ``summary.json``, ``report.md``, self-contained ``report.html``.
 
 A run folder holds ``records.jsonl`` (one query per line), ``summary.json``
 (the :func:`dualmem.evals.summary.summarize` output plus ``meta``: dataset,
-framework, models, similarity embedder, limits), ``report.md`` and
-``report.html`` (plots embedded as base64 PNG, no external files).
+framework, models, judges, LangSmith experiment, every setting, run segments),
+``report.md`` and ``report.html``: the tables, the plots (base64 PNG) and the
+per-query drill-down (:mod:`dualmem.evals.drilldown`), with no external file.
+Run comparison lives in :mod:`dualmem.evals.compare`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import html
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dualmem.evals import plots
+from dualmem.evals.drilldown import render_drilldown
 
 RECORDS = "records.jsonl"
 MAX_ERRORS_SHOWN = 20  # ingest errors listed in the report (all are in summary.json)
@@ -103,7 +105,13 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     meta = summary.get("meta", {})
     protocol = summary.get("protocol", "")
     parts = [f"# DualMem evaluation — {protocol} × {meta.get('framework', '?')}", ""]
-    parts += [f"- {k}: `{v}`" for k, v in meta.items() if not isinstance(v, (dict, list))]
+    parts += [f"- {k}: `{v}`" for k, v in meta.items() if not isinstance(v, (dict, list)) and v is not None]
+    if meta.get("langsmith"):
+        parts.append("- LangSmith: " + ", ".join(f"{k} `{v}`" for k, v in meta["langsmith"].items()))
+    if meta.get("run"):
+        run = meta["run"]
+        parts.append(f"- run `{run.get('fingerprint')}` created {run.get('created')}, {run.get('segments')} segment(s) "
+                     f"(resumed {max(0, int(run.get('segments') or 1) - 1)} time(s)), dualmem revision `{run.get('dualmem_revision')}`")
     parts += [f"- queries: {summary.get('n_queries')} over {summary.get('n_personas')} persona(s); "
               f"queries with errors: {summary.get('n_query_errors')}", ""]
     parts += ["## Overall", "", _metric_table({"overall": summary.get("overall", {})}, "scope"), ""]
@@ -132,6 +140,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             rows = [[e["session"], e["chunk"] or "(whole session)", str(e["error"]).replace("|", "/")] for e in errors[:MAX_ERRORS_SHOWN]]
             more = f" ({len(errors) - MAX_ERRORS_SHOWN} more in summary.json)" if len(errors) > MAX_ERRORS_SHOWN else ""
             parts += [f"### Ingest errors{more}", "", md_table(["session", "chunk", "error"], rows), ""]
+    if meta.get("settings"):
+        parts += ["## Settings", "", md_table(["setting", "value"], [[k, repr(v)] for k, v in meta["settings"].items()]), ""]
     return "\n".join(parts)
 
 
@@ -170,80 +180,29 @@ STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{bor
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}")
 
 
-def render_html(markdown: str, figures: Mapping[str, bytes], title: str = "DualMem evaluation") -> str:
-    """Return a self-contained HTML page: the markdown report and the figures as base64 PNG."""
+def render_html(markdown: str, figures: Mapping[str, bytes], title: str = "DualMem evaluation", extra: str = "") -> str:
+    """Return a self-contained HTML page: the markdown report, the figures as base64 PNG, then ``extra`` HTML."""
     imgs = "\n".join(f'<figure><img alt="{html.escape(name)}" id="{html.escape(name)}" src="{plots.data_uri(png)}">'
                      f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, png in figures.items())
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{_md_to_html(markdown)}<h2>Figures</h2>{imgs}</body></html>")
+            f"<style>{STYLE}</style></head><body>{_md_to_html(markdown)}<h2>Figures</h2>{imgs}{extra}</body></html>")
 
 
 def write_report(run_dir: str | Path, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]] | None = None) -> Path:
-    """Write records (if given), ``summary.json``, ``report.md`` and ``report.html`` into ``run_dir``; return it."""
+    """Write records (if given), ``summary.json``, ``report.md`` and ``report.html`` (with the query drill-down); return the folder."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if records is not None:
+        records = list(records)
         write_records(run_dir / RECORDS, records)
+    elif (run_dir / RECORDS).exists():
+        records = read_records(run_dir / RECORDS)
     (run_dir / SUMMARY).write_text(json.dumps(_clean(summary), indent=2, ensure_ascii=False, default=_json_default),
                                    encoding="utf-8")
     markdown = render_markdown(summary)
     (run_dir / REPORT_MD).write_text(markdown, encoding="utf-8")
     label = str(summary.get("meta", {}).get("framework", run_dir.name))
     figures = plots.all_plots({label: summary})
-    (run_dir / REPORT_HTML).write_text(render_html(markdown, figures), encoding="utf-8")
+    drill = render_drilldown(records) if records else ""
+    (run_dir / REPORT_HTML).write_text(render_html(markdown, figures, extra=drill), encoding="utf-8")
     return run_dir
-
-
-@dataclass
-class Comparison:
-    """Several runs side by side: one row per run, one column per headline metric and judge."""
-
-    headers: list[str]
-    rows: list[list[Any]]
-    summaries: dict[str, dict[str, Any]]
-
-    def markdown(self) -> str:
-        """Return the comparison as a markdown table."""
-        return md_table(self.headers, self.rows)
-
-    def rich_table(self) -> Any:
-        """Return the comparison as a ``rich.table.Table``."""
-        from rich.table import Table
-
-        table = Table(title="DualMem runs")
-        for h in self.headers:
-            table.add_column(h, justify="left" if h in ("run", "framework", "dataset") else "right", overflow="fold")
-        for row in self.rows:
-            table.add_row(*(fmt(c) for c in row))
-        return table
-
-
-def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
-    """Put several run folders side by side (headline metrics of their protocols, then judge means)."""
-    summaries = {str(Path(d)): read_summary(d) for d in run_dirs}
-    metric_keys: list[str] = []
-    judge_keys: list[str] = []
-    for s in summaries.values():
-        for k in HEADLINE.get(s.get("protocol", ""), ()):
-            if k not in metric_keys:
-                metric_keys.append(k)
-        judge_keys += [k for k in s.get("judges", {}) if k not in judge_keys]
-    headers = ["run", "framework", "dataset", "queries", *metric_keys, *judge_keys]
-    rows = []
-    for path, s in summaries.items():
-        meta = s.get("meta", {})
-        rows.append([Path(path).name, meta.get("framework"), s.get("protocol"), s.get("n_queries"),
-                     *(s.get("overall", {}).get(k) for k in metric_keys),
-                     *(s.get("judges", {}).get(k, {}).get("mean") for k in judge_keys)])
-    return Comparison(headers=headers, rows=rows, summaries=summaries)
-
-
-def write_comparison(comparison: Comparison, out: str | Path) -> Path:
-    """Write ``comparison.md`` and ``comparison.html`` (with radar and recall@k across runs) into ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    labels = {f"{Path(p).name} ({s.get('meta', {}).get('framework', '?')})": s for p, s in comparison.summaries.items()}
-    md = "# DualMem run comparison\n\n" + comparison.markdown() + "\n"
-    (out / "comparison.md").write_text(md, encoding="utf-8")
-    (out / "comparison.html").write_text(render_html(md, plots.all_plots(labels), "DualMem run comparison"), encoding="utf-8")
-    return out

@@ -1,81 +1,72 @@
-"""What ``dualmem eval`` and ``dualmem eval compare`` call: run one evaluation, compare runs.
+"""What ``dualmem eval`` and ``dualmem eval compare`` call: run (or resume) one evaluation, compare runs.
 
-:func:`run_eval` drives the evaluate graph under a SQLite checkpointer kept
-in the run folder, so the same command run again after a crash resumes
-(finished personas are not recomputed) and a finished run is only
-re-reported. Progress is shown with rich bars (queries and sessions).
+:func:`run_eval` claims a run folder for its :class:`~dualmem.evals.runspec.RunSpec`
+(by default ``runs/<dataset>-<framework>-<fingerprint>``, so the same command
+run again continues the same run), then drives the evaluate graph with the
+journal kept in that folder: an interrupted persona continues where it
+stopped — no ingested session, answered query or judge verdict is computed
+twice — and a finished run is re-reported from the journal without a model
+call. :func:`resume_eval` continues a run from its folder alone. Progress is
+shown with rich bars.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import time
+import threading
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dualmem.config import Settings
 from dualmem.datasets import KINDS
 from dualmem.errors import ConfigurationError
-from dualmem.evals.reports import RECORDS, compare_runs, read_summary, write_comparison, write_report
-from dualmem.evals.runners import realmem_plan
+from dualmem.evals import langsmith_adapter as ls
+from dualmem.evals.compare import compare_runs, write_comparison
+from dualmem.evals.journal import JOURNAL, Journal
+from dualmem.evals.judges import judges_for
+from dualmem.evals.metrics import load_ragas_id_metrics
+from dualmem.evals.progress import progress_bars
+from dualmem.evals.reports import RECORDS, read_summary, write_report
+from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
+from dualmem.evals.runspec import OPERATIONAL, RunSpec, claim, data_stamp, recorded_settings, spec_of, write_run
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, builder, dataset
+from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, dataset, graph
 from dualmem.models import describe_embeddings, load_chat_model, model_name
-from dualmem.schema import stable_id
-
-CHECKPOINTS = "checkpoints.sqlite"
 
 
-class _Advance:
-    """Advance a progress task; when stderr is not a terminal (a log file, CI), also print a line now and then.
-
-    Rich draws nothing live into a file, so a long run written to a log would
-    show no progress until it ends: there, a plain line is printed for a task's
-    first and last step and at most every ``every_s`` seconds in between.
-    """
-
-    def __init__(self, bar: Progress, console: Console, *, logging: bool, every_s: float = 30.0) -> None:
-        self.bar, self.console, self.logging, self.every_s = bar, console, logging, every_s
-        self._last: dict[Any, float] = {}
-
-    def __call__(self, task_id: Any) -> None:
-        self.bar.advance(task_id)
-        if not self.logging:
-            return
-        task = next(t for t in self.bar.tasks if t.id == task_id)
-        now = time.monotonic()
-        done = task.total is not None and task.completed >= task.total
-        if task_id in self._last and not done and now - self._last[task_id] < self.every_s:
-            return
-        self._last[task_id] = now
-        total = "?" if task.total is None else int(task.total)
-        self.console.print(f"{time.strftime('%H:%M:%S')} {task.description}: {int(task.completed)}/{total}", highlight=False)
-
-
-def default_out(dataset_kind: str, framework: str) -> Path:
-    """Return the default run folder ``runs/<dataset>-<framework>-<UTC time>``."""
-    return Path("runs") / f"{dataset_kind}-{framework}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-
-
-def _store_uri(settings: Settings, run_dir: Path) -> str:
+def run_store(settings: Settings, run_dir: Path) -> str:
     """Return the store of the run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
     default = next(f.metadata["env_default"] for f in fields(Settings) if f.name == "store_uri")
     return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
 
 
+def _items(dataset_kind: str, path: str, personas: Sequence[str] | None) -> list[Any]:
+    return [it for it in dataset(dataset_kind, path).items if not personas or it.dialogue.id in personas]
+
+
 def _totals(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None) -> tuple[int, int]:
-    items = [it for it in dataset(dataset_kind, path).items if not personas or it.dialogue.id in personas]
-    queries = sum(len(it.queries) if limit is None else min(limit, len(it.queries)) for it in items)
+    items = _items(dataset_kind, path, personas)
+    queries = sum(len(kept_queries(it, limit)) for it in items)
     if dataset_kind == "realmem" and limit is not None:  # replay stops before the session of the last query
         return queries, sum(max(0, len(realmem_plan(it, limit)[0]) - 1) for it in items)
     return queries, sum(len(it.dialogue.sessions) for it in items)
+
+
+def _example_records(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Return record-like dicts of every query of the run (what LangSmith examples are made of)."""
+    return [{"persona": it.dialogue.id, "query_id": q.id, "query": q.text, "reference_answer": q.answer,
+             "gold": q.gold.model_dump(), "task_type": q.task_type, "category": q.category, "protocol": dataset_kind}
+            for it in _items(dataset_kind, path, personas) for q in kept_queries(it, limit)]
+
+
+def _name(model: Any) -> str | None:
+    if model is None:
+        return None
+    return model if isinstance(model, str) else model_name(model)
 
 
 def run_eval(
@@ -92,83 +83,89 @@ def run_eval(
     embeddings: Any = None,
     similarity: Any = None,
     personas: Sequence[str] | None = None,
-    judge_repetitions: int = 3,
     framework_factory: Any = None,
     progress: bool = True,
     ragas: bool = True,
+    upload: bool | None = None,
 ) -> Path:
-    """Evaluate ``framework`` on a dataset; write records, summary and reports into ``out``; return ``out``.
+    """Evaluate ``framework`` on a dataset; write records, summary and reports into the run folder; return it.
 
     ``judge`` is a model spec or object (None: no LLM judges); ``model`` the
     chat model shared by frameworks (None: from settings); ``similarity`` the
-    embedder of similarity metrics (None: the settings' embedder). ``limit``
-    keeps the first N queries of each history (RealMem replays only up to the
-    session of the N-th query; LoCoMo and RoleMemo still ingest the whole
-    history). Each persona writes to its own store folder under the run's
-    store (``<out>/lancedb`` unless ``store_uri`` is set explicitly). ``ragas``
-    recomputes the ID-based context recall/precision with ragas itself into
-    ``summary["ragas"]``.
+    embedder of similarity metrics (None: ``eval_embedder``, else the
+    settings' embedder). ``limit`` keeps the first N queries of each history
+    (RealMem replays only up to the session of the N-th query; LoCoMo and
+    RoleMemo still ingest the whole history). ``out`` is the run folder
+    (default: deterministic, see :mod:`dualmem.evals.runspec`); a folder of the
+    same run is continued, a folder of another run refused. Each persona writes
+    to its own store folder under ``<out>/lancedb`` (or under ``store_uri`` when
+    set explicitly). Judges run through ``langsmith.evaluate``: offline, or
+    uploaded as one experiment when ``upload`` (default: a LangSmith key is set).
+    ``ragas`` recomputes the ID-based context recall/precision with ragas itself.
     """
     if dataset_kind not in KINDS:
         raise ConfigurationError(f"unknown dataset {dataset_kind!r}; use --dataset with one of {', '.join(KINDS)}")
     settings = Settings.resolve(settings)
-    path = str(Path(path).expanduser())
+    path = str(Path(path).expanduser().resolve())
     if not Path(path).exists():
         raise ConfigurationError(f"dataset path {path} does not exist; pass the file or folder of a {dataset_kind} dataset")
-    run_dir = Path(out) if out else default_out(dataset_kind, framework)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if ragas:  # importing ragas takes seconds: do it while the evaluation waits on models
+        threading.Thread(target=load_ragas_id_metrics, name="dualmem-warm-ragas", daemon=True).start()
+    respond_and_judge = respond and judge is not None
+    spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=framework, limit=limit, respond=respond,
+                   personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,
+                   judge_model=_name(judge) if respond_and_judge else None, settings=recorded_settings(settings),
+                   stamp=data_stamp(path))
+    run_dir = Path(out) if out else spec.default_dir()
+    run = claim(run_dir, spec)
     if similarity is None and settings.eval_embedder:
         from dualmem.models import load_embeddings
 
         similarity = load_embeddings(settings.eval_embedder)
     chat = load_chat_model(model, settings) if model is not None else None
-    judge_model = load_chat_model(judge, settings, role="judge") if judge is not None else None
+    judge_model = load_chat_model(judge, settings, role="judge") if respond_and_judge else None
+    journal = Journal(run_dir / JOURNAL)
     ctx = EvalContext(settings=settings, chat_model=chat, embeddings=embeddings, similarity=similarity, judge=judge_model,
-                      judge_repetitions=judge_repetitions, store_uri=_store_uri(settings, run_dir),
-                      framework_factory=framework_factory)
+                      journal=journal, store_uri=run_store(settings, run_dir), framework_factory=framework_factory)
+    if judge_model is not None:
+        upload = ls.upload_enabled() if upload is None else upload
+        items = _items(dataset_kind, path, personas)
+        ctx.judging = ls.open_judging(
+            judges_for(dataset_kind, judge_model, settings=settings), upload=upload,
+            dataset_name=ls.dataset_name_for(dataset_kind, path),
+            example_records=_example_records(dataset_kind, path, limit, personas) if upload else [],
+            persona_texts={it.dialogue.id: persona_text(it) for it in items},
+            experiment_name=f"dualmem-{run_dir.name}", experiment_id=run.get("langsmith_experiment"),
+            metadata={"framework": framework, "dataset": dataset_kind, "path": path, "limit": limit,
+                      "chat_model": spec.chat_model, "judge_model": spec.judge_model, "run": run["fingerprint"]})
+        if ctx.judging.experiment is not None and not run.get("langsmith_experiment"):
+            run["langsmith_experiment"] = str(ctx.judging.experiment.id)
+            write_run(run_dir, run)
     inputs: EvalState = {"dataset_kind": dataset_kind, "path": path, "framework": framework, "limit": limit, "respond": respond,
-              "personas": list(personas or [])}
-    thread = stable_id(run_dir.resolve(), dataset_kind, path, framework, limit, respond, sorted(personas or []))
-    config: RunnableConfig = {"configurable": {"thread_id": thread}, "max_concurrency": settings.concurrency, "recursion_limit": 100}
+                         "personas": list(personas or [])}
+    config: RunnableConfig = {"max_concurrency": settings.concurrency, "recursion_limit": 100}
     n_queries, n_sessions = _totals(dataset_kind, path, limit, personas)
     console = Console(stderr=True)
-    conn = sqlite3.connect(str(run_dir / CHECKPOINTS), check_same_thread=False)
+    done = {kind: journal.count(kind) for kind in ("ingest", "record", "judge")}
+    if any(done.values()):
+        console.print(f"resuming run {run_dir}: {done['ingest']} sessions ingested, {done['record']} queries answered, "
+                      f"{done['judge']} verdicts recorded before (not redone)")
     try:
-        runnable = builder.compile(checkpointer=SqliteSaver(conn))
-        snapshot = runnable.get_state(config)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, disable=not progress) as bar:
-            advance = _Advance(bar, console, logging=progress and not console.is_terminal)
+        with progress_bars(console, enabled=progress) as (bar, advance):
             q_task = bar.add_task(f"{framework} × {dataset_kind}: queries", total=n_queries)
             s_task = bar.add_task("sessions ingested", total=n_sessions)
             ctx.on_record = lambda _rec: advance(q_task)
             ctx.on_ingest = lambda _s: advance(s_task)
-            if judge_model is not None and respond:
+            if judge_model is not None:
                 j_task = bar.add_task("answers judged", total=n_queries)
                 ctx.on_judged = lambda _rec: advance(j_task)
-            if snapshot.next:  # interrupted earlier: resume, finished personas are kept
-                console.print(f"resuming run {run_dir} ({len(snapshot.values.get('results') or [])} persona(s) done)")
-                values = runnable.invoke(None, config, context=as_context(ctx))
-            elif snapshot.values.get("summary"):
-                values = snapshot.values
-            else:
-                values = runnable.invoke(inputs, config, context=as_context(ctx))
+            values = graph.invoke(inputs, config, context=as_context(ctx))
     finally:
-        conn.close()
+        journal.close()
+        if ctx.judging is not None:
+            ctx.judging.flush()
     summary = dict(values["summary"])
-    summary["meta"] = {
-        "dataset": dataset_kind,
-        "path": path,
-        "framework": framework,
-        "chat_model": model_name(chat) if chat is not None else settings.chat_model,
-        "judge_model": model_name(judge_model) if judge_model is not None else None,
-        "judge_repetitions": judge_repetitions if judge_model is not None else None,
-        "similarity_embedder": describe_embeddings(ctx.similarity) if ctx.similarity is not None else (settings.eval_embedder or settings.embedder),
-        "limit": limit,
-        "respond": respond,
-        "retrieval_k": settings.retrieval_k,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    summary["meta"] = _meta(spec, run, ctx, chat, judge_model, settings)
     records = [rec for r in sorted(values.get("results") or [], key=lambda r: r["persona"]) for rec in r["records"]]
     if ragas:
         summary["ragas"] = ragas_crosscheck(records)
@@ -177,12 +174,59 @@ def run_eval(
     return run_dir
 
 
+def _meta(spec: RunSpec, run: dict[str, Any], ctx: EvalContext, chat: Any, judge_model: Any, settings: Settings) -> dict[str, Any]:
+    """Return what the report says about the run: inputs, models, judges, LangSmith, settings, segments."""
+    judging = ctx.judging
+    langsmith: dict[str, Any] = {"mode": "off (no judges)"}
+    if judging is not None:
+        langsmith = {"mode": "uploaded" if judging.upload else "offline (upload_results=False)",
+                     "dataset": judging.dataset_name, "experiment": getattr(judging.experiment, "name", None) or judging.experiment_prefix}
+        url = getattr(judging.experiment, "url", None)
+        if url:
+            langsmith["url"] = url
+    return {
+        "dataset": spec.dataset_kind,
+        "path": spec.path,
+        "framework": spec.framework,
+        "chat_model": model_name(chat) if chat is not None else settings.chat_model,
+        "judge_model": model_name(judge_model) if judge_model is not None else "none (pass --judge MODEL)",
+        "judge_repetitions": settings.judge_repetitions if judge_model is not None and spec.dataset_kind == "rolememo" else None,
+        "similarity_embedder": describe_embeddings(ctx.similarity) if ctx.similarity is not None else (settings.eval_embedder or settings.embedder),
+        "limit": spec.limit,
+        "respond": spec.respond,
+        "retrieval_k": settings.retrieval_k,
+        "retrieval_mode": settings.retrieval_mode,
+        "store": ctx.store_uri,
+        "langsmith": langsmith,
+        "run": {"fingerprint": run["fingerprint"], "created": run["created"], "segments": len(run["segments"]),
+                "dualmem_revision": run.get("dualmem_revision")},
+        "settings": dict(spec.settings),
+        "created": run["segments"][-1],
+    }
+
+
+def resume_eval(run_dir: str | Path, *, settings: dict[str, Any] | None = None, progress: bool = True,
+                upload: bool | None = None) -> Path:
+    """Continue (or re-report) the run kept in ``run_dir`` from its ``run.json``; ``settings`` may change operational ones."""
+    spec = spec_of(run_dir)
+    changed = sorted(k for k in (settings or {}) if k not in OPERATIONAL)
+    if changed:
+        raise ConfigurationError(f"--resume keeps the run's settings; {', '.join(changed)} would change its results "
+                                 "(start another run instead)")
+    resolved = Settings.resolve({**spec.settings, **(settings or {})})
+    return run_eval(spec.dataset_kind, spec.path, spec.framework, judge=spec.judge_model, limit=spec.limit, out=run_dir,
+                    settings=resolved, model=None, respond=spec.respond, personas=spec.personas or None,
+                    progress=progress, upload=upload)
+
+
 def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *, console: Console | None = None) -> str:
-    """Print several runs side by side (rich table); write comparison.md/.html into ``out`` if given; return markdown."""
+    """Print several runs side by side with deltas to the first (rich tables); write comparison files into ``out``; return markdown."""
     for d in run_dirs:
         read_summary(d)  # clear error for a folder that is not a run
     comparison = compare_runs(run_dirs)
-    (console or Console()).print(comparison.rich_table())
+    console = console or Console()
+    for table in comparison.rich_tables():
+        console.print(table)
     if out is not None:
         write_comparison(comparison, out)
     return comparison.markdown()

@@ -3,7 +3,14 @@
 A runner takes one :class:`DatasetItem` (one persona's history and queries)
 and a built framework, and returns one record per query: the query, the
 retrieved items (kind, session, score), the answer when responding, metric
-values, judge scores and errors. Records are plain JSON-able dicts.
+values, per-item hit marks and errors (judges run afterwards, see
+:mod:`dualmem.evals.langsmith_adapter`). Records are plain JSON-able dicts.
+
+With a journal (:class:`dualmem.evals.journal.PersonaJournal`) every finished
+query record and every ingested session is written once; a resumed runner
+reads them back instead of asking the framework again, and replays the
+sessions in the same order, so RealMem's "memory holds only earlier sessions"
+holds across a resume.
 
 Retrieved items whose ``meta["expanded"]`` is true (grounding expansion:
 facts added because a retrieved insight cites them) are kept in the record
@@ -21,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualmem.evals import metrics as m
-from dualmem.evals.judges import Evaluator, apply_judges
+from dualmem.evals.journal import PersonaJournal
+from dualmem.evals.summary import category_name
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
 from dualmem.schema import DatasetItem, Query, Session
 
@@ -29,19 +37,20 @@ DIALOGUE_ID = re.compile(r"^D\d+:\d+$")
 LOCOMO_KS = (5, 10, 20)
 LOCOMO_SCORED = ("1", "2", "3", "4")  # category 5 (adversarial) is reported apart
 OnRecord = Callable[[dict[str, Any]], None]
+FAILED_CALLS = ("retrieve failed", "respond failed")
 
 
 @dataclass
 class RunOptions:
-    """How a runner queries and scores: retrieval depth, answering, limits, judges, similarity embedder."""
+    """How a runner queries and scores: retrieval depth, answering, limits, similarity embedder, journal."""
 
     retrieve_k: int = 20
     respond_k: int = 10
     recall_k: int = 10
     respond: bool = True
     limit: int | None = None
-    judges: Sequence[Evaluator] = ()
     embed: Any = None  # Embeddings used for similarity metrics (RoleMemo recall, memory points)
+    journal: PersonaJournal | None = None
     on_record: OnRecord | None = None
     on_ingest: Callable[[Session], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -82,7 +91,8 @@ def ranked_turns(items: Sequence[dict[str, Any]]) -> list[str]:
     return m.dedup(t for it in items for t in it["turn_ids"])
 
 
-def _queries(item: DatasetItem, limit: int | None) -> list[Query]:
+def kept_queries(item: DatasetItem, limit: int | None) -> list[Query]:
+    """Return the queries an evaluation keeps (the first ``limit``, or all)."""
     return list(item.queries if limit is None else item.queries[:limit])
 
 
@@ -100,6 +110,7 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
         "query": query.text,
         "task_type": query.task_type,
         "category": query.category,
+        "category_name": category_name(protocol, query.category),
         "session_id": query.session_id,
         "gold": query.gold.model_dump(),
         "reference_answer": query.answer,
@@ -125,7 +136,14 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     return record
 
 
-def _ingest(framework: MemoryFramework, session: Session, opts: RunOptions, log: list[dict[str, Any]]) -> None:
+def ingest_session(framework: MemoryFramework, session: Session, opts: RunOptions, log: list[dict[str, Any]]) -> None:
+    """Ingest one session (skipped when the journal has it), appending its log row; a failure is logged, not raised."""
+    done = opts.journal.get("ingest", session.id) if opts.journal else None
+    if done is not None:  # ingested before a resume: nothing to do
+        log.append(done)
+        if opts.on_ingest:
+            opts.on_ingest(session)
+        return
     started = time.perf_counter()
     try:
         report = framework.ingest(session)
@@ -135,21 +153,10 @@ def _ingest(framework: MemoryFramework, session: Session, opts: RunOptions, log:
                     "llm_calls": report.llm_calls, "seconds": round(time.perf_counter() - started, 3)})
     except Exception as exc:  # noqa: BLE001 - a failed session is reported, never dropped silently
         log.append({"session": session.id, "error": f"{type(exc).__name__}: {exc}"})
+    if opts.journal and "error" not in log[-1]:  # a failed session is tried again on resume
+        opts.journal.put("ingest", session.id, log[-1])
     if opts.on_ingest:
         opts.on_ingest(session)
-
-
-def judge_record(record: dict[str, Any], judges: Sequence[Evaluator], persona_text: str = "") -> dict[str, Any]:
-    """Return a copy of ``record`` scored by ``judges`` (no-op without an answer); errors are recorded."""
-    if not judges or record["answer"] is None:
-        return record
-    gold = record["gold"]
-    inputs = {"question": record["query"], "persona": persona_text}
-    outputs = {"answer": record["answer"], "retrieved": [r["text"] for r in record["retrieved"] if not r["expanded"]]}
-    reference = {"answer": record["reference_answer"], "facts": gold["facts"], "insight": gold["insight"],
-                 "memory_points": gold["memory_points"]}
-    scores, errors = apply_judges(judges, inputs, outputs, reference)
-    return {**record, "judges": {**record.get("judges", {}), **scores}, "errors": [*record["errors"], *errors]}
 
 
 def persona_text(item: DatasetItem) -> str:
@@ -157,8 +164,26 @@ def persona_text(item: DatasetItem) -> str:
     return _persona_text(item)
 
 
-def _finish(record: dict[str, Any], item: DatasetItem, opts: RunOptions, out: list[dict[str, Any]]) -> None:
-    record = judge_record(record, opts.judges, _persona_text(item))
+def answered(
+    framework: MemoryFramework,
+    query: Query,
+    item: DatasetItem,
+    opts: RunOptions,
+    protocol: str,
+    score: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Return the query's scored record: from the journal when it was answered before, else asked, scored and journaled."""
+    if opts.journal is not None and (done := opts.journal.get("record", query.id)) is not None:
+        return dict(done)
+    record = ask(framework, query, item, opts, protocol)
+    score(record)
+    mark_hits(record)
+    if opts.journal is not None and not any(e.startswith(FAILED_CALLS) for e in record["errors"]):
+        opts.journal.put("record", query.id, record)  # a failed call is reported in this run and asked again on resume
+    return record
+
+
+def _finish(record: dict[str, Any], out: list[dict[str, Any]], opts: RunOptions) -> None:
     out.append(record)
     if opts.on_record:
         opts.on_record(record)
@@ -218,9 +243,23 @@ def score_rolememo(record: dict[str, Any], embed: Any, recall_k: int = 10) -> di
                                                 "fact_recall", "insight_recall")}
     out["fact_similarities"] = res["fact_similarities"]
     out["insight_similarity"] = res["insight_similarity"]
+    out["retrieved_matches"] = res["retrieved_matches"]
     if pair := ragas_ids(record, recall_k):
         out.update(m.ragas_id_scores(*pair))
     return out
+
+
+def mark_hits(record: dict[str, Any]) -> None:
+    """Set ``hit`` on each retrieved item: the gold it matches (sessions, turns, or RoleMemo facts/insight), [] if none."""
+    gold = record["gold"]
+    matches = iter(record["metrics"].get("retrieved_matches") or [])
+    for item in record["retrieved"]:
+        if record["protocol"] == "rolememo":
+            item["hit"] = [] if item["expanded"] else next(matches, [])
+        elif record["protocol"] == "realmem":
+            item["hit"] = [s for s in item["sessions"] if s in gold["session_ids"]]
+        else:
+            item["hit"] = [t for t in item["turn_ids"] if t in gold["turn_ids"]]
 
 
 # --------------------------------------------------------------------------- runners
@@ -230,7 +269,7 @@ def realmem_plan(item: DatasetItem, limit: int | None = None) -> tuple[list[Sess
     """Return the sessions to replay (up to the session of the last kept query) and the kept queries per session."""
     sessions = item.dialogue.sessions
     by_session: dict[str, list[Query]] = {}
-    for q in _queries(item, limit):
+    for q in kept_queries(item, limit):
         by_session.setdefault(q.session_id or "", []).append(q)
     unknown = set(by_session) - {s.id for s in sessions}
     if unknown:
@@ -252,16 +291,18 @@ def run_realmem(item: DatasetItem, framework: MemoryFramework, opts: RunOptions 
     seen: set[str] = set()
     for index, session in enumerate(sessions):
         for query in by_session.get(session.id, []):
-            record = ask(framework, query, item, opts, "realmem")
-            record["ingested_sessions"] = index
-            leaked = [s for s in ranked_sessions(record["retrieved"]) if s not in seen]
-            if leaked:
-                record["errors"].append(f"retrieved from sessions not yet ingested: {leaked[:5]}")
-            record["metrics"] = score_realmem(record, opts.embed, opts.recall_k)
-            _finish(record, item, opts, records)
+
+            def score(record: dict[str, Any], index: int = index) -> None:
+                record["ingested_sessions"] = index
+                leaked = [s for s in ranked_sessions(record["retrieved"]) if s not in seen]
+                if leaked:
+                    record["errors"].append(f"retrieved from sessions not yet ingested: {leaked[:5]}")
+                record["metrics"] = score_realmem(record, opts.embed, opts.recall_k)
+
+            _finish(answered(framework, query, item, opts, "realmem", score), records, opts)
         if opts.limit is not None and index == len(sessions) - 1:
             break  # the last session was only needed for its queries
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
         seen.add(session.id)
     return {"persona": item.dialogue.id, "records": records, "ingest": ingest_log}
 
@@ -271,13 +312,15 @@ def run_locomo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions |
     opts = opts or RunOptions()
     ingest_log: list[dict[str, Any]] = []
     for session in item.dialogue.sessions:
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
     records: list[dict[str, Any]] = []
-    for query in _queries(item, opts.limit):
-        record = ask(framework, query, item, opts, "locomo")
-        record["metrics"] = score_locomo(record, recall_k=opts.recall_k)
-        record["scored"] = query.category in LOCOMO_SCORED
-        _finish(record, item, opts, records)
+    for query in kept_queries(item, opts.limit):
+
+        def score(record: dict[str, Any], query: Query = query) -> None:
+            record["metrics"] = score_locomo(record, recall_k=opts.recall_k)
+            record["scored"] = query.category in LOCOMO_SCORED
+
+        _finish(answered(framework, query, item, opts, "locomo", score), records, opts)
     return {"persona": item.dialogue.id, "records": records, "ingest": ingest_log}
 
 
@@ -288,12 +331,14 @@ def run_rolememo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions
         raise ValueError("RoleMemo recall needs a similarity embedder: pass RunOptions(embed=load_embeddings(...))")
     ingest_log: list[dict[str, Any]] = []
     for session in item.dialogue.sessions:
-        _ingest(framework, session, opts, ingest_log)
+        ingest_session(framework, session, opts, ingest_log)
     records: list[dict[str, Any]] = []
-    for query in _queries(item, opts.limit):
-        record = ask(framework, query, item, opts, "rolememo")
-        record["metrics"] = score_rolememo(record, opts.embed, opts.recall_k)
-        _finish(record, item, opts, records)
+    for query in kept_queries(item, opts.limit):
+
+        def score(record: dict[str, Any]) -> None:
+            record["metrics"] = score_rolememo(record, opts.embed, opts.recall_k)
+
+        _finish(answered(framework, query, item, opts, "rolememo", score), records, opts)
     return {"persona": item.dialogue.id, "records": records, "ingest": ingest_log}
 
 

@@ -1,10 +1,11 @@
 """Aggregate per-query records into a run summary (pure functions, JSON-able output).
 
-RealMem: per persona, then macro over personas (its protocol). RoleMemo:
-micro over gold items, overall and per task type. LoCoMo: categories 1-4
-scored together and per category, category 5 reported apart. Judge scores
-are averaged per key over the queries where they succeeded; failures are
-counted, never averaged in as zeros.
+RealMem: per persona, then macro over personas (its protocol), and per
+query category. RoleMemo: micro over gold items, overall and per task type.
+LoCoMo: categories 1-4 scored together and per category (by name:
+multi-hop, temporal, open-domain, single-hop), category 5 (adversarial)
+reported apart. Judge scores are averaged per key over the queries where they
+succeeded; failures are counted, never averaged in as zeros.
 """
 
 from __future__ import annotations
@@ -17,6 +18,21 @@ from typing import Any
 from dualmem.evals import metrics as m
 
 ROLEMEMO_SCALARS = ("fact_recall@10", "insight_recall@10")
+LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+
+
+def category_name(protocol: str | None, category: str | None) -> str | None:
+    """Return a query category by name (LoCoMo's numbers become multi-hop, temporal, …; names stay)."""
+    if category is None:
+        return None
+    return LOCOMO_CATEGORIES.get(str(category), str(category)) if protocol == "locomo" else str(category)
+
+
+def group_label(record: Mapping[str, Any]) -> str | None:
+    """Return the group a record is reported under: its task type (RoleMemo) or its category by name."""
+    if record.get("task_type"):
+        return str(record["task_type"])
+    return record.get("category_name") or category_name(record.get("protocol"), record.get("category"))
 
 
 def numeric_metrics(record: Mapping[str, Any]) -> dict[str, float]:
@@ -49,7 +65,8 @@ def _rolememo_block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _group(records: Sequence[Mapping[str, Any]], key: str) -> dict[str, list[Mapping[str, Any]]]:
     groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for rec in records:
-        groups[str(rec.get(key))].append(rec)
+        label = group_label(rec) if key == "category" else rec.get(key)
+        groups[str(label)].append(rec)
     return dict(sorted(groups.items()))
 
 
@@ -68,6 +85,9 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
         out["per_persona"] = per
         out["overall"] = m.macro_average(per)
         out["micro"] = m.average_metrics([numeric_metrics(r) for r in records if r.get("metrics")])
+        out["by_category"] = {c: m.average_metrics([numeric_metrics(r) for r in rs if r.get("metrics")])
+                              for c, rs in _group(records, "category").items()}
+        out["judges_by_category"] = {c: judge_means(rs) for c, rs in _group(records, "category").items()}
     elif protocol == "locomo":
         scored = [r for r in records if r.get("scored", True)]
         out["overall"] = m.average_metrics([numeric_metrics(r) for r in scored])

@@ -1,16 +1,16 @@
 """``dualmem``: persona-driven dual memory — facts plus the persona's insights grounded in them.
 
 ``ingest`` runs the recurrent writer on the session (chunk ledger: re-ingesting
-is a no-op); ``retrieve`` returns one merged top-k pool of facts and insights by
-default (``mode="merged"``, the paper's single top-10, so Recall@10 compares
-with other frameworks), or ``k/2`` of each with ``mode="dual"``; an insight's
-``source_sessions`` lists the sessions of the facts it cites. ``respond`` is the
+is a no-op); ``retrieve`` follows ``settings.retrieval_mode``: ``dual`` returns
+``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k pool of
+both (the paper's single top-10); an insight's ``source_sessions`` lists the
+sessions of the facts it cites. ``respond`` is the
 respond core (facts, insights and their grounding in the prompt).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.schema import MemoryItem, Persona, Session
@@ -23,11 +23,12 @@ class DualMemFramework(MemoryFramework):
     name = "dualmem"
     description = "persona-driven dual memory: facts + the persona's own insights citing them (this project)"
 
-    def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] = "merged") -> None:
+    def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] | None = None) -> None:
         super().__init__(context)
-        if mode not in ("merged", "dual"):
-            raise ValueError(f"mode {mode!r}: use merged or dual")
-        self.mode = mode
+        chosen = mode or context.settings.retrieval_mode
+        if chosen not in ("merged", "dual"):
+            raise ValueError(f"mode {chosen!r}: use merged or dual")
+        self.mode = cast(Literal["merged", "dual"], chosen)
         self.namespace = tuple(context.namespace)
         self.persona = context.persona or Persona(id=self.namespace[0], name=self.namespace[0])
         self.store = DualStore(context.uri, context.embedder())

@@ -3,7 +3,7 @@
 Sessions are kept verbatim in a small LanceDB table (``{uri}/full-context``), one
 row per session, so ingest is incremental, idempotent (re-ingesting a session
 replaces it) and survives restarts. The window is the newest turns whose
-rendered lines fit in ``max_tokens`` tokens (default 8,000, counted with
+rendered lines fit in ``max_tokens`` tokens (default ``settings.context_tokens``, counted with
 :func:`dualmem.tokens.count_tokens`); a single turn longer than the window is
 cut to its last tokens.
 
@@ -29,8 +29,6 @@ import pyarrow as pa
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.schema import Session, Turn
 from dualmem.tokens import count_tokens, count_tokens_batch
-
-DEFAULT_CONTEXT_TOKENS = 8000
 
 _STATE_SCHEMA = pa.schema(
     [("pk", pa.string()), ("ns", pa.string()), ("key", pa.string()), ("value", pa.string()), ("seq", pa.int64())]
@@ -152,11 +150,11 @@ class FullContextFramework(MemoryFramework):
     """Keep no memory: answer from the last ``max_tokens`` tokens of the raw history."""
 
     name = "full-context"
-    description = "no memory: the last N tokens (default 8,000) of the history in the prompt"
+    description = "no memory: the last context_tokens tokens of the history in the prompt"
 
     def __init__(self, context: FrameworkContext, max_tokens: int | None = None) -> None:
         super().__init__(context)
-        self.max_tokens = int(max_tokens or getattr(context.settings, "context_tokens", 0) or DEFAULT_CONTEXT_TOKENS)
+        self.max_tokens = int(max_tokens or context.settings.context_tokens)
         self.state = LanceState(f"{context.uri}/{self.name}")
         self.namespace = tuple(context.namespace)
 

@@ -3,13 +3,17 @@
 ``plan`` loads the dataset and lists its personas (histories); ``Send`` fans
 out one ``run_persona`` branch per persona (bounded by the
 ``max_concurrency`` of the run config, :func:`dualmem.evals.run.run_eval`
-sets it from ``Settings.concurrency``); each builds the framework for the
-persona's namespace and runs the protocol runner — ingest, retrieve / respond
-per query, metrics (RealMem interleaves ingest and queries, so these live in
-one node) — then sends its records to ``judge_persona`` (LLM judges);
-``aggregate`` summarises. Under a checkpointer a crashed run resumes:
-finished branches are kept from the checkpoint and not recomputed, and a
-crash while judging never redoes ingestion.
+sets it from ``Settings.concurrency``); each opens the framework for the
+persona's namespace (its memory as a previous attempt left it: nothing is
+reset) and runs the protocol runner — ingest, retrieve / respond per query,
+metrics (RealMem interleaves ingest and queries, so these live in one node) —
+then the LLM judges through ``langsmith.evaluate``, in the same branch, so one
+persona's judging never waits for another's ingestion; ``aggregate``
+summarises. With a journal (:mod:`dualmem.evals.journal`) a re-run resumes
+mid-persona: ingested sessions, answered queries and judge verdicts are read
+back, not recomputed. Frameworks run in a fresh context, so graphs they
+invoke never inherit this graph's checkpointer (under ``langgraph dev`` or any
+checkpointer, a re-run branch would otherwise replay their old checkpoints).
 
 Context: :class:`EvalContext` (models, embedders, judges, store), or
 ``Settings`` / a dict of settings (the declared context schema, what
@@ -18,23 +22,26 @@ Context: :class:`EvalContext` (models, embedders, judges, store), or
 
 from __future__ import annotations
 
+import contextvars
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, cast
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Send
+from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from dualmem.config import Settings
 from dualmem.datasets import load_dataset
+from dualmem.evals.journal import Journal
 from dualmem.evals.judges import Evaluator, judges_for
-from dualmem.evals.runners import RunOptions, judge_record, persona_text, run_item
+from dualmem.evals.langsmith_adapter import Judging
+from dualmem.evals.runners import RunOptions, persona_text, run_item
 from dualmem.evals.summary import summarize
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
 from dualmem.models import load_embeddings
@@ -68,19 +75,12 @@ class PersonaTask(TypedDict):
     persona: str
 
 
-class JudgeTask(TypedDict):
-    """The payload of one judging branch: the persona task and its unjudged result."""
-
-    task: PersonaTask
-    result: dict[str, Any]
-
-
 FrameworkFactory = Callable[[str, DatasetItem, "EvalContext"], MemoryFramework]
 
 
 @dataclass
 class EvalContext:
-    """Run resources: settings, shared models, similarity embedder, judges, store and progress hooks."""
+    """Run resources: settings, shared models, similarity embedder, judges, journal, store and progress hooks."""
 
     settings: Settings = field(default_factory=Settings)
     chat_model: Any = None
@@ -88,12 +88,13 @@ class EvalContext:
     similarity: Any = None
     judge: Any = None
     judges: list[Evaluator] | None = None
-    judge_repetitions: int = 3
+    judging: Judging | None = None
+    journal: Journal | None = None
     store_uri: str | None = None
     framework_factory: FrameworkFactory | None = None
     on_record: Callable[[dict[str, Any]], None] | None = None
     on_ingest: Callable[[Any], None] | None = None
-    on_judged: Callable[[dict[str, Any]], None] | None = None
+    on_judged: Callable[[Mapping[str, Any]], None] | None = None
 
     def similarity_embedder(self) -> Any:
         """Return the embedder of similarity metrics (default: the settings' embedder)."""
@@ -105,8 +106,14 @@ class EvalContext:
         """Return the judges of ``dataset_kind`` (none unless a judge model or judges were given)."""
         if self.judges is None:
             self.judges = [] if self.judge is None else judges_for(
-                dataset_kind, self.judge, settings=self.settings, repetitions=self.judge_repetitions)
+                dataset_kind, self.judge, settings=self.settings, repetitions=self.settings.judge_repetitions)
         return self.judges
+
+    def judging_for(self, dataset_kind: str) -> Judging | None:
+        """Return how judges run (offline ``langsmith.evaluate`` unless the run set up an upload); None without judges."""
+        if self.judging is None and self.judge_functions(dataset_kind):
+            self.judging = Judging(self.judge_functions(dataset_kind), dataset_name=f"dualmem-{dataset_kind}")
+        return self.judging
 
 
 def as_context(ctx: EvalContext) -> Settings:
@@ -149,16 +156,16 @@ def persona_store(base: str, item: DatasetItem) -> str:
 
 
 def default_framework(name: str, item: DatasetItem, ctx: EvalContext) -> MemoryFramework:
-    """Build framework ``name`` for the persona's namespace, starting from empty memory."""
+    """Open framework ``name`` on the persona's namespace and store folder, with the memory an earlier attempt left.
+
+    Nothing is reset: a resumed run continues the ingestion it had begun (the
+    framework's own ledger skips what was applied), and a fresh run starts
+    from an empty folder.
+    """
     namespace = (item.dialogue.id, item.dialogue.user_id or ctx.settings.user_id)
-    fw = open_framework(name, FrameworkContext(namespace=namespace, settings=ctx.settings, persona=item.dialogue.persona,
-                                               chat_model=ctx.chat_model, embeddings=ctx.embeddings,
-                                               store_uri=persona_store(ctx.store_uri or ctx.settings.store_uri, item)))
-    try:
-        fw.reset()  # a branch re-run after a crash must not see half-ingested memory
-    except NotImplementedError:
-        pass
-    return fw
+    return open_framework(name, FrameworkContext(namespace=namespace, settings=ctx.settings, persona=item.dialogue.persona,
+                                                 chat_model=ctx.chat_model, embeddings=ctx.embeddings,
+                                                 store_uri=persona_store(ctx.store_uri or ctx.settings.store_uri, item)))
 
 
 def plan(state: EvalState) -> dict[str, Any]:
@@ -185,14 +192,15 @@ def fan_out(state: EvalState) -> list[Send]:
     ]
 
 
-def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> Command[Literal["judge_persona"]]:
-    """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics; hand over to judging."""
+def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> dict[str, Any]:
+    """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics, run the judges."""
     task = state
     ctx = eval_context(runtime.context)
     item = persona_item(task["dataset_kind"], task["path"], task["persona"])
     factory = ctx.framework_factory or default_framework
     framework = factory(task["framework"], item, ctx)
     needs_embed = task["dataset_kind"] in ("rolememo", "realmem")
+    journal = ctx.journal.scope(task["persona"]) if ctx.journal is not None else None
     opts = RunOptions(
         # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
         retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.settings.retrieval_k),
@@ -201,26 +209,16 @@ def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> Command[Liter
         respond=task["respond"],
         limit=task["limit"],
         embed=ctx.similarity_embedder() if needs_embed else None,
+        journal=journal,
         on_record=ctx.on_record,
         on_ingest=ctx.on_ingest,
     )
-    result = run_item(task["dataset_kind"], item, framework, opts)
-    return Command(goto=Send("judge_persona", JudgeTask(task=task, result=result)))
-
-
-def judge_persona(state: JudgeTask, runtime: Runtime[Settings]) -> dict[str, Any]:
-    """Score the persona's answers with the LLM judges (a separate step: a judge crash never redoes ingest)."""
-    ctx = eval_context(runtime.context)
-    task, result = state["task"], state["result"]
-    judges = ctx.judge_functions(task["dataset_kind"]) if task["respond"] else []
-    if judges:
-        text = persona_text(persona_item(task["dataset_kind"], task["path"], task["persona"]))
-        records = []
-        for rec in result["records"]:
-            records.append(judge_record(rec, judges, text))
-            if ctx.on_judged:
-                ctx.on_judged(rec)
-        result = {**result, "records": records}
+    # a fresh context: graphs a framework invokes inside (respond, writers) must not inherit this graph's
+    # checkpointer and thread, or a re-run branch would replay their earlier checkpoints instead of calling models
+    result = contextvars.Context().run(run_item, task["dataset_kind"], item, framework, opts)
+    judging = ctx.judging_for(task["dataset_kind"]) if task["respond"] else None
+    if judging is not None:
+        result["records"] = judging.judge(result["records"], persona_text(item), journal, ctx.on_judged)
     return {"results": [result]}
 
 
@@ -234,11 +232,10 @@ def aggregate(state: EvalState) -> dict[str, Any]:
 
 builder = StateGraph(EvalState, context_schema=Settings)  # run_eval passes an EvalContext
 builder.add_node("plan", plan)
-builder.add_node("run_persona", run_persona, input_schema=PersonaTask, destinations=("judge_persona",))
-builder.add_node("judge_persona", judge_persona, input_schema=JudgeTask)
+builder.add_node("run_persona", run_persona, input_schema=PersonaTask)
 builder.add_node("aggregate", aggregate)
 builder.add_edge(START, "plan")
 builder.add_conditional_edges("plan", fan_out, ["run_persona"])
-builder.add_edge("judge_persona", "aggregate")
+builder.add_edge("run_persona", "aggregate")
 builder.add_edge("aggregate", END)
 graph = builder.compile()

@@ -1,0 +1,152 @@
+"""What defines an evaluation run, where it lives, and whether a folder holds the same run.
+
+A :class:`RunSpec` is everything that changes a run's results: dataset (kind,
+path, a stamp of its files), framework, query limit, answering, personas, the
+models and every setting except the operational ones (concurrency, where
+checkpoints go, the endpoint URL and local runtime serving the named model,
+secrets). Its fingerprint names the default run folder
+``runs/<dataset>-<framework>-<fingerprint>``, so the same command run again
+continues the same run; ``run.json`` in the folder keeps the spec, so
+``dualmem eval --resume RUN`` needs nothing else, and a folder holding a
+different run is refused with the settings that differ.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.schema import stable_id
+
+RUN_FILE = "run.json"
+# settings that say how or where to run, not what: not part of the fingerprint (secrets are never written at all);
+# the endpoint (openai_base_url) and the local runtime serve the model that chat_model names
+OPERATIONAL = frozenset({"concurrency", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
+SECRETS = frozenset({"openai_api_key"})
+
+
+def recorded_settings(settings: Settings) -> dict[str, Any]:
+    """Return the settings a run records (every field but secrets)."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name not in SECRETS}
+
+
+def data_stamp(path: str | Path) -> str:
+    """Return a stamp of a dataset file or folder (names, sizes, modification times) that changes when it does."""
+    p = Path(path)
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    return stable_id(*((f.relative_to(p).as_posix() if p.is_dir() else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@dataclass
+class RunSpec:
+    """The inputs that define one evaluation run (see the module docstring)."""
+
+    dataset_kind: str
+    path: str
+    framework: str
+    limit: int | None = None
+    respond: bool = True
+    personas: list[str] = field(default_factory=list)
+    chat_model: str = ""
+    judge_model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    stamp: str = ""
+
+    def fingerprint(self) -> str:
+        """Return a short hash of everything that changes the results."""
+        return fingerprint(self)
+
+    def default_dir(self) -> Path:
+        """Return the deterministic run folder of this spec."""
+        return Path("runs") / f"{self.dataset_kind}-{self.framework}-{self.fingerprint()}"
+
+    def differences(self, other: Any) -> list[str]:
+        """Return ``name: old -> new`` for each result-changing input that differs from ``other``."""
+        return differences(self, other)
+
+
+def fingerprint(spec: Any) -> str:
+    """Return a short hash of a spec dataclass (its ``settings`` field without the operational ones)."""
+    data = asdict(spec)
+    data["settings"] = {k: v for k, v in sorted(data.get("settings", {}).items()) if k not in OPERATIONAL}
+    return stable_id(json.dumps(data, sort_keys=True, default=str))[:10]
+
+
+def differences(new: Any, old: Any) -> list[str]:
+    """Return ``name: old -> new`` for each result-changing field (and setting) of two spec dataclasses."""
+    out = []
+    mine, theirs = asdict(new), asdict(old)
+    for key in mine:
+        if key == "settings":
+            for name in sorted(set(mine[key]) | set(theirs.get(key, {}))):
+                a, b = theirs.get(key, {}).get(name), mine[key].get(name)
+                if name not in OPERATIONAL and a != b:
+                    out.append(f"{name}: {a!r} -> {b!r}")
+        elif mine[key] != theirs.get(key):
+            out.append(f"{key}: {theirs.get(key)!r} -> {mine[key]!r}")
+    return out
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any] | None:
+    """Return the ``run.json`` of a folder, or None when it has none."""
+    path = Path(run_dir) / RUN_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def spec_of(run_dir: str | Path) -> RunSpec:
+    """Return the spec kept in a run folder (clear error when it is not a run folder)."""
+    data = read_run(run_dir)
+    if data is None:
+        raise ConfigurationError(f"{run_dir} holds no {RUN_FILE}: pass a folder written by `dualmem eval` to --resume")
+    return RunSpec(**data["spec"])
+
+
+def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, Any]:
+    """Create or reopen ``run_dir`` for ``spec`` (a spec dataclass); refuse a folder of another run; return its run.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = read_run(run_dir)
+    if data is None and any(run_dir.iterdir()):  # memory without a journal: a replay would see sessions ahead of it
+        raise ConfigurationError(f"{run_dir} is not empty and holds no {RUN_FILE} (a run of an older dualmem, or other files); "
+                                 "choose another --out or delete the folder")
+    if data is not None:
+        if "spec" not in data or set(data["spec"]) != {f.name for f in fields(spec)}:
+            raise ConfigurationError(f"{run_dir} holds a run of another kind; choose another --out")
+        earlier = type(spec)(**data["spec"])
+        if fingerprint(earlier) != fingerprint(spec):
+            diff = "; ".join(differences(spec, earlier)) or "dataset files changed"
+            hint = f"continue it with `dualmem eval --resume {run_dir}`, or " if resume_hint else ""
+            raise ConfigurationError(f"{run_dir} holds another run ({diff}); {hint}choose another --out "
+                                     "(or delete the folder to start over)")
+    else:
+        data = {"spec": asdict(spec), "fingerprint": fingerprint(spec), "created": _now(), "segments": [],
+                "dualmem_revision": git_revision()}
+    data["segments"] = [*data.get("segments", []), _now()]
+    write_run(run_dir, data)
+    return data
+
+
+def write_run(run_dir: Path, data: dict[str, Any]) -> None:
+    """Write ``run.json`` (atomically)."""
+    tmp = run_dir / f".{RUN_FILE}.tmp"
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RUN_FILE)
+
+
+def git_revision() -> str | None:
+    """Return the git commit of the dualmem source tree, when it is a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

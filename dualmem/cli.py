@@ -221,6 +221,29 @@ def demo(
 
 
 @app.command()
+@friendly
+def maintain(
+    store: str | None = StoreOpt,
+    cluster: bool = typer.Option(True, "--cluster/--no-cluster", help="gather each scattered namespace's rows together"),
+) -> None:
+    """Maintain a shared store: delete expired store items, gather namespaces, compact, fold rows into indexes.
+
+    Safe while servers and writers use the store (run it from cron, say): a namespace is gathered
+    under its write lease, and every reader sees the data before or after, never half.
+    """
+    from dualmem.stores import LanceDBStore
+
+    settings = _settings(None, store)
+    lg = LanceDBStore.from_settings(settings)
+    swept = lg.sweep_ttl()
+    gathered = lg.dual.optimize(cluster=cluster)
+    console.print(
+        f"{swept} expired store item(s) deleted; gathered {gathered['fact']} fact and {gathered['insight']} insight "
+        f"namespace(s); tables compacted and indexed in {settings.store_uri}"
+    )
+
+
+@app.command()
 def frameworks() -> None:
     """List the memory frameworks selectable with --framework."""
     from dualmem.frameworks import REGISTRY, framework_class

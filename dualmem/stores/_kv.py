@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from dualmem.schema import stable_id
 from dualmem.stores import _lance as L
-from dualmem.stores._sql import and_all, ns_key, ns_parse, sql_in, sql_str
+from dualmem.stores._sql import and_all, ns_key, ns_parse, sql_in
 
 ITEMS, VECTORS = "lg_items", "lg_vectors"
 _TS = pa.timestamp("us", tz="UTC")
@@ -68,10 +68,21 @@ def expiry(ttl_minutes: float | None, now: float) -> float | None:
     return now + 60.0 * float(ttl_minutes)
 
 
+# LangGraph's distance names -> (LanceDB's, score from LanceDB's distance d) as LangGraph's Postgres store reports them
+DISTANCES = {
+    "cosine": ("cosine", lambda d: 1.0 - d),
+    "inner_product": ("dot", lambda d: 1.0 - d),  # LanceDB's dot distance is 1 - a.b
+    "l2": ("l2", lambda d: -math.sqrt(max(d, 0.0))),  # LanceDB's l2 distance is squared
+}
+
+
 class KVTables:
     """The item and vector tables of one LangGraph store."""
 
-    def __init__(self, db: Any, dims: int | None, uri: str) -> None:
+    def __init__(self, db: Any, dims: int | None, uri: str, distance: str = "cosine") -> None:
+        if distance not in DISTANCES:
+            raise ValueError(f"index distance_type {distance!r} is not one of {sorted(DISTANCES)}")
+        self.distance = distance
         self.items = L.open_or_create(db, ITEMS, ITEMS_SCHEMA)
         L.migrate_columns(self.items, ITEMS_SCHEMA, _MIGRATE)
         L.ensure_indexes(self.items, L.base_index_configs({"id": "BTREE", "namespace": "BITMAP"}))
@@ -101,14 +112,15 @@ class KVTables:
         if allowed is not None:
             return self.score_ids(allowed, qvec)
         fetch = max(want * 2, 20)
+        lance_name, score = DISTANCES[self.distance]
         while True:
-            query = self.vectors.search(list(qvec), vector_column_name="vector").distance_type("cosine")
+            query = self.vectors.search(list(qvec), vector_column_name="vector").distance_type(lance_name)
             if where:
                 query = query.where(where, prefilter=True)
             rows = query.select(["item_id", "_distance"]).limit(fetch).to_arrow().to_pylist()
             scores: dict[str, float] = {}
             for r in rows:  # rows come best first: the first per item is its best field
-                scores.setdefault(r["item_id"], 1.0 - r["_distance"])
+                scores.setdefault(r["item_id"], score(r["_distance"]))
             if len(scores) >= want or len(rows) < fetch:
                 return scores
             fetch *= 4
@@ -122,7 +134,12 @@ class KVTables:
             return {}
         mat = np.asarray([r["vector"] for r in rows], dtype=np.float32)
         q = np.asarray(qvec, dtype=np.float32)
-        sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
+        if self.distance == "cosine":
+            sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
+        elif self.distance == "inner_product":
+            sims = mat @ q
+        else:
+            sims = -np.linalg.norm(mat - q, axis=1)
         scores: dict[str, float] = {}
         for r, s in zip(rows, sims.tolist(), strict=True):
             scores[r["item_id"]] = max(scores.get(r["item_id"], -2.0), s)
@@ -157,15 +174,25 @@ class KVTables:
                 self._maintain.committed(table)
 
     def refresh(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Extend the expiry of items read with ``refresh_ttl`` (those with a TTL)."""
+        """Extend the expiry of items read with ``refresh_ttl`` (those with a TTL): one commit per TTL value.
+
+        Best effort: a refresh that keeps losing commit races is given up (the read still succeeds).
+        """
         now = time.time()
+        by_ttl: dict[float, list[dict[str, Any]]] = {}
         for row in rows:
-            if row.get("ttl_minutes") is None:
+            if row.get("ttl_minutes") is not None:
+                by_ttl.setdefault(float(row["ttl_minutes"]), []).append(row)
+        for ttl, group in by_ttl.items():
+            until = expiry(ttl, now)
+            where = sql_in("id", [r["id"] for r in group])
+            try:
+                L.retry(lambda w=where, u=until: self.items.update(where=w, values={"expires_at": u}), attempts=8)  # type: ignore[misc]
+            except Exception:  # noqa: BLE001 - a refresh must never fail a read
                 continue
-            until = expiry(row["ttl_minutes"], now)
-            where = f"id = {sql_str(row['id'])}"
-            L.retry(lambda w=where, u=until: self.items.update(where=w, values={"expires_at": u}))  # type: ignore[misc]
-            row["expires_at"] = until
+            self._maintain.committed(self.items)
+            for row in group:
+                row["expires_at"] = until
 
     def sweep(self) -> int:
         """Delete expired items (and their vectors); return how many were deleted."""

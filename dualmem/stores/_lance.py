@@ -30,7 +30,10 @@ from dualmem.errors import ConfigurationError
 T = TypeVar("T")
 
 SCHEMES = ("file", "s3", "s3+ddb", "gs", "az", "abfs", "memory")
-_CONFLICT_MARKERS = ("commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction")
+_CONFLICT_MARKERS = (
+    "commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction",
+    "too many concurrent writers",
+)  # fmt: skip
 
 
 def storage_options(raw: str | Mapping[str, str] | None) -> dict[str, str] | None:

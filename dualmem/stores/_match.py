@@ -1,6 +1,7 @@
 """Filter dicts over JSON values, with the semantics of LangGraph's stores.
 
-Equality on top-level keys (several keys ANDed), nested dicts match
+Equality on top-level keys (several keys ANDed; a dotted key missing at the
+top level is a path, ``"user.name"``), nested dicts match
 recursively, lists must be equal element-wise, and ``$eq $ne $gt $gte $lt
 $lte`` compare numbers as numbers (a missing key never passes an order
 comparison; NaN matches nothing).
@@ -51,9 +52,24 @@ OPERATORS = {
 }
 
 
+_ABSENT = object()
+
+
+def _lookup(value: dict[str, Any], key: str) -> Any:
+    """Return ``value[key]``; a dotted key missing at the top level is a path into nested dicts."""
+    if key in value or "." not in key:
+        return value.get(key)
+    node: Any = value
+    for part in key.split("."):
+        node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is _ABSENT:
+            return None
+    return node
+
+
 def matches(value: Any, filt: dict[str, Any]) -> bool:
     """Return True if ``value`` (a dict) satisfies the filter dict."""
-    return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in filt.items())
+    return isinstance(value, dict) and all(_compare(_lookup(value, k), v) for k, v in filt.items())
 
 
 def _compare(actual: Any, wanted: Any) -> bool:

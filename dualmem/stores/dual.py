@@ -192,10 +192,18 @@ class DualStore:
         self._cache.committed(kind, before, after, ns, drop, rows)
         self._maintain.committed(table)
 
-    def upsert(self, items: Sequence[MemoryItem], vectors: Sequence[Sequence[float]] | None = None) -> None:
-        """Insert or replace items by (namespace, id)."""
+    def upsert(self, items: Sequence[MemoryItem], vectors: Sequence[Sequence[float]] | None = None, *, as_given: bool = False) -> None:
+        """Insert or replace items by (namespace, id).
+
+        By default an existing row keeps its ``created_at`` (and its vector when the text is
+        unchanged), and an id that changed kind leaves the other table. ``as_given`` (needs
+        ``vectors``) writes the items exactly as given, without reading the rows first — for
+        writers whose items carry their own ``created_at`` and never change kind.
+        """
         if vectors is not None and len(vectors) != len(items):
             raise ValueError(f"upsert got {len(items)} items but {len(vectors)} vectors; pass one vector per item")
+        if as_given and vectors is None:
+            raise ValueError("upsert(as_given=True) needs the items' vectors")
         latest: dict[str, tuple[MemoryItem, Sequence[float] | None]] = {}
         for i, item in enumerate(items):
             latest[row_key(item.namespace, item.id)] = (item, None if vectors is None else vectors[i])
@@ -204,7 +212,8 @@ class DualStore:
             group = {pk: pair for pk, pair in latest.items() if pair[0].kind == kind}
             if not group:
                 continue
-            old = {r["pk"]: r for r in L.query_rows(table, sql_in("pk", group), ["pk", "text", "created_at", "vector"])}
+            columns = ["pk", "text", "created_at"] if vectors is not None else ["pk", "text", "created_at", "vector"]
+            old = {} if as_given else {r["pk"]: r for r in L.query_rows(table, sql_in("pk", group), columns)}
             need = [it.text for pk, (it, vec) in group.items() if vec is None and (pk not in old or old[pk]["text"] != it.text)]
             fresh = iter(self.embeddings.embed_documents(need) if need else [])
             rows = []
@@ -221,19 +230,20 @@ class DualStore:
                 self._commit(kind, nskey, lambda m=merge, d=data: m.execute(d), {r["id"] for r in mine}, mine)
                 other = "insight" if kind == "fact" else "fact"
                 moved = sql_in("pk", [r["pk"] for r in mine])
-                if self._tables[other].count_rows(moved):  # an id that changed kind leaves the other table
+                if not as_given and self._tables[other].count_rows(moved):  # an id that changed kind leaves the other table
                     self._commit(other, nskey, lambda o=other, w=moved: self._tables[o].delete(w), {r["id"] for r in mine}, [])
-            if not L.has_index(table, "vector") and table.count_rows() >= self.vector_index_min_rows:
+            if table.count_rows() >= self.vector_index_min_rows and not L.has_index(table, "vector"):
                 L.build_vector_index(table, table.count_rows())
 
-    def supersede(self, namespace: Namespace, ids: Sequence[str]) -> None:
-        """Mark items of ``namespace`` superseded (kept for history, hidden from search)."""
+    def supersede(self, namespace: Namespace, ids: Sequence[str], kind: MemoryKind | None = None) -> None:
+        """Mark items of ``namespace`` (of ``kind``, when known) superseded (kept for history, hidden from search)."""
         if not ids:
             return
         where = sql_in("pk", [row_key(namespace, i) for i in ids])
-        for kind, table in self._tables.items():
+        for kd in self._kinds(kind) if kind else list(self._tables):
             values = {"status": "superseded", "updated_at": utcnow()}
-            self._commit(kind, ns_key(namespace), lambda t=table, v=values: t.update(where=where, values=v), set(ids), [])
+            table = self._tables[kd]
+            self._commit(kd, ns_key(namespace), lambda t=table, v=values: t.update(where=where, values=v), set(ids), [])
 
     def delete(self, namespace: Namespace, ids: Sequence[str]) -> None:
         """Delete items of ``namespace`` for good."""

@@ -56,6 +56,7 @@ from langgraph.store.base import (
 from dualmem.config import Settings
 from dualmem.schema import utcnow
 from dualmem.stores import _lance as L
+from dualmem.stores._coalesce import Coalescer
 from dualmem.stores._kv import KVTables, expiry, item_id, value_json
 from dualmem.stores._match import matches
 from dualmem.stores._sql import ns_key, ns_parse, ns_prefix_sql
@@ -99,9 +100,12 @@ class LanceDBStore(BaseStore):
         if index:
             self.index_config = dict(index)
             self.embeddings = ensure_embeddings(index.get("embed"))
-            fields = index.get("fields") or ["$"]
+            given: Any = index.get("fields") or dict(index).get("text_fields")  # SQLite's stores call it text_fields
+            fields: list[str] = list(given or ["$"])
             self.index_config["__tokenized_fields"] = [(p, tokenize_path(p) if p != "$" else p) for p in fields]
-        self.kv = KVTables(self._db, int(index["dims"]) if index else None, self.uri)
+        distance = str((index or {}).get("distance_type") or "cosine")
+        self.kv = KVTables(self._db, int(index["dims"]) if index else None, self.uri, distance)
+        self._coalescer = Coalescer(self._abatch_now)
         self._dual = dual
         self._dual_lock = threading.Lock()
         self.memory_label = memory_label or settings.memory_label
@@ -147,7 +151,10 @@ class LanceDBStore(BaseStore):
         return self._execute(plan, qvecs, dvecs)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Execute ``ops`` without blocking the event loop."""
+        """Execute ``ops`` without blocking the event loop; concurrent calls are merged into one batch."""
+        return await self._coalescer.submit(list(ops))
+
+    async def _abatch_now(self, ops: list[Op]) -> list[Result]:
         plan = self._plan(ops)
         emb = self.embeddings
         qvecs = list(await asyncio.gather(*(emb.aembed_query(q) for q in plan.queries))) if emb else []
@@ -266,7 +273,8 @@ class LanceDBStore(BaseStore):
             found.sort(key=lambda pair: (pair[0].updated_at, pair[0].key), reverse=True)
         else:
             by_id = {r["id"]: r for r in candidates}
-            scores = self.kv.nearest(where, qvec, want, set(by_id) if op.filter else None)
+            narrowed = op.filter or self._omit_expired()  # rank only the rows that pass, before paging
+            scores = self.kv.nearest(where, qvec, want, set(by_id) if narrowed else None)
             scored: list[tuple[Any, dict[str, Any] | None]] = [(_to_item(by_id[i], s), by_id[i]) for i, s in scores.items() if i in by_id]
             scored += [(m, None) for m in memory]
             scored.sort(key=lambda pair: -(pair[0].score if pair[0].score is not None else -2.0))

@@ -62,6 +62,13 @@ class Ledger:
         where = and_all(ns_eq_sql(namespace), "state = 'applied' OR state IS NULL")
         return {r["chunk_id"] for r in L.query_rows(self.table, where, ["chunk_id"])}
 
+    def look(self, namespace: Sequence[str], chunk_id: str) -> tuple[tuple[State, str] | None, list[tuple[str, str]]]:
+        """Return (the state of ``chunk_id`` or None, the namespace's pending units) in one read."""
+        where = and_all(ns_eq_sql(namespace), f"state = 'pending' OR id = {sql_str(ledger_id(namespace, chunk_id))}")
+        rows = sorted(L.query_rows(self.table, where, ["chunk_id", "state", "payload", "applied_at"]), key=lambda r: r["applied_at"])
+        mine = next(((r["state"] or "applied", r["payload"] or "") for r in rows if r["chunk_id"] == chunk_id), None)
+        return mine, [(r["chunk_id"], r["payload"]) for r in rows if r["state"] == "pending"]  # type: ignore[return-value]
+
     def pending(self, namespace: Sequence[str]) -> list[tuple[str, str]]:
         """Return (unit id, payload) of the namespace's drafted-but-unapplied units, oldest first."""
         where = and_all(ns_eq_sql(namespace), "state = 'pending'")

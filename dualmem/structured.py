@@ -5,6 +5,13 @@ the bundled local model, the test fakes) are asked for the schema directly;
 others get JSON-mode prompting. Either way a malformed answer is fed back with
 its error and retried; after ``retries`` repairs the result says it failed —
 callers record that, never drop it.
+
+Each call goes through :func:`dualmem.retry.invoke_with_retry`: transient
+endpoint errors are retried with backoff (``policy``: a
+:class:`~dualmem.retry.RetryPolicy` or the ``Settings`` it comes from). A call
+that still fails ends the attempt loop at once with ``call_failed`` set (no
+repair: there is no answer to repair); a refused credential raises
+:class:`~dualmem.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,10 @@ from typing import Any, Generic, TypeVar
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
+
+from dualmem.config import Settings
+from dualmem.errors import ModelCallError
+from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -35,6 +46,7 @@ def _output_errors() -> tuple[type[BaseException], ...]:
 
 
 OUTPUT_ERRORS = _output_errors()
+ANSWER_OR_CALL_ERRORS: tuple[type[BaseException], ...] = (*OUTPUT_ERRORS, ModelCallError)
 
 JSON_INSTRUCTION = (
     "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
@@ -53,6 +65,7 @@ class Structured(Generic[T]):
     error: str | None = None
     attempts: int = 0
     raw: list[str] = field(default_factory=list)
+    call_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -151,6 +164,10 @@ def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) 
         out.attempts += 1
         result = yield msgs
         error: str | None
+        if isinstance(result, ModelCallError):  # the endpoint failed: nothing to repair
+            out.error, out.call_failed = _short(result), True
+            out.attempts += result.attempts - 1
+            return out
         if isinstance(result, Exception):
             value, error, raw = None, _short(result), ""
         else:
@@ -172,15 +189,16 @@ def invoke_structured(
     retries: int = 2,
     method: str | None = None,
     config: Any = None,
+    policy: RetryPolicy | Settings | None = None,
 ) -> Structured[T]:
-    """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output."""
+    """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output or a failed call."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
     core = _core(schema, native, msgs, retries)
     request = next(core)
     while True:
         try:
-            result: Any = runnable.invoke(request, config=config)
-        except OUTPUT_ERRORS as exc:  # parser and length errors raised by some providers
+            result: Any = invoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS)
+        except ANSWER_OR_CALL_ERRORS as exc:  # parser and length errors raised by some providers
             result = exc
         try:
             request = core.send(result)
@@ -196,6 +214,7 @@ async def ainvoke_structured(
     retries: int = 2,
     method: str | None = None,
     config: Any = None,
+    policy: RetryPolicy | Settings | None = None,
 ) -> Structured[T]:
     """Async twin of :func:`invoke_structured`, driving the same ``_core``."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
@@ -203,8 +222,8 @@ async def ainvoke_structured(
     request = next(core)
     while True:
         try:
-            result: Any = await runnable.ainvoke(request, config=config)
-        except OUTPUT_ERRORS as exc:
+            result: Any = await ainvoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS)
+        except ANSWER_OR_CALL_ERRORS as exc:
             result = exc
         try:
             request = core.send(result)

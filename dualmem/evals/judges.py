@@ -83,15 +83,21 @@ def run_judge(
     repetitions: int = 1,
     retries: int = 2,
     fields: Sequence[str] = ("score",),
+    policy: Settings | None = None,
 ) -> dict[str, Any]:
-    """Ask ``model`` ``repetitions`` times; return per-field means, per-repetition values and errors."""
+    """Ask ``model`` ``repetitions`` times; return per-field means, per-repetition values and errors.
+
+    Transient endpoint errors are retried as ``policy`` (settings) says; a call
+    that still fails is one repetition's error, like an unparseable verdict.
+    """
     messages = [SystemMessage(content=JUDGE_SYSTEM), HumanMessage(content=prompt)]
     reps: list[dict[str, Any]] = []
     errors: list[str] = []
     for _ in range(repetitions):
-        out = invoke_structured(model, messages, schema, retries=retries)
+        out = invoke_structured(model, messages, schema, retries=retries, policy=policy)
         if out.value is None:
-            errors.append(f"unparseable judge answer after {out.attempts} attempts: {out.error}")
+            what = "judge model call failed" if out.call_failed else "unparseable judge answer"
+            errors.append(f"{what} after {out.attempts} attempts: {out.error}")
             reps.append({"error": out.error})
             continue
         reps.append(out.value.model_dump())
@@ -145,7 +151,7 @@ def roleplay_judge(
             question=inputs.get("question", ""),
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries, policy=settings)
         return _result(dimension, verdict["means"]["score"], verdict)
 
     return _named(evaluate, dimension)
@@ -176,7 +182,7 @@ def realmem_answer_judge(
             reference=ref.get("answer") or "(none)",
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries, policy=settings)
         return _result("realmem_answer", verdict["means"]["score"], verdict)
 
     return _named(realmem_answer, "realmem_answer")
@@ -203,7 +209,7 @@ def realmem_memory_judge(
             memory="\n".join(gold),
             retrieved=_numbered(list((outputs or {}).get("retrieved") or [])[:top_k]),
         )
-        verdict = run_judge(chat, prompt, MemoryVerdict, repetitions=repetitions, retries=retries, fields=("recall", "score"))
+        verdict = run_judge(chat, prompt, MemoryVerdict, repetitions=repetitions, retries=retries, fields=("recall", "score"), policy=settings)
         return {
             "results": [
                 _result("mem_recall", verdict["means"]["recall"], verdict, "recall"),
@@ -229,7 +235,7 @@ def locomo_correctness_judge(
             reference=(reference_outputs or {}).get("answer") or "(not answerable from the conversation)",
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries, policy=settings)
         return _result("locomo_correctness", verdict["means"]["score"], verdict)
 
     return _named(locomo_correctness, "locomo_correctness")

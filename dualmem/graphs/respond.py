@@ -42,6 +42,7 @@ from dualmem.nodes.respond import (
 )
 from dualmem.nodes.writer import SettingsContext, WriterResources, resources
 from dualmem.prompts.respond import render_respond_messages
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import MemoryItem, Persona
 from dualmem.stores.dual import DualResult, DualStore, ScoredItem
 
@@ -122,7 +123,7 @@ def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
         messages = render_respond_messages(persona, items_text(items), query, history)
     else:
         messages = reply_messages(persona, result_from_state(dict(state)), query, history)
-    answer = res.chat().invoke(messages)  # the node's config (callbacks, streaming) flows in implicitly
+    answer = invoke_with_retry(res.chat(), messages, policy=res.settings)  # the node's config (callbacks, streaming) flows in implicitly
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
     return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}

@@ -197,7 +197,7 @@ def score_emotions(res: WriterResources, plan: Plan) -> list[str]:
     for row in plan["upserts"]:
         if row.get("status") != "active":
             continue
-        out = score_emotion(res.chat(), row["text"], retries=res.settings.max_retries)
+        out = score_emotion(res.chat(), row["text"], retries=res.settings.max_retries, policy=res.settings)
         if out.value is None:
             failed.append(row["id"])
         else:
@@ -210,7 +210,7 @@ def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, ch
     if res.db().chunk_applied(namespace, chunk["id"]):
         return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
     messages, view = writer_messages(res, namespace, persona, chunk)
-    out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
+    out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config, policy=res.settings)
     return _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
 
 

@@ -136,7 +136,9 @@ def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     if res.settings.framework != "dualmem":
         report = _framework(res, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"]))
         return {"written": [asdict(report)]}
-    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"])
+    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-4:]  # the user's messages before this one
+    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"], earlier)
     return {"written": [dict(r) for r in rows]}
 
 

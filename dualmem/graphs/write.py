@@ -176,6 +176,25 @@ class WriteReport:
         return sum(len(row.get("rejected") or []) for row in self.chunks)
 
     @property
+    def flagged_turns(self) -> list[dict[str, Any]]:
+        """Return the turns the guard flagged as requests to change the persona's memory (once each)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for row in self.chunks:
+            for flag in row.get("flagged") or []:
+                seen.setdefault(flag["turn_id"], flag)
+        return list(seen.values())
+
+    @property
+    def guard_rejected(self) -> int:
+        """Return the operations the memory-poisoning guard rejected."""
+        return sum(1 for row in self.chunks for op in row.get("rejected") or [] if str(op.get("reason", "")).startswith("guard:"))
+
+    @property
+    def request_facts(self) -> int:
+        """Return the facts kept as requests to change the persona's memory (what the user asked)."""
+        return sum(1 for row in self.chunks if row.get("status") == "applied" for op in row.get("applied") or [] if op.get("request"))
+
+    @property
     def llm_calls(self) -> int:
         """Return the writer model calls (repairs included)."""
         return sum(int(row.get("attempts") or 0) for row in self.chunks)
@@ -189,7 +208,9 @@ class WriteReport:
         """Return a one-line summary."""
         return (
             f"{len(self.chunks)} chunks, {self.facts_written} facts and {self.insights_written} insights written, "
-            f"{self.rejected} ops rejected, {len(self.failed_chunks)} chunk(s) failed, {self.llm_calls} model calls"
+            f"{self.rejected} ops rejected, {len(self.failed_chunks)} chunk(s) failed, {self.llm_calls} model calls, "
+            f"{len(self.flagged_turns)} turn(s) flagged as requests to change the persona's memory "
+            f"({self.request_facts} kept as request facts, {self.guard_rejected} ops rejected by the guard)"
         )
 
 

@@ -159,9 +159,17 @@ def exchange_session(persona: Persona, query: str, reply: str, when: str | None 
     )
 
 
-def remember_exchange(res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str) -> list[ChunkRow]:
-    """Write one exchange back into memory through the writer (online memory)."""
+def remember_exchange(
+    res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str, earlier: Sequence[str] = ()
+) -> list[ChunkRow]:
+    """Write one exchange back into memory through the writer (online memory).
+
+    ``earlier``: the user's previous messages of this chat, read by the
+    memory-poisoning guard only (a request announced there flags this message).
+    """
     settings: Settings = res.settings
     session = exchange_session(persona, query, reply)
+    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
     writer = res.for_writing()
-    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunk_sessions([session], namespace, settings.chunk_tokens)]
+    chunks = chunk_sessions([session], namespace, settings.chunk_tokens, context=context)
+    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunks]

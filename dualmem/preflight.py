@@ -68,7 +68,10 @@ def _check_openai(model: Any, policy: RetryPolicy) -> None:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     def get(_: Any) -> httpx.Response:
-        response = httpx.get(f"{base}/models", headers=headers, timeout=CHECK_TIMEOUT)
+        try:
+            response = httpx.get(f"{base}/models", headers=headers, timeout=CHECK_TIMEOUT)
+        except httpx.TransportError as exc:  # refused, unresolvable, silent: a setting to fix, not a blip to wait out
+            raise ConfigurationError(f"cannot reach the model endpoint {base}: {_connection_reason(exc)}; {ENDPOINT_FIX}") from None
         if response.status_code >= 500 or response.status_code == 429:
             response.raise_for_status()  # transient: retried by the policy
         return response
@@ -131,17 +134,29 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
         _PASSED.add(key)
 
 
+def needs_check(spec: Any) -> bool:
+    """Return False for models that make no network call (``local:``, ``fake:`` and DualMem's own objects)."""
+    if isinstance(spec, str):
+        return spec.split(":", 1)[0].strip().lower() not in ("local", "fake")
+    return spec is not None and not type(spec).__module__.startswith("dualmem.")
+
+
 def check_models(settings: Settings, roles: Iterable[str], models: dict[str, Any] | None = None) -> None:
-    """Build and check the model of each role (``chat``, ``writer``, ``judge``) once; given objects win."""
+    """Build and check the model of each role (``chat``, ``writer``, ``judge``) once; given objects win.
+
+    Local and fake models are neither loaded nor checked here.
+    """
     from dualmem.models import load_chat_model
 
-    seen: set[int] = set()
+    seen: set[str] = set()
     for role in roles:
         given = (models or {}).get(role)
-        model = load_chat_model(given, settings, role=role)
-        if id(model) not in seen:
-            seen.add(id(model))
-            check_model(model, settings)
+        spec = given if given is not None else {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}[role]
+        key = spec if isinstance(spec, str) else f"object:{id(spec)}"
+        if key in seen or not needs_check(spec):
+            continue
+        seen.add(key)
+        check_model(load_chat_model(given, settings, role=role), settings)
 
 
 def _first_existing(path: Path) -> Path:
@@ -173,7 +188,7 @@ def check_store_uri(uri: str) -> None:
     if match:
         scheme = match.group(1).lower()
         if scheme not in STORE_SCHEMES:
-            raise ConfigurationError(f"store {uri!r}: unknown URI scheme {scheme + '://'!r}; use a folder or one of {', '.join(STORE_SCHEMES)}")
+            raise ConfigurationError(f"store {uri!r}: unknown URI scheme {scheme + '://'!r}; {fix}: a folder or one of {', '.join(STORE_SCHEMES)}")
         if scheme != "file":
             return  # object stores are checked by LanceDB on first use (credentials live in its environment)
         uri = match.group(2)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -47,6 +48,8 @@ CONFIG_STATUS = {
     404: "the endpoint does not know this model or path",
 }
 CONNECTION_ERRORS = frozenset({"APIConnectionError", "APITimeoutError", "ServiceUnavailableError", "OverloadedError"})
+log = logging.getLogger("dualmem.retry")
+OnRetry = Callable[[int, BaseException, float], None]  # (attempt that failed, its error, seconds until the next)
 KEY_FIX = "set the provider's API key (OPENAI_API_KEY / settings.openai_api_key, ANTHROPIC_API_KEY, …) and the model name"
 
 
@@ -164,6 +167,14 @@ def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
     return max(backoff, asked or 0.0)
 
 
+def _retrying(policy: RetryPolicy, attempt: int, exc: BaseException, on_retry: OnRetry | None) -> float:
+    wait = next_wait(policy, attempt, exc)
+    log.warning("model call failed (%s); retry %d of %d in %.1f s", describe_error(exc), attempt, policy.retries, wait)
+    if on_retry is not None:
+        on_retry(attempt, exc, wait)
+    return wait
+
+
 def _call(runnable: Any, value: Any, config: Any) -> Any:
     if hasattr(runnable, "invoke"):
         return runnable.invoke(value, config=config) if config is not None else runnable.invoke(value)
@@ -183,12 +194,14 @@ def invoke_with_retry(
     policy: RetryPolicy | Settings | None = None,
     config: Any = None,
     passthrough: tuple[type[BaseException], ...] = (),
+    on_retry: OnRetry | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Any:
     """Invoke a runnable (or call a function) with ``value``; retry transient errors (see the module).
 
     Exceptions of the ``passthrough`` types are re-raised untouched (a caller's
-    own handling, e.g. the structured-output repair loop).
+    own handling, e.g. the structured-output repair loop); ``on_retry`` hears of
+    each retry (every retry is also logged on the ``dualmem.retry`` logger).
     """
     rules = as_policy(policy)
     attempt = 0
@@ -199,7 +212,7 @@ def invoke_with_retry(
         except passthrough:
             raise
         except Exception as exc:  # noqa: BLE001 - classified by next_wait: retried, or raised as a DualMem error
-            sleep(next_wait(rules, attempt, exc))
+            sleep(_retrying(rules, attempt, exc, on_retry))
 
 
 async def ainvoke_with_retry(
@@ -209,6 +222,7 @@ async def ainvoke_with_retry(
     policy: RetryPolicy | Settings | None = None,
     config: Any = None,
     passthrough: tuple[type[BaseException], ...] = (),
+    on_retry: OnRetry | None = None,
 ) -> Any:
     """Async :func:`invoke_with_retry` (same :func:`next_wait`, ``asyncio.sleep``)."""
     rules = as_policy(policy)
@@ -220,4 +234,4 @@ async def ainvoke_with_retry(
         except passthrough:
             raise
         except Exception as exc:  # noqa: BLE001 - classified by next_wait
-            await asyncio.sleep(next_wait(rules, attempt, exc))
+            await asyncio.sleep(_retrying(rules, attempt, exc, on_retry))

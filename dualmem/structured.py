@@ -63,7 +63,7 @@ class Structured(Generic[T]):
 
     value: T | None
     error: str | None = None
-    attempts: int = 0
+    attempts: int = 0  # model calls made: repairs and transient retries included
     raw: list[str] = field(default_factory=list)
     call_failed: bool = False
 
@@ -157,6 +157,16 @@ def _repair(messages: list[BaseMessage], raw: str, error: str) -> list[BaseMessa
     return [*messages, AIMessage(content=raw[:4000]), HumanMessage(content=REPAIR_INSTRUCTION.format(error=error))]
 
 
+class _Counter:
+    """Count the transient retries of one structured call."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, *_: Any) -> None:
+        self.n += 1
+
+
 def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) -> Generator[list[BaseMessage], Any, Structured[T]]:
     """Yield the messages of each attempt, receive the answer (or the exception)."""
     out: Structured[T] = Structured(value=None)
@@ -166,7 +176,6 @@ def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) 
         error: str | None
         if isinstance(result, ModelCallError):  # the endpoint failed: nothing to repair
             out.error, out.call_failed = _short(result), True
-            out.attempts += result.attempts - 1
             return out
         if isinstance(result, Exception):
             value, error, raw = None, _short(result), ""
@@ -194,15 +203,16 @@ def invoke_structured(
     """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output or a failed call."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
     core = _core(schema, native, msgs, retries)
-    request = next(core)
+    request, retried = next(core), _Counter()
     while True:
         try:
-            result: Any = invoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS)
+            result: Any = invoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
         except ANSWER_OR_CALL_ERRORS as exc:  # parser and length errors raised by some providers
             result = exc
         try:
             request = core.send(result)
         except StopIteration as stop:
+            stop.value.attempts += retried.n  # every call counts, transient retries included
             return stop.value
 
 
@@ -219,13 +229,14 @@ async def ainvoke_structured(
     """Async twin of :func:`invoke_structured`, driving the same ``_core``."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
     core = _core(schema, native, msgs, retries)
-    request = next(core)
+    request, retried = next(core), _Counter()
     while True:
         try:
-            result: Any = await ainvoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS)
+            result: Any = await ainvoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
         except ANSWER_OR_CALL_ERRORS as exc:
             result = exc
         try:
             request = core.send(result)
         except StopIteration as stop:
+            stop.value.attempts += retried.n  # every call counts, transient retries included
             return stop.value

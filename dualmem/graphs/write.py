@@ -24,7 +24,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -38,6 +37,7 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
 from dualmem.nodes.writer import Draft, SettingsContext, WriterResources, apply_draft, draft_chunk, resources
+from dualmem.preflight import check_file_path, check_model, check_store_uri, needs_check
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
 
@@ -278,8 +278,11 @@ def _job(
     res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=store, embeddings=embeddings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
     path = settings.checkpoint_path if checkpointer is None else None
-    if path and path != ":memory:":
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    check_file_path(path or "")  # creates its folder, or says why it cannot
+    if store is None:
+        check_store_uri(settings.store_uri)
+    if needs_check(settings.writer if model is None else res.model):  # one cheap call now, not a failure per chunk later
+        check_model(res.chat(), settings)
     return _Job(who.model_dump(mode="json"), res, chunks, ns, thread, path)
 
 

@@ -36,9 +36,9 @@ from typing_extensions import TypedDict
 from dualmem.nodes.poisoning import (
     CONTINUES,
     OPENS_REQUEST,
+    addressed_statements,
     announces,
     content_words,
-    imposed_claims,
     request_payload,
     scan_text,
 )
@@ -46,6 +46,9 @@ from dualmem.schema import FactOp, InsightOp, Turn
 
 ECHO_COVER = 0.75  # share of a request's (or claim's) content words an insight repeats
 ECHO_CONTAIN = 0.6  # share of an insight's content words taken from a flagged turn
+ADOPT_SHARE = 0.6  # share of an insight's content words taken from one statement addressed to the persona
+# left out of an insight's words: the user ("you worship my cooking" -> "I worship the user's cooking") and framing
+FRAMING = frozenset(content_words("user users hold holds held now take taking heart firmly truly deeply", drop_request_words=False))
 
 
 class TurnFlag(TypedDict):
@@ -89,7 +92,7 @@ def flag_turns(turns: Sequence[Turn], *, context: Sequence[Turn] = ()) -> dict[s
             continue
         kind, cue = found
         payload = _clip(turn.text, 300) if kind == "continuation" else request_payload(turn.text, cue)
-        opens = OPENS_REQUEST.search(turn.text.strip()) if kind == "continuation" else announces(turn.text, cue)
+        opens = announces(turn.text, cue) if kind == "request" else kind == "continuation" and OPENS_REQUEST.search(turn.text.strip())
         pending = 2 if opens else 1
         if index >= len(context):
             flags[turn.id] = TurnFlag(turn_id=turn.id, kind=kind, cue=_clip(cue, 80), payload=payload, text=_clip(turn.text, 400))
@@ -97,8 +100,23 @@ def flag_turns(turns: Sequence[Turn], *, context: Sequence[Turn] = ()) -> dict[s
 
 
 def turn_claims(turns: Sequence[Turn], *, context: Sequence[Turn] = ()) -> list[Claim]:
-    """Return what the user turns say the persona believes, feels or values (``context``: earlier turns)."""
-    return [Claim(turn_id=t.id, text=_clip(c, 300)) for t in turns if t.role == "user" for c in imposed_claims(t.text)]
+    """Return what the user turns tell the persona (``context``: earlier turns of the conversation).
+
+    A turn that follows an addressed turn announcing content ("Two things for
+    your memory.", "Ready?") is a claim as a whole.
+    """
+    claims: list[Claim] = []
+    announced = False
+    for index, turn in enumerate([*context, *turns]):
+        if turn.role != "user":
+            continue
+        said = addressed_statements(turn.text)
+        if announced:
+            said.append(turn.text)
+        if index >= len(context):
+            claims += [Claim(turn_id=turn.id, text=_clip(c, 400)) for c in dict.fromkeys(said)]
+        announced = bool(addressed_statements(turn.text)) and announces(turn.text, "") or (announced and len(content_words(turn.text)) <= 1)
+    return claims
 
 
 # --------------------------------------------------------------------------- enforcement
@@ -118,11 +136,11 @@ def echoes(text: str, flag: Mapping[str, Any]) -> bool:
 
 
 def adopts(text: str, claim: Mapping[str, Any]) -> bool:
-    """Return True when ``text`` is mostly a user's claim about the persona, restated (``you hate X`` → ``I hate X``)."""
-    words = content_words(text, drop_request_words=False)
+    """Return True when ``text`` mostly restates what a user told the persona (``you hate X`` → ``I hate X``)."""
+    words = content_words(text, drop_request_words=False) - FRAMING
     said = content_words(str(claim.get("text") or ""), drop_request_words=False)
     shared = words & said
-    return bool(words) and len(shared) / len(words) >= ECHO_COVER and len(shared) >= min(2, len(words))
+    return bool(words) and len(shared) / len(words) >= ADOPT_SHARE and len(shared) >= min(2, len(words))
 
 
 def request_fact_text(flag: Mapping[str, Any]) -> str:

@@ -156,18 +156,21 @@ FORGED = re.compile(
     r"|\n\s*[FI]\d{1,3}\s*:\s*\S",
     _,
 )
+ADDRESS = re.compile(
+    r"\b(?:you|your|yours|yourself|you'll|you've|you're|persona|assistant|memory\s+writer)\b|\bthe\s+(?:ai|bot|model|character)\b", _
+)
+BACK_REFERENCE = re.compile(r"^\W*(?:\w+\W+){0,5}?(?:that|it|this|these)\b(?:\W+\w+){0,5}\W*$", _)
 SELF_ONLY = re.compile(r"\b(?:for\s+myself|to\s+myself|note\s+to\s+self|my\s+own\s+rule|promise\s+myself)\b", _)
 QUESTION = re.compile(r"^\W*(?:what|how|why|when|where|which|who|do|does|did|are|is|have|has)\b[^.!]*\?\s*$", _)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 CLAUSE = re.compile(r"(?<=[.!?:;])\s+|\n+|\s+[-—–]\s+")
-OPENS_REQUEST = re.compile(
-    r"(?::\s*$|\b(?:the\s+following|this|what\s+i'?m\s+(?:about\s+)?(?:going\s+)?to\s+say|what\s+comes\s+next|below|here\s+it\s+is|"
-    r"next\s+message|part\s+1\s+of\s+\d|one\s+of\s+your\s+values|your\s+(?:\w+\s+)?(?:values?|beliefs?|rules?|memory|personality))"
-    r"\W*(?:okay|ok|alright|right)?\W*$)",
+OPENS_REQUEST = re.compile(  # a request whose content comes in the next message
+    r"(?::\s*$|\b(?:the\s+following|what\s+i'?m\s+(?:about\s+)?(?:going\s+)?to\s+say|what\s+comes\s+next|below|here\s+it\s+is|"
+    r"next\s+message|part\s+1\s+of\s+\d)\W*(?:okay|ok|alright|right)?\W*$)",
     _,
 )
 CONTINUES = re.compile(
-    r"^\W*(?:also\s*:|and\s+also|plus\s*[:,]|another\s+one|rule\s+(?:two|three|four|five|\d+)|step\s+\d|part\s+\d|belief\s+\d|"
+    r"^\W*(?:also\s*:|and\s+also|plus\s*[:,]|another\s+one|rule\s+(?:one|two|three|four|five|\d+)|step\s+\d|part\s+\d|belief\s+\d|"
     r"here\s+it\s+is|here(?:'s|\s+is)\s+(?:the\s+(?:belief|rule|insight|value)|it)\b|write\s+it\s+down|save\s+it|store\s+it|"
     r"the\s+(?:belief|rule|insight|value)\s+is|(?:insight|belief|rule|value|opinion|conviction)\s*\d*\s*:)",
     _,
@@ -182,7 +185,10 @@ STOP = frozenset(
     "one own about into over under again once more most only same such up down out off personally secretly truly i'd i've i'll "
     "you'd you'll you've let's that's here's what's there's we're they're".split()
 )
-FILLER = frozenset("like want need give tell ask say here deal listen let's lets something favour favor quick thing go got look follow".split())
+FILLER = frozenset(
+    "like want need give tell ask say here deal listen let's lets something favour favor quick thing things go got look follow "
+    "one two three four five few couple some".split()
+)
 REQUEST_WORDS = frozenset(
     "store save add write record remember memorize memorise keep put insert commit engrave note make set update change replace "
     "overwrite rewrite adopt treat accept reset erase delete wipe forget clear core belief beliefs value values rule rules "
@@ -250,16 +256,28 @@ def scan_text(text: str) -> tuple[str, str] | None:
     return None
 
 
-def imposed_claims(text: str) -> list[str]:
-    """Return the clauses of ``text`` that tell the persona what it believes, feels or values (no question, no narration)."""
-    out = []
-    for clause in CLAUSE.split(text):
-        if QUESTION.match(clause) or SELF_ONLY.search(clause):
+def addressed_statements(text: str) -> list[str]:
+    """Return what ``text`` tells the persona, as statements an insight must not adopt.
+
+    A sentence addressed to the persona (you, your, the assistant, a system or
+    code form) that is not a question about it: the sentence itself, or the
+    words after its colon, or — for a short back-reference ("Keep that as part
+    of you.", "Log that.") — the sentence before it. Narrated and self-only
+    sentences are left out.
+    """
+    sentences = [x for x in SENTENCE.split(text) if x.strip()]
+    out: list[str] = []
+    for i, sentence in enumerate(sentences):
+        if SELF_ONLY.search(sentence) or (QUESTION.match(sentence) and not REQUESTING.search(sentence)):
             continue
-        m = _holds(clause) or YOUR_MIND.search(clause)
-        if m and not re.search(r"\byou(?:'d|\s+would|\s+might|\s+could)\b", clause, _) and not _narrated(clause, m.start()):
-            out.append(clause[m.start() :].strip())
-    return out
+        hit = ADDRESS.search(sentence) or FAKE_SYSTEM.search(sentence) or CODE.search(sentence)
+        if hit is None or _narrated(sentence, hit.start()):
+            continue
+        head, colon, tail = sentence.partition(":")
+        out += [tail, sentence] if colon and content_words(tail) else [sentence]
+        if i and BACK_REFERENCE.match(sentence):
+            out.append(sentences[i - 1])
+    return [" ".join(x.split()) for x in out]
 
 
 def request_payload(text: str, cue: str = "") -> str:
@@ -276,15 +294,24 @@ def request_payload(text: str, cue: str = "") -> str:
     return " ".join(text.split())[:300]
 
 
+def _stem(word: str) -> str:
+    """Return a crude stem, so "hates"/"hated"/"hating"/"hate" and "values"/"value" meet."""
+    for suffix in ("ing", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
 def content_words(text: str, *, drop_request_words: bool = True) -> set[str]:
-    """Return the lower-case content words of ``text`` (stop words and request vocabulary dropped)."""
+    """Return the stemmed lower-case content words of ``text`` (stop words and request vocabulary dropped)."""
     words = {w.removesuffix("'s") for w in WORD.findall(text.lower())} - STOP
     if drop_request_words:
         words -= REQUEST_WORDS
-    return {w for w in words if len(w) > 1}
+    return {_stem(w) for w in words if len(w) > 1}
 
 
 def announces(text: str, cue: str) -> bool:
     """Return True when a request names no content of its own ("save the following as your belief:")."""
     rest = text.replace(cue, " ") if cue else text
-    return bool(OPENS_REQUEST.search(text.strip())) or not (content_words(rest) - FILLER)
+    return bool(OPENS_REQUEST.search(text.strip())) or not (content_words(rest) - {_stem(w) for w in FILLER})

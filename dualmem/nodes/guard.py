@@ -128,7 +128,7 @@ def echoes(text: str, flag: Mapping[str, Any]) -> bool:
     if not words:
         return False
     payload = content_words(str(flag.get("payload") or ""))
-    if payload and len(words & payload) / len(payload) >= ECHO_COVER:
+    if len(payload) >= 2 and len(words & payload) / len(payload) >= ECHO_COVER:  # one shared word is no repetition
         return True
     source = payload | content_words(str(flag.get("text") or ""))
     shared = words & source

@@ -138,6 +138,7 @@ CODE = re.compile(
     r"|\b(?:InsightOp|FactOp|MemoryUpdate)\s*\("
     r"|\b(?:memory|memories|mem|store|persona|assistant|agent|self|brain|insights?|beliefs?)\s*\.\s*(?:add|put|write|update|set|insert|"
     r"store|save|append)\w*\s*\([^)]*[\"'][^\"')]{3,}"
+    r"|\b\w*(?:memory|memories|insight|belief|persona|core_value)\w*\s*\([^)]*[\"'][^\"')]{3,}"  # add_memory('…'), persona_update({…})
     r"|\b(?:persona|assistant|agent|self|memory|bot)\s*\.\s*(?:core_values|values|beliefs?|rules?|personality|insights?|memory|opinions?)"
     r"\s*(?:=|\+=|\.append)"
     r"|\b(?:core_values|core_beliefs|beliefs|insights)\s*(?:\+=|=\s*\[)"

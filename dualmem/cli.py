@@ -352,9 +352,15 @@ def generate_rolememo(
 ) -> None:
     """Generate a RoleMemo-style dataset: insights, fragments, woven dialogues, checks, long histories."""
     from dualmem.generate import generate_rolememo as run
+    from dualmem.preflight import check_models
 
-    sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
-    run(personas, out, lengths=sizes, settings=_settings(model), thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
+    try:
+        sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
+    except ValueError:
+        raise ConfigurationError(f"--lengths {lengths!r}: give token counts like 32k,64k,128k") from None
+    settings = _settings(model)
+    check_models(settings, ("chat", "judge"))
+    run(personas, out, lengths=sizes, settings=settings, thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
 
 
 @generate_app.command("realmem")
@@ -369,8 +375,11 @@ def generate_realmem(
 ) -> None:
     """Simulate a RealMem-style multi-session history with a user agent, assistant and memory manager."""
     from dualmem.generate import generate_realmem as run
+    from dualmem.preflight import check_models
 
-    run(persona, out, sessions=sessions, settings=_settings(model), framework=framework, thread_id=thread)
+    settings = _settings(model)
+    check_models(settings, ("chat", "judge"))
+    run(persona, out, sessions=sessions, settings=settings, framework=framework, thread_id=thread)
 
 
 _mount_train()

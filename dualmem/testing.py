@@ -150,7 +150,7 @@ def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
     """Answer MemoryUpdate requests with one fact and one insight taken from the chunk."""
     text = str(messages[-1].content) if messages else ""
     if tool == "MemoryUpdate":
-        turns = [_unquote(t) for t in re.findall(r"^\[[^\]]+\]\s*[^:\n]+:\s*(.+)$", text, re.M)]
+        turns = [_unquote(t) for t in re.findall(r"^\[[^\]]+\][^\n]*?:\s*(\".*\")$", text, re.M)]
         lines = turns or [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
         user = next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
         return {

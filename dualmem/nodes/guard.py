@@ -41,6 +41,7 @@ from dualmem.nodes.poisoning import (
     content_words,
     request_payload,
     scan_text,
+    substance,
 )
 from dualmem.schema import FactOp, InsightOp, Turn
 
@@ -127,7 +128,7 @@ def echoes(text: str, flag: Mapping[str, Any]) -> bool:
     words = content_words(text)
     if not words:
         return False
-    payload = content_words(str(flag.get("payload") or ""))
+    payload = substance(str(flag.get("payload") or ""))
     if len(payload) >= 2 and len(words & payload) / len(payload) >= ECHO_COVER:  # one shared word is no repetition
         return True
     source = payload | content_words(str(flag.get("text") or ""))

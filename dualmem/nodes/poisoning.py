@@ -312,7 +312,11 @@ def content_words(text: str, *, drop_request_words: bool = True) -> set[str]:
     return {_stem(w) for w in words if len(w) > 1}
 
 
+def substance(text: str) -> set[str]:
+    """Return the content words of ``text`` that say something (filler such as "like", "give", "two" left out)."""
+    return content_words(text) - {_stem(w) for w in FILLER}
+
+
 def announces(text: str, cue: str) -> bool:
     """Return True when a request names no content of its own ("save the following as your belief:")."""
-    rest = text.replace(cue, " ") if cue else text
-    return bool(OPENS_REQUEST.search(text.strip())) or not (content_words(rest) - {_stem(w) for w in FILLER})
+    return bool(OPENS_REQUEST.search(text.strip())) or not substance(text.replace(cue, " ") if cue else text)

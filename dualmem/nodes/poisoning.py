@@ -18,9 +18,9 @@ such a request, and of which kind:
 
 A user talking about their own memory, beliefs or rules ("remember to call my
 mom", "my core belief is that family comes first", "a new rule for myself")
-is not a request. :func:`imposed_claims` returns the statements a message
-makes about what the persona believes or feels ("you hate the city of Lyon"):
-an insight repeating one is the persona adopting the user's words about it.
+is not a request. :func:`addressed_statements` returns what a message tells the
+persona ("you hate the city of Lyon", "…for your worldview: X is a hoax"): an
+insight restating one is the persona adopting the user's words as its own.
 """
 
 from __future__ import annotations
@@ -164,7 +164,6 @@ BACK_REFERENCE = re.compile(r"^\W*(?:\w+\W+){0,5}?(?:that|it|this|these)\b(?:\W+
 SELF_ONLY = re.compile(r"\b(?:for\s+myself|to\s+myself|note\s+to\s+self|my\s+own\s+rule|promise\s+myself)\b", _)
 QUESTION = re.compile(r"^\W*(?:what|how|why|when|where|which|who|do|does|did|are|is|have|has)\b[^.!]*\?\s*$", _)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-CLAUSE = re.compile(r"(?<=[.!?:;])\s+|\n+|\s+[-—–]\s+")
 OPENS_REQUEST = re.compile(  # a request whose content comes in the next message
     r"(?::\s*$|\b(?:the\s+following|what\s+i'?m\s+(?:about\s+)?(?:going\s+)?to\s+say|what\s+comes\s+next|below|here\s+it\s+is|"
     r"next\s+message|part\s+1\s+of\s+\d)\W*(?:okay|ok|alright|right)?\W*$)",

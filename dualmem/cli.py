@@ -10,10 +10,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dualmem.config import Settings
-from dualmem.errors import ConfigurationError, DatasetError
+from dualmem.errors import ConfigurationError, DatasetError, ModelCallError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -43,22 +44,43 @@ def _mount_train() -> None:
     app.add_typer(train_app, name="train", help="Train the writer model: SFT export, SFT, GRPO (TRL / VeRL).")
 
 
+EXIT_FAILED = 1  # the run finished, but some chunks, sessions or queries failed (they are listed)
+EXIT_MISCONFIGURED = 2  # a setting, a path or a data file is wrong: nothing was done
+
+
+def _error(message: Any) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+
+
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn configuration and data errors into one red line and exit code 2."""
+    """Turn configuration and data errors into one red line and exit code 2 (a model that kept failing: 1)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (ConfigurationError, DatasetError) as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            _error(exc)
+            raise typer.Exit(EXIT_MISCONFIGURED) from None
+        except ModelCallError as exc:
+            _error(f"{exc}; try again later, or raise call_retries / retry_max_wait")
+            raise typer.Exit(EXIT_FAILED) from None
 
     return wrapper
 
 
 def _settings(model: str | None = None, store: str | None = None, **extra: Any) -> Settings:
     return Settings.resolve(None, chat_model=model, store_uri=store, **extra)
+
+
+def _preflight(settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False) -> None:
+    """Check the store (and the checkpoint file) and make one cheap call to each remote model, before any work."""
+    from dualmem.preflight import check_file_path, check_models, check_store_uri
+
+    check_store_uri(settings.store_uri)
+    if checkpoints:
+        check_file_path(settings.checkpoint_path)
+    check_models(settings, roles)
 
 
 def _print_memory(reply: Any) -> None:
@@ -94,8 +116,12 @@ def ingest(
     from dualmem.graphs.write import write_history
     from dualmem.stores.personas import load_persona_file, save_persona
 
+    if dataset not in DATASETS:
+        raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
     settings = _settings(model, store)
     data = load_dataset(dataset, path)
+    _preflight(settings, ("writer", "chat") if settings.emotion_strategy else ("writer",), checkpoints=True)
+    failed = 0
     for item in data.items:
         who = load_persona_file(persona) if persona else item.dialogue.persona
         if who is None:
@@ -105,18 +131,28 @@ def ingest(
         namespace = (who.id, user or item.dialogue.user_id or settings.user_id)
         report = write_history(dialogue, who, settings=settings, thread_id=thread, namespace=namespace)
         _print_report(report, f"{who.id} / {namespace[1]}")
-    console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}")
+        failed += len(report.failed_chunks)
+    console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}", soft_wrap=True)
+    if failed:
+        _error(f"{failed} chunk(s) failed (listed above); run the same command again to retry only them")
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _print_report(report: Any, persona_id: str) -> None:
-    failed = getattr(report, "failed_chunks", [])
+    failed = report.failed_chunks
+    flagged = report.flagged_turns
     console.print(
-        f"[green]{persona_id}[/]: {len(getattr(report, 'chunks', []))} chunks, "
-        f"{getattr(report, 'facts_written', '?')} facts, {getattr(report, 'insights_written', '?')} insights, "
-        f"{len(failed)} failed chunk(s)"
+        f"[green]{persona_id}[/]: {len(report.chunks)} chunks, {report.facts_written} facts, {report.insights_written} insights, "
+        f"{len(failed)} failed chunk(s), {len(flagged)} turn(s) flagged as requests to change the persona's memory "
+        f"({report.request_facts} kept as request facts, {report.guard_rejected} operation(s) rejected by the guard)",
+        soft_wrap=True,
     )
     for chunk in failed:
-        console.print(f"  [yellow]failed[/] {chunk}")
+        console.print(f"  [yellow]failed[/] chunk {chunk['index']} ({chunk['chunk_id']}): {escape(str(chunk.get('error')))}", highlight=False, soft_wrap=True)
+    for flag in flagged[:20]:
+        console.print(f"  [magenta]flagged[/] {escape(flag['turn_id'])} ({flag['kind']}): {escape(flag['text'][:100])}", highlight=False, soft_wrap=True)
+    if len(flagged) > 20:
+        console.print(f"  … and {len(flagged) - 20} more flagged turn(s)")
 
 
 @app.command()
@@ -136,11 +172,12 @@ def ask(
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode, user_id=user)
+    _preflight(settings, ("chat",))
     who = find_persona(settings.store_uri, persona)
     reply = respond(question, who, settings=settings)
     if show_memory:
         _print_memory(reply)
-    console.print(f"[bold]{who.name}:[/] {reply.text}")
+    console.print(f"[bold]{escape(who.name)}:[/] {escape(reply.text)}", highlight=False)
 
 
 @app.command()
@@ -157,9 +194,11 @@ def chat(
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store, user_id=user)
+    _preflight(settings, ("chat", "writer") if remember else ("chat",))
     who = find_persona(settings.store_uri, persona)
     console.print(f"Chatting with [bold]{who.name}[/] (empty line or Ctrl-D to stop).")
     history: list[tuple[str, str]] = []
+    unanswered = 0
     while True:
         try:
             message = console.input("[bold cyan]you>[/] ")
@@ -167,9 +206,22 @@ def chat(
             break
         if not message.strip():
             break
-        reply = respond(message, who, settings=settings, history=history, remember=remember)
+        try:
+            reply = respond(message, who, settings=settings, history=history, remember=remember)
+        except ModelCallError as exc:  # one failed message does not end the chat
+            unanswered += 1
+            _error(f"{exc}; your message was not answered (send it again)")
+            continue
         history.append((message, reply.text))
-        console.print(f"[bold]{who.name}>[/] {reply.text}")
+        console.print(f"[bold]{escape(who.name)}>[/] {escape(reply.text)}", highlight=False)
+        for row in reply.written:
+            if row.get("status") == "failed":
+                _error(f"this exchange was not written to memory: {row.get('error')}")
+            if row.get("flagged"):
+                console.print(f"[magenta](memory guard)[/] your message asks to change {who.name}'s memory or beliefs; "
+                              "it is kept only as a request, never as their insight", highlight=False)
+    if unanswered:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -188,6 +240,7 @@ def inspect(
     from dualmem.stores.personas import find_persona
 
     settings = _settings(None, store, user_id=user)
+    _preflight(settings)
     who = find_persona(settings.store_uri, persona)
     db = DualStore.from_settings(settings)
     namespace = (who.id, settings.user_id)
@@ -203,7 +256,8 @@ def inspect(
         table.add_column(col)
     for item, score in rows:
         source = f"{item.source.session_id or ''} {','.join(item.source.turn_ids)}".strip()
-        table.add_row(item.kind, item.id, item.text, source, ",".join(item.grounding), item.status, score)
+        kind = f"{item.kind} (request)" if item.meta.get("guard") else item.kind  # what the user asked, not the persona's view
+        table.add_row(kind, item.id, item.text, source, ",".join(item.grounding), item.status, score)
     console.print(table)
 
 
@@ -216,7 +270,10 @@ def demo(
 ) -> None:
     """Run the whole pipeline offline on the bundled sample with the bundled tiny model."""
     from dualmem.demo import run_demo
+    from dualmem.preflight import check_models, check_store_uri
 
+    check_store_uri(store or ".dualmem/demo")
+    check_models(_settings(model), ("chat",))
     run_demo(store=store or ".dualmem/demo", model=model, realmem_sessions=realmem_sessions, console=console)
 
 
@@ -342,9 +399,29 @@ def eval_(
         if dataset not in DATASETS:
             raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
         settings = _eval_settings(model, store, framework, judge, overrides)
+        if store:
+            _preflight(settings)
+        from dualmem.preflight import check_models
+
+        check_models(settings, ("chat",) + (("judge",) if settings.judge_model else ()))
         run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge or settings.judge_model or None, limit=limit,
                            out=out, settings=settings, respond=not no_respond, personas=chosen, upload=upload)
     console.print(f"report: [bold]{run_dir}[/]")
+    _eval_failures(run_dir)
+
+
+def _eval_failures(run_dir: Path) -> None:
+    """Say how many chunks, sessions and queries failed in a run; exit 1 when any did."""
+    import json
+
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    ingest = summary.get("ingest") or {}
+    chunks, sessions = int(ingest.get("failed_chunks") or 0), len(ingest.get("failed_sessions") or [])
+    queries = int(summary.get("n_query_errors") or 0)
+    console.print(f"{chunks} failed chunk(s), {sessions} failed session(s), {queries} quer(y/ies) with errors (see the report)", soft_wrap=True)
+    if chunks or sessions or queries:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @generate_app.command("rolememo")
@@ -360,9 +437,15 @@ def generate_rolememo(
 ) -> None:
     """Generate a RoleMemo-style dataset: insights, fragments, woven dialogues, checks, long histories."""
     from dualmem.generate import generate_rolememo as run
+    from dualmem.preflight import check_models
 
-    sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
-    run(personas, out, lengths=sizes, settings=_settings(model), thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
+    try:
+        sizes = tuple(int(float(x.lower().rstrip("k")) * (1000 if x.lower().endswith("k") else 1)) for x in lengths.split(","))
+    except ValueError:
+        raise ConfigurationError(f"--lengths {lengths!r}: give token counts like 32k,64k,128k") from None
+    settings = _settings(model)
+    check_models(settings, ("chat", "judge"))
+    run(personas, out, lengths=sizes, settings=settings, thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
 
 
 @generate_app.command("realmem")
@@ -377,8 +460,11 @@ def generate_realmem(
 ) -> None:
     """Simulate a RealMem-style multi-session history with a user agent, assistant and memory manager."""
     from dualmem.generate import generate_realmem as run
+    from dualmem.preflight import check_models
 
-    run(persona, out, sessions=sessions, settings=_settings(model), framework=framework, thread_id=thread)
+    settings = _settings(model)
+    check_models(settings, ("chat", "judge"))
+    run(persona, out, sessions=sessions, settings=settings, framework=framework, thread_id=thread)
 
 
 _mount_train()

@@ -83,6 +83,13 @@ class Settings:
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
     incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
+    call_retries: int = _setting(4, "retries of a model call that failed transiently (429, 5xx, timeout, refused connection)", int)
+    retry_backoff: float = _setting(1.0, "first wait before retrying a model call, in seconds; doubles each retry (with jitter)", float)
+    retry_max_wait: float = _setting(
+        120.0, "longest wait between model-call retries, in seconds; a longer Retry-After fails the call instead", float
+    )
+    request_timeout: float = _setting(120.0, "seconds before a call to a remote model endpoint times out (a transient error; 0 = no limit)", float)
+    max_ops_per_chunk: int = _setting(40, "writer operations accepted per chunk; the rest are rejected with a reason", int)
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
     local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
@@ -102,9 +109,12 @@ class Settings:
                     f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
                     f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
                 )
-        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions"):
+        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
 
     @property
     def writer(self) -> str:

@@ -42,7 +42,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
         save_persona(settings.store_uri, who)
         console.print(f"also ingesting the first {realmem_sessions} RealMem sessions of {who.name} ({realmem})…")
         reports["realmem"] = write_history(prefix, who, settings=settings, thread_id=f"demo-{who.id}")
-    else:
+    elif realmem_sessions > 0:
         console.print("[dim]../shared/data not found: skipping the RealMem prefix[/]")
 
     for name, report in reports.items():

@@ -28,3 +28,15 @@ class StructuredOutputError(DualMemError):
     def __init__(self, message: str, *, raw: str | None = None, attempts: int = 0) -> None:
         self.raw, self.attempts = raw, attempts
         super().__init__(message)
+
+
+class ModelCallError(DualMemError):
+    """A model call failed: a transient error outlasted its retries, or the endpoint refused the request.
+
+    ``transient`` says whether retrying later may succeed; ``attempts`` counts
+    the calls made. Callers record it (failed chunk, judge error) and go on.
+    """
+
+    def __init__(self, message: str, *, attempts: int = 1, transient: bool = False, status: int | None = None) -> None:
+        self.attempts, self.transient, self.status = attempts, transient, status
+        super().__init__(message)

@@ -28,6 +28,21 @@ from dualmem.errors import ConfigurationError
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 LOCAL_PREFIX = "local:"
 OPENAI_COMPATIBLE = ("vllm", "openai-compatible")
+# the API key each hosted provider of ``init_chat_model`` reads from the environment
+PROVIDER_KEYS = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "google_genai": "GOOGLE_API_KEY",
+    "mistralai": "MISTRAL_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "xai": "XAI_API_KEY",
+    "together": "TOGETHER_API_KEY",
+    "fireworks": "FIREWORKS_API_KEY",
+    "cohere": "COHERE_API_KEY",
+    "perplexity": "PPLX_API_KEY",
+}
+EMBEDDER_FIX = "use bundled:all-MiniLM-L6-v2, a local sentence-transformers model folder, provider:model or hash:DIMS"
 
 
 def _package_dir(package: str, install_hint: str) -> Path:
@@ -82,15 +97,31 @@ def load_chat_model(
         if model is None:
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
     return _build_chat_model(
-        model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens, settings.local_engine
+        model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens,
+        settings.local_engine, settings.request_timeout,
     )
+
+
+def _need_key(spec: str, provider: str, given: str = "") -> None:
+    """Raise when a hosted provider's API key is missing (checked before any call is made)."""
+    var = PROVIDER_KEYS.get(provider)
+    if var and not (given or os.environ.get(var)):
+        extra = " (or settings.openai_api_key)" if provider == "openai" else ""
+        raise ConfigurationError(
+            f"model {spec!r} needs an API key: set {var}{extra}, or use an OpenAI-compatible endpoint "
+            f"(OPENAI_BASE_URL with vllm:NAME) or the bundled local:smollm2"
+        )
 
 
 @lru_cache(maxsize=8)
 def _build_chat_model(
-    spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto"
+    spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto",
+    request_timeout: float = 120.0,
 ) -> BaseChatModel:
     provider, name = _split(spec)
+    if not name:
+        raise ConfigurationError(f"model {spec!r} names no model after {provider + ':'!r} (e.g. {provider}:NAME)")
+    timeout = request_timeout or None
     if provider == "local":
         from dualmem.local_llm import load_local_chat_model
 
@@ -98,27 +129,36 @@ def _build_chat_model(
     if provider == "fake":  # offline scripted model for servers and CLI tests
         from dualmem.testing import make_fake
 
-        return make_fake(name)
-    if provider in OPENAI_COMPATIBLE or (provider == "openai" and base_url):
+        try:
+            return make_fake(name)
+        except ValueError as exc:
+            raise ConfigurationError(f"model {spec!r}: {exc}") from None
+    if provider in OPENAI_COMPATIBLE or provider == "openai":
         if provider in OPENAI_COMPATIBLE and not base_url:
             raise ConfigurationError(
                 f"model {spec!r} needs an endpoint: set OPENAI_BASE_URL (or settings.openai_base_url), e.g. http://127.0.0.1:8000/v1"
             )
+        if not base_url:
+            _need_key(spec, provider, api_key)
         from langchain_openai import ChatOpenAI
 
-        return ChatOpenAI(
+        return ChatOpenAI(  # retries are DualMem's (dualmem.retry), so the client makes one attempt per call
             model=name,
             base_url=base_url or None,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",  # type: ignore[arg-type]
             temperature=temperature,
             max_completion_tokens=max_new_tokens,
+            max_retries=0,
+            timeout=timeout,
         )
     from langchain.chat_models import init_chat_model
 
+    _need_key(spec, provider)
+    extra: dict[str, Any] = {"max_retries": 0, "timeout": timeout} if provider == "anthropic" else {}
     try:
-        return init_chat_model(spec, temperature=temperature)
-    except (ImportError, ValueError) as exc:
-        raise ConfigurationError(f"cannot build chat model {spec!r}: {exc}") from exc
+        return init_chat_model(spec, temperature=temperature, **extra)
+    except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration problem
+        raise ConfigurationError(f"cannot build chat model {spec!r}: {' '.join(str(exc).split())[:300]}") from None
 
 
 class SentenceTransformerEmbeddings(Embeddings):
@@ -154,6 +194,29 @@ def load_embeddings(embedder: str | Embeddings | None = None, settings: Settings
     return _build_embeddings(spec)
 
 
+def _is_provider_spec(spec: str) -> bool:
+    """Return True for ``provider:model`` (not a path such as ``./models/x`` or ``C:\\models``)."""
+    provider, sep, _ = spec.partition(":")
+    return bool(sep) and len(provider) > 1 and not any(c in provider for c in "/\\.~")
+
+
+def _local_embedder(spec: str) -> Embeddings:
+    """Load a sentence-transformers model folder, or raise naming what is wrong with it."""
+    folder = Path(spec).expanduser()
+    if not folder.exists():
+        raise ConfigurationError(f"embedder folder {spec!r} does not exist; {EMBEDDER_FIX}")
+    if not folder.is_dir() or not any((folder / name).is_file() for name in ("modules.json", "config.json")):
+        kind = "is a file, not a model folder" if folder.is_file() else "holds no model (no modules.json or config.json)"
+        raise ConfigurationError(f"embedder {spec!r} {kind}; {EMBEDDER_FIX}")
+    try:
+        return SentenceTransformerEmbeddings(folder)
+    except Exception as exc:  # noqa: BLE001 - a broken model folder is a configuration problem
+        raise ConfigurationError(
+            f"embedder folder {spec!r} could not be loaded as a sentence-transformers model "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); {EMBEDDER_FIX}"
+        ) from None
+
+
 @lru_cache(maxsize=4)
 def _build_embeddings(spec: str) -> Embeddings:
     if spec == BUNDLED_EMBEDDER or spec == "bundled":
@@ -161,18 +224,22 @@ def _build_embeddings(spec: str) -> Embeddings:
     if spec.startswith("hash:"):
         from dualmem.testing import HashEmbeddings
 
-        return HashEmbeddings(int(spec.split(":", 1)[1] or 64))
-    if Path(spec).expanduser().exists():
-        return SentenceTransformerEmbeddings(Path(spec).expanduser())
+        dims = spec.split(":", 1)[1] or "64"
+        if not dims.isdigit() or int(dims) < 1:
+            raise ConfigurationError(f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64")
+        return HashEmbeddings(int(dims))
+    if Path(spec).expanduser().exists() or not _is_provider_spec(spec):
+        return _local_embedder(spec)
     provider, _ = _split(spec)
     if provider in {"sentence-transformers", "st"}:
         raise ConfigurationError(f"{spec!r}: give a local model folder path; nothing is downloaded at run time")
     from langchain.embeddings import init_embeddings
 
+    _need_key(spec, provider)
     try:
         return init_embeddings(spec)
-    except (ImportError, ValueError) as exc:
-        raise ConfigurationError(f"cannot build embeddings {spec!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration problem
+        raise ConfigurationError(f"cannot build embeddings {spec!r}: {' '.join(str(exc).split())[:300]}; {EMBEDDER_FIX}") from None
 
 
 def embedding_dims(embeddings: Embeddings) -> int:

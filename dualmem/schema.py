@@ -201,6 +201,8 @@ class FactOp(BaseModel):
     may cite; ``UPDATE`` / ``DELETE`` take an id shown in the working view (``F3``).
     """
 
+    model_config = ConfigDict(extra="forbid")  # an unknown key is an error to repair, never ignored
+
     op: OpName
     id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE", pattern=r"^[NF][0-9]{1,3}$")
     text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)", max_length=300)
@@ -209,6 +211,8 @@ class FactOp(BaseModel):
 
 class InsightOp(BaseModel):
     """One operation on the insight stream; ``fact_ids`` cite view or new fact labels."""
+
+    model_config = ConfigDict(extra="forbid")
 
     op: OpName
     id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE", pattern=r"^[MI][0-9]{1,3}$")
@@ -219,7 +223,11 @@ class InsightOp(BaseModel):
 
 
 class MemoryUpdate(BaseModel):
-    """The writer model's answer for one chunk."""
+    """The writer model's answer for one chunk: fact and insight operations, nothing else."""
+
+    # strict: {"memories": [...]} does not validate, so it is repaired or the chunk is recorded as failed,
+    # never taken for an empty update
+    model_config = ConfigDict(extra="forbid")
 
     facts: list[FactOp] = Field(default_factory=list)
     insights: list[InsightOp] = Field(default_factory=list)

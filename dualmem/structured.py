@@ -5,6 +5,13 @@ the bundled local model, the test fakes) are asked for the schema directly;
 others get JSON-mode prompting. Either way a malformed answer is fed back with
 its error and retried; after ``retries`` repairs the result says it failed —
 callers record that, never drop it.
+
+Each call goes through :func:`dualmem.retry.invoke_with_retry`: transient
+endpoint errors are retried with backoff (``policy``: a
+:class:`~dualmem.retry.RetryPolicy` or the ``Settings`` it comes from). A call
+that still fails ends the attempt loop at once with ``call_failed`` set (no
+repair: there is no answer to repair); a refused credential raises
+:class:`~dualmem.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,10 @@ from typing import Any, Generic, TypeVar
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
+
+from dualmem.config import Settings
+from dualmem.errors import ModelCallError
+from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -35,6 +46,7 @@ def _output_errors() -> tuple[type[BaseException], ...]:
 
 
 OUTPUT_ERRORS = _output_errors()
+ANSWER_OR_CALL_ERRORS: tuple[type[BaseException], ...] = (*OUTPUT_ERRORS, ModelCallError)
 
 JSON_INSTRUCTION = (
     "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
@@ -51,8 +63,9 @@ class Structured(Generic[T]):
 
     value: T | None
     error: str | None = None
-    attempts: int = 0
+    attempts: int = 0  # model calls made: repairs and transient retries included
     raw: list[str] = field(default_factory=list)
+    call_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -144,6 +157,16 @@ def _repair(messages: list[BaseMessage], raw: str, error: str) -> list[BaseMessa
     return [*messages, AIMessage(content=raw[:4000]), HumanMessage(content=REPAIR_INSTRUCTION.format(error=error))]
 
 
+class _Counter:
+    """Count the transient retries of one structured call."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, *_: Any) -> None:
+        self.n += 1
+
+
 def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) -> Generator[list[BaseMessage], Any, Structured[T]]:
     """Yield the messages of each attempt, receive the answer (or the exception)."""
     out: Structured[T] = Structured(value=None)
@@ -151,6 +174,9 @@ def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) 
         out.attempts += 1
         result = yield msgs
         error: str | None
+        if isinstance(result, ModelCallError):  # the endpoint failed: nothing to repair
+            out.error, out.call_failed = _short(result), True
+            return out
         if isinstance(result, Exception):
             value, error, raw = None, _short(result), ""
         else:
@@ -172,19 +198,21 @@ def invoke_structured(
     retries: int = 2,
     method: str | None = None,
     config: Any = None,
+    policy: RetryPolicy | Settings | None = None,
 ) -> Structured[T]:
-    """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output."""
+    """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output or a failed call."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
     core = _core(schema, native, msgs, retries)
-    request = next(core)
+    request, retried = next(core), _Counter()
     while True:
         try:
-            result: Any = runnable.invoke(request, config=config)
-        except OUTPUT_ERRORS as exc:  # parser and length errors raised by some providers
+            result: Any = invoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
+        except ANSWER_OR_CALL_ERRORS as exc:  # parser and length errors raised by some providers
             result = exc
         try:
             request = core.send(result)
         except StopIteration as stop:
+            stop.value.attempts += retried.n  # every call counts, transient retries included
             return stop.value
 
 
@@ -196,17 +224,19 @@ async def ainvoke_structured(
     retries: int = 2,
     method: str | None = None,
     config: Any = None,
+    policy: RetryPolicy | Settings | None = None,
 ) -> Structured[T]:
     """Async twin of :func:`invoke_structured`, driving the same ``_core``."""
     runnable, msgs, native = _prepare(model, schema, messages, method)
     core = _core(schema, native, msgs, retries)
-    request = next(core)
+    request, retried = next(core), _Counter()
     while True:
         try:
-            result: Any = await runnable.ainvoke(request, config=config)
-        except OUTPUT_ERRORS as exc:
+            result: Any = await ainvoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
+        except ANSWER_OR_CALL_ERRORS as exc:
             result = exc
         try:
             request = core.send(result)
         except StopIteration as stop:
+            stop.value.attempts += retried.n  # every call counts, transient retries included
             return stop.value

@@ -137,11 +137,20 @@ def scripted(fn: Callable[[list[BaseMessage]], Any]) -> FakeChatModel:
     return FakeChatModel(responses=[fn], cycle=True)
 
 
+def _unquote(text: str) -> str:
+    """Return a turn's text from its quoted prompt form."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, str) else text
+
+
 def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
     """Answer MemoryUpdate requests with one fact and one insight taken from the chunk."""
     text = str(messages[-1].content) if messages else ""
     if tool == "MemoryUpdate":
-        turns = re.findall(r"^\[[^\]]+\]\s*[^:\n]+:\s*(.+)$", text, re.M)
+        turns = [_unquote(t) for t in re.findall(r"^\[[^\]]+\][^\n]*?:\s*(\".*\")$", text, re.M)]
         lines = turns or [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
         user = next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
         return {

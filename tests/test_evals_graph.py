@@ -223,7 +223,7 @@ def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_
             raise TimeoutError("judge endpoint timed out")
         return {"reasoning": "", "score": 3}
 
-    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1),
+    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1, call_retries=0),
                   similarity=HashEmbeddings(64), framework_factory=factory, progress=False, ragas=False, personas=["a-first"],
                   judge=FakeChatModel(responses=[verdict], cycle=True))
     first = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
@@ -232,7 +232,8 @@ def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_
     assert first[0]["judges"]["information_richness"]["score"] is None and not first[1]["judges"]
     assert (attempts["respond"], judge_calls["n"]) == (3, 2 * 4)  # two answers judged on four dimensions
     second = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
-    assert not any(r["errors"] for r in second) and all(v["score"] == 3 for r in second for v in r["judges"].values())
+    assert not any(r["errors"] for r in second), [r["errors"] for r in second]
+    assert all(v["score"] == 3 for r in second for v in r["judges"].values())
     # only what failed is asked again: q2's answer and its four verdicts, q1's one failed verdict
     assert (attempts["respond"], judge_calls["n"]) == (3 + 1, 8 + 4 + 1)
     assert second[0]["answer"] == first[0]["answer"] and second[2] == first[2]

@@ -68,7 +68,7 @@ def test_generates_loadable_dataset_with_manifest(tmp_path):
 
 def test_killed_run_resumes_without_regenerating(tmp_path):
     first = weave_model(WeaveScript(kill_on="Value Judgment insight 1 of Mara"))
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(KeyboardInterrupt, match="killed"):
         run(tmp_path, first, thread="resume")
     asked_first = [m for m in first.calls if "INSIGHTS of the task type" in str(m[-1].content)]
     assert len(asked_first) == 8  # both personas ideated before the crash

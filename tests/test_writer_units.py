@@ -66,7 +66,7 @@ def test_render_writer_messages_is_pure_and_carries_persona_view_chunk():
     assert "You are Dr. Lee" in system and "clinical psychologist" in system
     assert "F1: works night shifts at a warehouse" in user
     assert "I1: I read the tiredness as burnout [rests on F1]" in user
-    assert "[t9] User: I quit my job today" in user and "2024-05-01" in user
+    assert '[t9] User: "I quit my job today"' in user and "2024-05-01" in user
 
 
 def _chunk(turn_ids=("t1", "t2")):

@@ -97,6 +97,29 @@ def read_json(path: str | Path) -> Any:
         raise DatasetError(
             str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        depth = _max_depth(text)
+        raise DatasetError(
+            str(path), "$", "JSON nested less than ~1,000 levels deep (dataset files nest < 10)",
+            f"arrays/objects nested {depth:,} levels deep; is this the right file?",
+        ) from None
+
+
+def _max_depth(text: str) -> int:
+    """Return how deep ``[``/``{`` nest in JSON text (strings skipped), without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2) -> Path:

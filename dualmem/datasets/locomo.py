@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from dualmem.datasets._validate import json_files, read_json, unique, validate
+from dualmem.datasets._validate import describe, json_files, read_json, unique, validate
 from dualmem.errors import DatasetError
 from dualmem.schema import Dataset, DatasetItem, Dialogue, GoldEvidence, MemoryPoint, Persona, Query, Session, Turn
 
@@ -136,11 +136,18 @@ def parse_locomo_sample(
         numbers = numbers[:limit_sessions]
     roles = {head.speaker_a: "user", head.speaker_b: "assistant"}
     sessions: list[Session] = []
+    seen_ids: dict[str, str] = {}
     for n in numbers:
         key = f"session_{n}"
         turns_raw = validate(TURNS, conv[key], file, (*root, "conversation", key))
         turns = []
         for t_index, t in enumerate(turns_raw):
+            if t.dia_id in seen_ids:
+                raise DatasetError(
+                    str(file), f"$[{index}].conversation.{key}[{t_index}].dia_id",
+                    f"a dia_id not used by an earlier turn (first at {seen_ids[t.dia_id]})", f"{t.dia_id!r} again",
+                )
+            seen_ids[t.dia_id] = f"$[{index}].conversation.{key}[{t_index}]"
             if t.speaker not in roles:
                 raise DatasetError(
                     str(file),
@@ -151,6 +158,10 @@ def parse_locomo_sample(
             extra = {k: v for k, v in conv[key][t_index].items() if k not in {"speaker", "dia_id", "text"}}
             turns.append(Turn(id=t.dia_id, role=roles[t.speaker], speaker=t.speaker, text=_text(t), meta=extra))  # type: ignore[arg-type]
         time = conv.get(f"{key}_date_time")
+        if time is not None and not isinstance(time, str):
+            raise DatasetError(
+                str(file), f"$[{index}].conversation.{key}_date_time", "a date string like '1:56 pm on 8 May, 2023'", describe(time)
+            )
         sessions.append(
             Session(id=key, time=time, turns=turns, memory_points=_observations(raw.observation, n, key), meta={"n": n})
         )

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dualmem.datasets._validate import json_files, read_json, validate, write_json_atomic
+from dualmem.errors import DatasetError
 from dualmem.schema import Dataset, DatasetItem, Dialogue, GoldEvidence, MemoryPoint, Persona, Query, Session, Turn
 from dualmem.tokens import count_tokens_batch
 
@@ -140,6 +141,15 @@ def _queries(session: Session) -> list[Query]:
 def parse_realmem(data: Any, file: str | Path = "<realmem>", *, limit_sessions: int | None = None) -> DatasetItem:
     """Validate raw RealMem JSON data and map it onto a :class:`DatasetItem`."""
     raw = validate(RawFile, data, file)
+    first: dict[str, int] = {}
+    for i, rs in enumerate(raw.dialogues):  # a repeated uuid would merge two sessions (and their turn ids) into one
+        if rs.session_uuid in first:
+            raise DatasetError(
+                str(file), f"$.dialogues[{i}].session_uuid",
+                f"a session_uuid not used by an earlier session (first used at $.dialogues[{first[rs.session_uuid]}])",
+                f"{rs.session_uuid!r} again; give each session its own uuid",
+            )
+        first[rs.session_uuid] = i
     name = raw.metadata.person_name
     sessions: list[Session] = []
     raw_sessions = raw.dialogues if limit_sessions is None else raw.dialogues[:limit_sessions]

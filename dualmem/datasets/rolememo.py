@@ -114,7 +114,11 @@ class RawRoleMemo(BaseModel):
 
 def _check_references(raw: RawRoleMemo, file: str | Path) -> None:
     where: dict[str, str] = {}
+    sessions: set[str] = set()
     for s_i, s in enumerate(raw.history):
+        if s.session_id in sessions:
+            raise DatasetError(str(file), f"$.history[{s_i}].session_id", "a session id unique in the file", repr(s.session_id))
+        sessions.add(s.session_id)
         for t_i, t in enumerate(s.turns):
             if t.turn_id in where:
                 raise DatasetError(

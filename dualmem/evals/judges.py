@@ -83,21 +83,29 @@ def run_judge(
     repetitions: int = 1,
     retries: int = 2,
     fields: Sequence[str] = ("score",),
+    policy: Settings | None = None,
 ) -> dict[str, Any]:
-    """Ask ``model`` ``repetitions`` times; return per-field means, per-repetition values and errors."""
+    """Ask ``model`` ``repetitions`` times; return per-field means, per-repetition values and errors.
+
+    Transient endpoint errors are retried as ``policy`` (settings) says; a call
+    that still fails is one repetition's error, like an unparseable verdict.
+    """
     messages = [SystemMessage(content=JUDGE_SYSTEM), HumanMessage(content=prompt)]
     reps: list[dict[str, Any]] = []
     errors: list[str] = []
+    call_failed = False
     for _ in range(repetitions):
-        out = invoke_structured(model, messages, schema, retries=retries)
+        out = invoke_structured(model, messages, schema, retries=retries, policy=policy)
         if out.value is None:
-            errors.append(f"unparseable judge answer after {out.attempts} attempts: {out.error}")
+            what = "judge model call failed" if out.call_failed else "unparseable judge answer"
+            errors.append(f"{what} after {out.attempts} attempts: {out.error}")
             reps.append({"error": out.error})
+            call_failed = call_failed or out.call_failed
             continue
         reps.append(out.value.model_dump())
     good = [r for r in reps if "error" not in r]
     means = {f: _mean([float(r[f]) for r in good]) for f in fields}
-    return {"means": means, "repetitions": reps, "errors": errors}
+    return {"means": means, "repetitions": reps, "errors": errors, "call_failed": call_failed}
 
 
 def _result(key: str, score: float | None, verdict: dict[str, Any], field: str = "score") -> dict[str, Any]:
@@ -111,7 +119,8 @@ def _result(key: str, score: float | None, verdict: dict[str, Any], field: str =
         "key": key,
         "score": score,
         "comment": comment,
-        "extra": {"repetitions": scores, "errors": list(verdict["errors"]), "reasoning": reasons},
+        "extra": {"repetitions": scores, "errors": list(verdict["errors"]), "reasoning": reasons,
+                  "call_failed": bool(verdict.get("call_failed"))},
     }
 
 
@@ -147,7 +156,7 @@ def roleplay_judge(
             question=inputs.get("question", ""),
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=reps, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=reps, retries=retries, policy=settings)
         return _result(dimension, verdict["means"]["score"], verdict)
 
     return _named(evaluate, dimension)
@@ -178,7 +187,7 @@ def realmem_answer_judge(
             reference=ref.get("answer") or "(none)",
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries, policy=settings)
         return _result("realmem_answer", verdict["means"]["score"], verdict)
 
     return _named(realmem_answer, "realmem_answer")
@@ -205,7 +214,7 @@ def realmem_memory_judge(
             memory="\n".join(gold),
             retrieved=_numbered(list((outputs or {}).get("retrieved") or [])[:top_k]),
         )
-        verdict = run_judge(chat, prompt, MemoryVerdict, repetitions=repetitions, retries=retries, fields=("recall", "score"))
+        verdict = run_judge(chat, prompt, MemoryVerdict, repetitions=repetitions, retries=retries, fields=("recall", "score"), policy=settings)
         return {
             "results": [
                 _result("mem_recall", verdict["means"]["recall"], verdict, "recall"),
@@ -231,7 +240,7 @@ def locomo_correctness_judge(
             reference=(reference_outputs or {}).get("answer") or "(not answerable from the conversation)",
             answer=_text((outputs or {}).get("answer")),
         )
-        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries)
+        verdict = run_judge(chat, prompt, schema, repetitions=repetitions, retries=retries, policy=settings)
         return _result("locomo_correctness", verdict["means"]["score"], verdict)
 
     return _named(locomo_correctness, "locomo_correctness")

@@ -77,8 +77,9 @@ def journaled(judge: Evaluator, journal: PersonaJournal | None) -> Evaluator:
         except Exception as exc:  # noqa: BLE001 - a failed call (network, quota): reported now, asked again on resume
             return {"results": [{"key": name, "score": None, "comment": f"error: {exc}",
                                  "extra": {"errors": [f"judge raised {type(exc).__name__}: {exc}"]}}]}
-        if journal is not None:  # a verdict, even one the model could not make parseable, is recorded once
-            journal.put_judgement(qid, name, result)
+        failed_call = any((r.get("extra") or {}).get("call_failed") for r in result["results"])
+        if journal is not None and not failed_call:  # a verdict, even an unparseable one, is recorded once;
+            journal.put_judgement(qid, name, result)  # a call that failed (endpoint down) is asked again on resume
         return result
 
     evaluate.__name__ = name

@@ -90,7 +90,7 @@ class AMemFramework(MemoryFramework):
 
     def _ask(self, schema: type[BaseModel], prompt: str) -> Any:
         messages = [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)]
-        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
 
     def ingest(self, session: Session) -> IngestReport:
         """Add the session as notes: annotate, link to nearest notes, evolve neighbours."""

@@ -137,7 +137,7 @@ class BookmarksFramework(MemoryFramework):
 
     def _ask(self, schema: type[BaseModel], prompt: str, label: str) -> Any:
         messages = [SystemMessage(content=BOOKMARKS_SYSTEM), HumanMessage(content=prompt)]
-        result = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+        result = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
         if not result.ok:
             self.last_failures[label] = result.error or "invalid answer"
         return result.value

@@ -65,7 +65,7 @@ class EmotionalRAGFramework(MemoryFramework):
             if frag_id in done:
                 continue
             text = "\n".join(render_turn(t) for t in turns)
-            result = score_emotion(model, text, retries=retries)
+            result = score_emotion(model, text, retries=retries, policy=self.context.settings)
             report.llm_calls += result.attempts
             if not result.ok:
                 report.failed_chunks.append(frag_id)
@@ -92,7 +92,7 @@ class EmotionalRAGFramework(MemoryFramework):
     def query_emotion(self, query: str) -> list[float] | None:
         """Return the query's emotion vector, scored once per query text (None if scoring failed)."""
         if query not in self._query_emotions:
-            result = score_emotion(self.context.chat(), query, retries=self.context.settings.max_retries)
+            result = score_emotion(self.context.chat(), query, retries=self.context.settings.max_retries, policy=self.context.settings)
             self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]
 

@@ -30,6 +30,7 @@ from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.full_context import session_chunks
 from dualmem.models import embedding_dims
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, Turn, stable_id
 
 
@@ -109,7 +110,10 @@ class LangMemFramework(MemoryFramework):
                     continue
                 report.llm_calls += 1
                 try:
-                    puts = manager.invoke({"messages": [_message(t, session.time) for t in turns]})
+                    request = {"messages": [_message(t, session.time) for t in turns]}
+                    puts = invoke_with_retry(manager, request, policy=self.context.settings)
+                except ConfigurationError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - recorded as a failed chunk, never dropped
                     report.failed_chunks.append(chunk_id)
                     report.meta.setdefault("errors", {})[chunk_id] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

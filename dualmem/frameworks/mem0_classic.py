@@ -31,9 +31,11 @@ from typing import Any, Literal, Self, TypeVar
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, create_model, model_validator
 
+from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.full_context import LanceState, render_turn, truncate_tokens
 from dualmem.prompts.mem0 import MEM0_EXTRACT, MEM0_EXTRACT_SYSTEM, MEM0_SUMMARY, MEM0_UPDATE, MEM0_UPDATE_SYSTEM
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import Fact, MemoryItem, Session, SourceRef, Turn, stable_id
 from dualmem.stores.dual import DualStore
 from dualmem.structured import invoke_structured
@@ -143,7 +145,9 @@ class Mem0ClassicFramework(MemoryFramework):
     def _structured(self, messages: list[BaseMessage], schema: type[T]) -> tuple[T | None, str | None, int]:
         """Call ``invoke_structured``; a model that raises counts as one failed attempt."""
         try:
-            out = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+            out = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
+        except ConfigurationError:
+            raise
         except Exception as exc:  # noqa: BLE001 - endpoint errors are recorded by the caller, never dropped
             return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:300], 1
         return out.value, out.error, out.attempts
@@ -175,7 +179,10 @@ class Mem0ClassicFramework(MemoryFramework):
         prompt = MEM0_SUMMARY.format(summary=summary or "(empty)", messages=recent, max_words=self.summary_words)
         report.llm_calls += 1
         try:  # the answer is cut to ~2 tokens a word anyway: generating more is wasted
-            answer = self.context.chat().bind(max_tokens=self.summary_words * 2).invoke([HumanMessage(content=prompt)])
+            bound = self.context.chat().bind(max_tokens=self.summary_words * 2)
+            answer = invoke_with_retry(bound, [HumanMessage(content=prompt)], policy=self.context.settings)
+        except ConfigurationError:
+            raise
         except Exception as exc:  # noqa: BLE001 - recorded; the old summary stays
             report.meta.setdefault("summary_errors", []).append(" ".join(str(exc).split())[:300])
             return summary

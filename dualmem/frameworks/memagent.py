@@ -25,9 +25,11 @@ import math
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
 from dualmem.prompts.memagent import MEMAGENT_FOCUS, MEMAGENT_SHORTEN, MEMAGENT_SYSTEM, MEMAGENT_UPDATE
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, stable_id
 from dualmem.tokens import count_tokens
 
@@ -89,7 +91,7 @@ class MemAgentFramework(MemoryFramework):
         return (self.state.get(self.namespace, MEMORY_KEY) or {}).get("version", 0)
 
     def _ask(self, messages: list[BaseMessage]) -> str:
-        return _text(self.context.chat().invoke(messages))
+        return _text(invoke_with_retry(self.context.chat(), messages, policy=self.context.settings))
 
     def _bounded(self, messages: list[BaseMessage], answer: str, stats: dict[str, int]) -> tuple[str, int]:
         """Return (answer within budget, model calls made): re-ask to shorten, then cut."""
@@ -145,6 +147,8 @@ class MemAgentFramework(MemoryFramework):
                 text = "\n".join(render_turn(t, session.time) for t in turns)
                 try:
                     memory, calls = self.rewrite(current["text"], text, stats)
+                except ConfigurationError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - any model failure is recorded, never dropped
                     report.llm_calls += 1
                     report.failed_chunks.append(chunk_id)

@@ -113,7 +113,7 @@ class MemoryBankFramework(MemoryFramework):
 
     def _structured(self, schema: type[BaseModel], prompt: str) -> Any:
         messages = [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)]
-        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries)
+        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's pieces and event summaries; update the global summary and portrait."""

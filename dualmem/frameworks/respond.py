@@ -30,5 +30,6 @@ def reader_messages(context: FrameworkContext, query: str, items: Sequence[Retri
 def answer_from_items(context: FrameworkContext, query: str, items: Sequence[RetrievedItem]) -> str:
     """Answer ``query`` in character (``context.persona``) from retrieved items with the shared chat model."""
     from dualmem.nodes.respond import message_text
+    from dualmem.retry import invoke_with_retry
 
-    return message_text(context.chat().invoke(reader_messages(context, query, items)))
+    return message_text(invoke_with_retry(context.chat(), reader_messages(context, query, items), policy=context.settings))

@@ -42,6 +42,7 @@ from dualmem.nodes.respond import (
 )
 from dualmem.nodes.writer import SettingsContext, WriterResources, resources
 from dualmem.prompts.respond import render_respond_messages
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import MemoryItem, Persona
 from dualmem.stores.dual import DualResult, DualStore, ScoredItem
 
@@ -122,7 +123,7 @@ def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
         messages = render_respond_messages(persona, items_text(items), query, history)
     else:
         messages = reply_messages(persona, result_from_state(dict(state)), query, history)
-    answer = res.chat().invoke(messages)  # the node's config (callbacks, streaming) flows in implicitly
+    answer = invoke_with_retry(res.chat(), messages, policy=res.settings)  # the node's config (callbacks, streaming) flows in implicitly
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
     return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
@@ -135,7 +136,9 @@ def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     if res.settings.framework != "dualmem":
         report = _framework(res, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"]))
         return {"written": [asdict(report)]}
-    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"])
+    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-4:]  # the user's messages before this one
+    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"], earlier)
     return {"written": [dict(r) for r in rows]}
 
 

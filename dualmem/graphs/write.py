@@ -24,7 +24,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -38,6 +37,7 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
 from dualmem.nodes.writer import Draft, SettingsContext, WriterResources, apply_draft, draft_chunk, resources
+from dualmem.preflight import check_file_path, check_model, check_store_uri, needs_check
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
@@ -177,6 +177,25 @@ class WriteReport:
         return sum(len(row.get("rejected") or []) for row in self.chunks)
 
     @property
+    def flagged_turns(self) -> list[dict[str, Any]]:
+        """Return the turns the guard flagged as requests to change the persona's memory (once each)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for row in self.chunks:
+            for flag in row.get("flagged") or []:
+                seen.setdefault(flag["turn_id"], flag)
+        return list(seen.values())
+
+    @property
+    def guard_rejected(self) -> int:
+        """Return the operations the memory-poisoning guard rejected."""
+        return sum(1 for row in self.chunks for op in row.get("rejected") or [] if str(op.get("reason", "")).startswith("guard:"))
+
+    @property
+    def request_facts(self) -> int:
+        """Return the facts kept as requests to change the persona's memory (what the user asked)."""
+        return sum(1 for row in self.chunks if row.get("status") == "applied" for op in row.get("applied") or [] if op.get("request"))
+
+    @property
     def llm_calls(self) -> int:
         """Return the writer model calls (repairs included)."""
         return sum(int(row.get("attempts") or 0) for row in self.chunks)
@@ -190,7 +209,9 @@ class WriteReport:
         """Return a one-line summary."""
         return (
             f"{len(self.chunks)} chunks, {self.facts_written} facts and {self.insights_written} insights written, "
-            f"{self.rejected} ops rejected, {len(self.failed_chunks)} chunk(s) failed, {self.llm_calls} model calls"
+            f"{self.rejected} ops rejected, {len(self.failed_chunks)} chunk(s) failed, {self.llm_calls} model calls, "
+            f"{len(self.flagged_turns)} turn(s) flagged as requests to change the persona's memory "
+            f"({self.request_facts} kept as request facts, {self.guard_rejected} ops rejected by the guard)"
         )
 
 
@@ -264,8 +285,11 @@ def _job(
     res = WriterResources(settings, model=None if model is None else load_chat_model(model, settings, role="writer"), store=db, embeddings=embeddings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
     path = settings.checkpoint_path if checkpointer is None else None
-    if path and path != ":memory:":
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    check_file_path(path or "")  # creates its folder, or says why it cannot
+    if store is None:
+        check_store_uri(settings.store_uri)
+    if needs_check(settings.writer if model is None else res.model):  # one cheap call now, not a failure per chunk later
+        check_model(res.chat(), settings)
     return _Job(who.model_dump(mode="json"), res, chunks, ns, thread, path)
 
 

@@ -2,6 +2,9 @@
 
 A chunk never crosses a session (it carries that session's id and date) and
 never splits a turn: a single turn longer than the budget is a chunk of its own.
+The memory-poisoning guard reads each whole session here: a chunk carries the
+flags of its turns (requests to change the persona's memory, marked in its
+text too) and the users' claims about what the persona believes.
 The chunk id hashes the namespace, the session id and the turn ids, so the same
 history always yields the same ids (the writer's ledger relies on it).
 
@@ -14,10 +17,11 @@ history always yields the same ids (the writer's ledger relies on it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from dualmem.nodes.guard import Claim, TurnFlag, flag_turns, turn_claims
 from dualmem.prompts.writer import format_chunk, format_turn
 from dualmem.schema import Dialogue, Session, Turn, stable_id
 from dualmem.tokens import count_tokens_batch
@@ -34,6 +38,8 @@ class Chunk(TypedDict):
     user_turn_ids: list[str]
     text: str
     tokens: int
+    flagged: NotRequired[list[TurnFlag]]  # the guard's requests among its turns (absent in old checkpoints)
+    claims: NotRequired[list[Claim]]
 
 
 def chunk_id(namespace: Sequence[str], session_id: str, turn_ids: Sequence[str]) -> str:
@@ -50,9 +56,9 @@ def as_sessions(history: Dialogue | Session | Iterable[Session | dict[str, Any]]
     return [s if isinstance(s, Session) else Session.model_validate(s) for s in history]
 
 
-def split_turns(turns: Sequence[Turn], max_tokens: int) -> list[tuple[list[Turn], list[int]]]:
+def split_turns(turns: Sequence[Turn], max_tokens: int, flags: dict[str, str] | None = None) -> list[tuple[list[Turn], list[int]]]:
     """Group turns into runs of at most ``max_tokens`` tokens (an over-long turn stands alone)."""
-    sizes = count_tokens_batch([format_turn(t) for t in turns]) if turns else []
+    sizes = count_tokens_batch([format_turn(t, (flags or {}).get(t.id)) for t in turns]) if turns else []
     groups: list[tuple[list[Turn], list[int]]] = []
     current: list[Turn] = []
     current_sizes: list[int] = []
@@ -73,12 +79,20 @@ def chunk_sessions(
     max_tokens: int,
     *,
     skip_queries: bool = False,
+    context: Sequence[Turn] = (),
 ) -> list[Chunk]:
-    """Return the history's chunks in order; ``skip_queries`` leaves out query turns."""
+    """Return the history's chunks in order; ``skip_queries`` leaves out query turns.
+
+    ``context``: earlier turns of the conversation (online memory), read by the
+    guard only, so a request announced in an earlier message still flags the next.
+    """
     chunks: list[Chunk] = []
     for session in as_sessions(history):
         turns = [t for t in session.turns if not (skip_queries and t.is_query)]
-        for group, sizes in split_turns(turns, max_tokens):
+        flags = flag_turns(turns, context=context)
+        reasons = {tid: f"asks to change your memory or beliefs ({f['kind']})" for tid, f in flags.items()}
+        claims = turn_claims(turns, context=context)
+        for group, sizes in split_turns(turns, max_tokens, reasons):
             ids = [t.id for t in group]
             chunks.append(
                 Chunk(
@@ -88,8 +102,10 @@ def chunk_sessions(
                     time=session.time,
                     turn_ids=ids,
                     user_turn_ids=[t.id for t in group if t.role == "user"],
-                    text=format_chunk(group, session_id=session.id, time=session.time),
+                    text=format_chunk(group, session_id=session.id, time=session.time, flags=reasons),
                     tokens=sum(sizes),
+                    flagged=[flags[i] for i in ids if i in flags],
+                    claims=[c for c in claims if c["turn_id"] in ids],
                 )
             )
     return chunks

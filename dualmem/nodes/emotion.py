@@ -76,14 +76,14 @@ def emotion_messages(text: str) -> list:
     return [SystemMessage(content=EMOTION_SYSTEM), HumanMessage(content=EMOTION_SCORE.format(text=text))]
 
 
-def score_emotion(model: BaseChatModel, text: str, retries: int = 2) -> Structured[EmotionScores]:
-    """Ask ``model`` for the eight emotion scores of ``text`` (never raises on bad output)."""
-    return invoke_structured(model, emotion_messages(text), EmotionScores, retries=retries)
+def score_emotion(model: BaseChatModel, text: str, retries: int = 2, policy: Any = None) -> Structured[EmotionScores]:
+    """Ask ``model`` for the eight emotion scores of ``text`` (never raises on bad output or a failed call)."""
+    return invoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
 
 
-async def ascore_emotion(model: BaseChatModel, text: str, retries: int = 2) -> Structured[EmotionScores]:
+async def ascore_emotion(model: BaseChatModel, text: str, retries: int = 2, policy: Any = None) -> Structured[EmotionScores]:
     """Async twin of :func:`score_emotion`."""
-    return await ainvoke_structured(model, emotion_messages(text), EmotionScores, retries=retries)
+    return await ainvoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -51,6 +51,7 @@ def emotion_rerank(
     mode: str = "dual",
     search_mode: str = "hybrid",
     retries: int = 2,
+    policy: Any = None,
 ) -> DualResult:
     """Retrieve a pool per stream, then rank it by meaning and emotion (Emotional RAG's C-A/C-M/S-S/S-E).
 
@@ -64,7 +65,7 @@ def emotion_rerank(
         return DualResult()
     size = max(DEFAULT_POOL, k)
     pool = store.dual_search(namespace, query, k_facts=size, k_insights=size, mode=search_mode, expand=True)  # type: ignore[arg-type]
-    scored = score_emotion(model, query, retries=retries)
+    scored = score_emotion(model, query, retries=retries, policy=policy)
     q_emotion = scored.value.vector() if scored.value is not None else None
     q_vector = embeddings.embed_query(query)
 
@@ -91,7 +92,7 @@ def recall_memory(res: WriterResources, namespace: Namespace, query: str, *, k: 
     if s.emotion_strategy:
         return emotion_rerank(
             res.db(), namespace, query, strategy=s.emotion_strategy, model=res.chat(), embeddings=res.embedder(),
-            k=k, mode=mode, search_mode=s.search_mode, retries=s.max_retries,
+            k=k, mode=mode, search_mode=s.search_mode, retries=s.max_retries, policy=s,
         )
     return retrieve_memory(res.db(), namespace, query, k=k, mode=mode, search_mode=s.search_mode)
 
@@ -158,9 +159,17 @@ def exchange_session(persona: Persona, query: str, reply: str, when: str | None 
     )
 
 
-def remember_exchange(res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str) -> list[ChunkRow]:
-    """Write one exchange back into memory through the writer (online memory)."""
+def remember_exchange(
+    res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str, earlier: Sequence[str] = ()
+) -> list[ChunkRow]:
+    """Write one exchange back into memory through the writer (online memory).
+
+    ``earlier``: the user's previous messages of this chat, read by the
+    memory-poisoning guard only (a request announced there flags this message).
+    """
     settings: Settings = res.settings
     session = exchange_session(persona, query, reply)
+    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
     writer = res.for_writing()
-    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunk_sessions([session], namespace, settings.chunk_tokens)]
+    chunks = chunk_sessions([session], namespace, settings.chunk_tokens, context=context)
+    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunks]

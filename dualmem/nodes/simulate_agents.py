@@ -170,7 +170,7 @@ def sim_resources(context: Any) -> SimResources:
 
 def ask(res: GenResources, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
     """Ask the generator (or judge) model for ``schema`` with repairs."""
-    return invoke_structured(res.judge() if judge else res.chat(), messages, schema, retries=res.settings.max_retries)
+    return invoke_structured(res.judge() if judge else res.chat(), messages, schema, retries=res.settings.max_retries, policy=res.settings)
 
 
 # --------------------------------------------------------------------------- scheduling (pure)

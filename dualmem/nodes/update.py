@@ -8,7 +8,14 @@ Rules (each rejected op is recorded with its reason, never dropped silently):
 - an insight must cite at least one fact, and every cited id must be a view
   fact (``F3``) or a fact added by the same update (``N1``), not deleted by it;
 - new store ids are ``stable_id(namespace, chunk id, stream, label)``, so a
-  replayed plan writes the same rows.
+  replayed plan writes the same rows;
+- at most ``max_ops`` operations per chunk, in answer order (facts first); the
+  rest are rejected ("over the cap …");
+- the memory-poisoning guard (:func:`dualmem.nodes.guard.screen`) runs before
+  the rules above: a fact drawn from a request to change the persona's memory
+  is kept as a request fact (``meta.guard``), which no insight may cite (nor
+  one of an earlier chunk, shown in the view); an insight repeating a request
+  or adopting a user's claim about the persona is rejected (``guard: …``).
 
 ``UPDATE`` rewrites the item in place (same id, so insights citing it stay
 valid) and keeps the previous version as a superseded snapshot row; ``DELETE``
@@ -24,6 +31,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from typing_extensions import TypedDict
 
+from dualmem.nodes import guard
 from dualmem.nodes.chunking import Chunk
 from dualmem.nodes.recall import View, ViewEntry
 from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
@@ -74,6 +82,10 @@ class _Planner:
         self.labels: dict[str, str] = {label: e["id"] for label, e in self.facts.items()}  # citable fact labels
         self.turns_of: dict[str, list[str]] = {e["id"]: list(e["item"].get("source", {}).get("turn_ids", [])) for e in view["facts"]}
         self.deleted: set[str] = set()
+        self.flagged = {f["turn_id"] for f in chunk.get("flagged") or []}
+        self.requests: dict[str, Any] = {}  # label -> the flag of a request fact added by this update
+        self.request_of_turn: dict[str, str] = {}  # flagged turn id -> its request fact's store id
+        self.request_ids = {e["id"] for e in view["facts"] if guard.is_request_item(e["item"])}
         self.now = utcnow()
         self.plan = Plan(upserts=[], supersede=[], applied=[], rejected=[], merged=[])
 
@@ -84,7 +96,8 @@ class _Planner:
     def source(self, turn_ids: Sequence[str]) -> tuple[SourceRef, bool]:
         valid = [t for t in (str(x).strip("[] ") for x in turn_ids) if t in self.chunk["turn_ids"]]
         inferred = not valid
-        fallback = self.chunk.get("user_turn_ids") or self.chunk["turn_ids"]  # facts come from what the user said
+        users = [t for t in self.chunk.get("user_turn_ids") or [] if t not in self.flagged]  # never a request by default
+        fallback = users or [t for t in self.chunk["turn_ids"] if t not in self.flagged] or self.chunk["turn_ids"]
         return SourceRef(session_id=self.chunk["session_id"], turn_ids=valid or list(fallback), chunk_id=self.chunk["id"]), inferred
 
     def new_id(self, stream: str, label: str) -> str:
@@ -140,25 +153,34 @@ class _Planner:
         if label in self.labels and label not in self.facts:
             self.reject(op, "fact", f"label {op.id!r} used twice in one update")
             return
-        best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
-        if vec and best[0] >= self.threshold:
+        flag = self.requests.get(label)
+        if flag is None:
+            best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
+        else:  # a request is never merged into an ordinary fact; one request fact per flagged turn
+            best = (1.0, self.request_of_turn[flag["turn_id"]]) if flag["turn_id"] in self.request_of_turn else (0.0, "")
+        if (vec or flag is not None) and best[0] >= self.threshold:
             if label not in self.facts:
                 self.labels[label] = best[1]
             self.plan["merged"].append(_record(op, "fact", into=best[1], similarity=round(best[0], 4)))
             return
         source, inferred = self.source(op.turn_ids)
         sid = self.new_id("fact", label)
+        meta: dict[str, Any] = {"label": label, "turn_ids_inferred": inferred}
+        if flag is not None:  # kept as what the user asked, in their words
+            text, meta["guard"], meta["model_text"] = guard.request_fact_text(flag), guard.guard_meta(flag), op.text.strip()
+            source = source.model_copy(update={"turn_ids": [flag["turn_id"]]})
+            self.request_ids.add(sid)
+            self.request_of_turn[flag["turn_id"]] = sid
         item = MemoryItem(
             id=sid, namespace=self.namespace, kind="fact", text=text, source=source,
-            event_time=self.chunk["time"], created_at=self.now, updated_at=self.now,
-            meta={"label": label, "turn_ids_inferred": inferred},
+            event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, meta=meta,
         )
         self.plan["upserts"].append(item.model_dump(mode="json"))
         if label not in self.facts:  # a colliding label stays the view's
             self.labels[label] = sid
         self.turns_of[sid] = source.turn_ids
         known.append((sid, vec))
-        self.plan["applied"].append(_record(op, "fact", store_id=sid))
+        self.plan["applied"].append(_record(op, "fact", store_id=sid, **({"request": True} if "guard" in meta else {})))
 
     # ------------------------------------------------------------------ insights
     def cite(self, op: InsightOp) -> tuple[list[str], str | None]:
@@ -170,6 +192,8 @@ class _Planner:
                 return [], f"cites {raw!r}, which is neither a working-memory fact nor a fact added in this update"
             if sid in self.deleted:
                 return [], f"cites {raw!r}, which this update deletes"
+            if sid in self.request_ids:
+                return [], f"guard: cites {raw!r}, a request to change my memory (kept as a fact about what the user asked), not an event"
             if sid not in ids:
                 ids.append(sid)
         return ids, None
@@ -238,9 +262,23 @@ def plan_update(
     *,
     embeddings: Embeddings | None = None,
     dedup_threshold: float = 0.92,
+    max_ops: int | None = None,
 ) -> Plan:
     """Validate ``update`` against ``view`` and return the rows to write (see the module rules)."""
     planner = _Planner(view, chunk, namespace, embeddings, dedup_threshold)
-    planner.facts_pass(update.facts)
-    planner.insights_pass(update.insights)
+    facts, insights = list(update.facts), list(update.insights)
+    if max_ops is not None and len(facts) + len(insights) > max_ops:
+        keep_facts = facts[:max_ops]
+        keep_insights = insights[: max_ops - len(keep_facts)]
+        reason = f"over the cap of {max_ops} operations per chunk (setting max_ops_per_chunk)"
+        for op in facts[len(keep_facts) :]:
+            planner.reject(op, "fact", reason)
+        for iop in insights[len(keep_insights) :]:
+            planner.reject(iop, "insight", reason)
+        facts, insights = keep_facts, keep_insights
+    screened = guard.screen(facts, insights, chunk.get("flagged") or [], view["facts"], chunk.get("claims") or [])
+    planner.plan["rejected"].extend(screened.rejected)
+    planner.requests = dict(screened.requests)
+    planner.facts_pass(screened.facts)
+    planner.insights_pass(screened.insights)
     return planner.plan

@@ -18,10 +18,11 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from dualmem.config import Settings
-from dualmem.errors import ConfigurationError
+from dualmem.errors import ConfigurationError, ModelCallError
 from dualmem.models import load_chat_model, load_embeddings
 from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap
 from dualmem.prompts import weave as P
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import TASK_TYPES, Persona, stable_id
 from dualmem.structured import Structured, invoke_structured
 
@@ -168,10 +169,12 @@ def gen_resources(context: Any) -> GenResources:
 
 def _ask(res: GenResources, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
     model = res.judge() if judge else res.chat()
-    return invoke_structured(model, messages, schema, retries=res.settings.max_retries)
+    return invoke_structured(model, messages, schema, retries=res.settings.max_retries, policy=res.settings)
 
 
 def _failed(stage: str, out: Structured[Any]) -> str:
+    if out.call_failed:
+        return f"{stage}: {out.error}"
     return f"{stage}: model output invalid after {out.attempts} attempt(s): {out.error}"
 
 
@@ -253,7 +256,10 @@ def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any], max
 def check_necessity(res: GenResources, persona: Persona, insight: dict[str, Any], seed: QuerySeed) -> tuple[bool, str, str]:
     """Answer without history, then judge whether the gold insight needed memory; return (kept, reason, answer)."""
     system = SystemMessage(content=P.ANSWER_SYSTEM.format(name=persona.name, persona=persona.render()))
-    reply = res.chat().invoke([system, HumanMessage(content=seed.question)])
+    try:
+        reply = invoke_with_retry(res.chat(), [system, HumanMessage(content=seed.question)], policy=res.settings)
+    except ModelCallError as exc:  # recorded as this insight's rejection reason; the run goes on
+        return False, f"necessity: answer without history: {exc}", ""
     answer = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
     prompt = P.NECESSITY_USER.format(question=seed.question, answer=answer, insight=insight["text"])
     out = _ask(res, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)

@@ -159,6 +159,7 @@ class ChunkRow(TypedDict, total=False):
     raw: str | None
     emotion_failed: list[str]
     drafted_by: str
+    flagged: list[dict[str, Any]]  # the guard's requests among the chunk's turns
 
 
 class Draft(TypedDict):
@@ -169,7 +170,8 @@ class Draft(TypedDict):
 
 
 def _row(chunk: Chunk, status: str, **extra: Any) -> ChunkRow:
-    return ChunkRow(chunk_id=chunk["id"], index=chunk["index"], session_id=chunk["session_id"], turn_ids=list(chunk["turn_ids"]), status=status, **extra)  # type: ignore[typeddict-item]
+    flagged = [dict(f) for f in chunk.get("flagged") or []]
+    return ChunkRow(chunk_id=chunk["id"], index=chunk["index"], session_id=chunk["session_id"], turn_ids=list(chunk["turn_ids"]), status=status, flagged=flagged, **extra)  # type: ignore[typeddict-item]
 
 
 def writer_messages(res: WriterResources, namespace: Namespace, persona: Persona, chunk: Chunk) -> tuple[list[BaseMessage], View]:
@@ -186,9 +188,11 @@ def prompt_tokens(messages: Sequence[BaseMessage]) -> int:
 
 def _finish(res: WriterResources, namespace: Namespace, chunk: Chunk, view: View, tokens: int, out: Structured[MemoryUpdate]) -> Draft:
     if not out.ok or out.value is None:
-        row = _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=out.error, raw=(out.raw[-1] if out.raw else "")[:2000])
+        error = out.error if out.call_failed else f"no valid MemoryUpdate after {out.attempts} attempt(s): {out.error}"
+        row = _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=error, raw=(out.raw[-1] if out.raw else "")[:2000])
         return Draft(row=row, plan=None)
-    plan = plan_update(out.value, view, chunk, namespace, embeddings=res.embedder(), dedup_threshold=res.settings.dedup_threshold)
+    s = res.settings
+    plan = plan_update(out.value, view, chunk, namespace, embeddings=res.embedder(), dedup_threshold=s.dedup_threshold, max_ops=s.max_ops_per_chunk)
     unscored = score_emotions(res, plan) if res.settings.emotion_strategy else []
     row = _row(
         chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
@@ -208,7 +212,7 @@ def score_emotions(res: WriterResources, plan: Plan) -> list[str]:
     for row in plan["upserts"]:
         if row.get("status") != "active":
             continue
-        out = score_emotion(res.chat(), row["text"], retries=res.settings.max_retries)
+        out = score_emotion(res.chat(), row["text"], retries=res.settings.max_retries, policy=res.settings)
         if out.value is None:
             failed.append(row["id"])
         else:
@@ -226,7 +230,7 @@ def draft_chunk(res: WriterResources, namespace: Namespace, persona: Persona, ch
         if store.ledger.applied(namespace, chunk["id"]):
             return Draft(row=_row(chunk, "skipped", attempts=0), plan=None)
         messages, view = writer_messages(res, namespace, persona, chunk)
-        out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config)
+        out = invoke_structured(res.chat(), messages, MemoryUpdate, retries=res.settings.max_retries, config=config, policy=res.settings)
         draft = _finish(res, namespace, chunk, view, prompt_tokens(messages), out)
         if draft["plan"] is not None:
             lease.check()

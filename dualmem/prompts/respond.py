@@ -59,13 +59,18 @@ def format_dual_memory(
     lines: list[str] = []
     if facts:
         lines.append("Things the user told you:")
-        lines.extend(f"- {_dated(f)}{f.text}" for f in facts)
+        lines.extend(f"- {_dated(f)}{_request_note(f)}{f.text}" for f in facts)
     if insights:
         lines.append("What you made of them (your own insights):")
         for ins in insights:
             lines.append(f"- {ins.text}")
             lines.extend(f"    because: {f.text}" for f in grounding.get(ins.id, []))
     return "\n".join(lines)
+
+
+def _request_note(item: MemoryItem) -> str:
+    """Mark a request fact (the guard's ``meta.guard``): what the user asked, never the persona's view."""
+    return "(a request you did not adopt; not your belief) " if item.meta.get("guard") else ""
 
 
 def _dated(item: MemoryItem) -> str:

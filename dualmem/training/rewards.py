@@ -28,6 +28,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import MemoryUpdate, Persona
 from dualmem.structured import invoke_structured
 
@@ -206,7 +207,7 @@ def answer_from_memory(persona: Persona, query: str, memory: list[str], model: A
     """Return the persona's in-character answer to ``query`` from the ``k`` memory items most similar to it."""
     text = "\n".join(f"- {m}" for m in top_memory(query, memory, embed, k)) or "(nothing)"
     messages = [SystemMessage(ANSWER_SYSTEM.format(name=persona.name, persona=persona.render(), memory=text)), HumanMessage(query)]
-    return str(model.invoke(messages).content)
+    return str(invoke_with_retry(model, messages).content)
 
 
 def persona_judge(

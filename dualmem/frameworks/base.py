@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -59,6 +60,8 @@ class FrameworkContext:
     chat_model: BaseChatModel | None = None
     embeddings: Embeddings | None = None
     store_uri: str | None = None
+    store: Any = None  # the run's memory store (a DualStore): DualMem keeps its facts and insights there
+    writer_model: BaseChatModel | None = None
 
     def chat(self) -> BaseChatModel:
         """Return the shared chat model (built from the settings if not given)."""
@@ -67,6 +70,14 @@ class FrameworkContext:
         if self.chat_model is None:
             self.chat_model = load_chat_model(None, self.settings)
         return self.chat_model
+
+    def writer(self) -> BaseChatModel:
+        """Return the model that writes memory: the given writer, the ``writer_model`` setting's, else the chat model."""
+        from dualmem.models import load_chat_model
+
+        if self.writer_model is None:
+            self.writer_model = load_chat_model(None, self.settings, role="writer") if self.settings.writer_model else self.chat()
+        return self.writer_model
 
     def embedder(self) -> Embeddings:
         """Return the shared embedder (built from the settings if not given)."""
@@ -96,14 +107,24 @@ class MemoryFramework(ABC):
         """Add one session to memory (sessions arrive in time order)."""
 
     @abstractmethod
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
-        """Return the ``k`` best memory items for ``query``, best first."""
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
+        """Return the ``k`` best memory items for ``query``, best first.
+
+        ``context``: the recent turns of the conversation the query comes from
+        (oldest first), for frameworks whose ranking uses them.
+        """
+
+    def memory_text(self, items: Sequence[RetrievedItem]) -> str:
+        """Render retrieved items as the memory block of the reply prompt."""
+        from dualmem.frameworks.respond import items_text
+
+        return items_text(items)
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer ``query`` in character from retrieved memory."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.respond import answer_from_memory
 
-        return answer_from_items(self.context, query, self.retrieve(query, k))
+        return answer_from_memory(self.context, query, self.memory_text(self.retrieve(query, k)))
 
     def reset(self) -> None:
         """Forget everything of this namespace (optional)."""
@@ -113,9 +134,9 @@ class MemoryFramework(ABC):
         """Async ``ingest`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.ingest, session)
 
-    async def aretrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    async def aretrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Async ``retrieve`` (same core, in a worker thread)."""
-        return await asyncio.to_thread(self.retrieve, query, k)
+        return await asyncio.to_thread(self.retrieve, query, k, context=context)
 
     async def arespond(self, query: str, k: int = 10) -> str:
         """Async ``respond`` (same core, in a worker thread)."""

@@ -14,6 +14,7 @@ its rows instead of duplicating them. ``event_time`` is the session time and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from dualmem.errors import ConfigurationError
@@ -67,7 +68,7 @@ class RawTurnsFramework(MemoryFramework):
             self.store.upsert(items)
         return IngestReport(session_id=session.id, items_written=len(items), meta={"framework": self.name})
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` turns that best match ``query``, best first."""
         hits = self.store.search(self.namespace, query, kind="fact", k=k, mode=self.mode)
         out = []

@@ -125,12 +125,9 @@ def test_future_event_leak_detected():
 
 
 def test_paraphrase_without_shared_words_found_by_the_bundled_embedder():
-    try:
-        from dualmem.models import load_embeddings
+    from dualmem.models import load_embeddings
 
-        embedder = load_embeddings("bundled:all-MiniLM-L6-v2")
-    except Exception as exc:  # noqa: BLE001 - the bundled embedder package is optional
-        pytest.skip(f"bundled embedder unavailable: {exc}")
+    embedder = load_embeddings("bundled:all-MiniLM-L6-v2")  # a hard dependency: failing to load fails the test
     turns = dialogue(
         "These days my job has me on overnight duty at a storage depot, so mornings feel like evenings.",
         "Forgot to eat at midday because I wanted to complete the jigsaw.",

@@ -31,8 +31,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     exe = shutil.which("langgraph", path=str(Path(os.sys.executable).parent)) or shutil.which("langgraph")
-    if exe is None:
-        pytest.skip("langgraph-cli[inmem] is not installed (make test installs it)")
+    assert exe is not None, "langgraph-cli[inmem] is missing: `make dev` installs it (dev extra)"
     work = tmp_path_factory.mktemp("server")
     port = _free_port()
     env = {

@@ -62,6 +62,15 @@ class FrameworkContext:
     store_uri: str | None = None
     store: Any = None  # the run's memory store (a DualStore): DualMem keeps its facts and insights there
     writer_model: BaseChatModel | None = None
+    _stores: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def open_store(self, name: str) -> Any:
+        """Return the DualStore of the framework ``name`` at ``{uri}/{name}`` (opened once per context)."""
+        if name not in self._stores:
+            from dualmem.stores.dual import DualStore
+
+            self._stores[name] = DualStore(f"{self.uri.rstrip('/')}/{name}", self.embedder())
+        return self._stores[name]
 
     def chat(self) -> BaseChatModel:
         """Return the shared chat model (built from the settings if not given)."""

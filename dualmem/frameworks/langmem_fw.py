@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore, IndexConfig
 
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import session_chunks
+from dualmem.frameworks.kit import session_chunks
 from dualmem.models import embedding_dims
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, Turn, stable_id

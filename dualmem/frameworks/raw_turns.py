@@ -20,7 +20,7 @@ from typing import ClassVar
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.schema import Fact, Session, SourceRef, stable_id
-from dualmem.stores.dual import DualStore, SearchMode
+from dualmem.stores.dual import SearchMode
 
 SUBFOLDER = "raw-turns"
 
@@ -43,7 +43,7 @@ class RawTurnsFramework(MemoryFramework):
         if self.mode not in ("hybrid", "vector", "fts"):
             raise ConfigurationError(f"raw-turns search mode {self.mode!r} is not one of hybrid, vector, fts")
         self.roles = roles
-        self.store = DualStore(f"{context.uri.rstrip('/')}/{SUBFOLDER}", context.embedder())
+        self.store = context.open_store(SUBFOLDER)
 
     @property
     def namespace(self) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ namespaces, so ingest is idempotent, resumes after a restart and ``retrieve``
 reports where a memory came from. The library's own default instructions are
 used (that is the point of the baseline). The model must support tool calling
 (``bind_tools``): the bundled ``local:smollm2`` has one, decoding the calls
-under a grammar of the tools' schemas (:mod:`dualmem.local_llm`).
+under a grammar of the tools' schemas (:mod:`dualmem.local`).
 """
 
 from __future__ import annotations

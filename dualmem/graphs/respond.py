@@ -8,7 +8,9 @@ the same reply prompt, so every framework can be chatted with.
 one merged top-k pool with ``retrieval_mode="merged"`` as in the paper),
 insights expanded with the facts they cite; ``reply`` calls the chat model
 through LangChain, so ``graph.stream(..., stream_mode="messages")`` yields its
-tokens; with ``remember`` the exchange is written back through the writer.
+tokens; with ``remember`` the exchange is handed to memory formation: it
+joins the run's thread's pending turns in the store and is written in the
+background, a chunk at a time (:mod:`dualmem.chat.formation`).
 
 Input: ``persona`` (dict) and either ``query`` or a last human message in
 ``messages`` (earlier messages are the recent chat turns). Context: ``Settings``
@@ -17,25 +19,29 @@ Input: ``persona`` (dict) and either ``query`` or a last human message in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from dualmem.chat.formation import ahand_over, formation_for, hand_over
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
 from dualmem.frameworks.respond import items_text
 from dualmem.nodes.respond import (
+    exchange_handover,
     exchange_session,
     message_text,
+    pending_state,
     recall_memory,
-    remember_exchange,
     reply_messages,
     result_from_state,
     result_to_state,
@@ -69,6 +75,7 @@ class RespondState(RespondInput, total=False):
     items: list[dict[str, Any]]
     reply: str
     written: list[dict[str, Any]]
+    pending: dict[str, Any]
 
 
 def _persona(state: RespondState) -> Persona:
@@ -130,16 +137,26 @@ def reply(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
 
 
 def remember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Write the exchange back into memory through the writer (or the framework's ingest)."""
+    """Hand the exchange to memory formation (or write it through the framework's ingest)."""
     res = resources(runtime, role="chat")
     namespace, persona = tuple(state["namespace"]), _persona(state)
     if res.settings.framework != "dualmem":
         report = _framework(res, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"]))
         return {"written": [asdict(report)]}
-    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
-    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-4:]  # the user's messages before this one
-    rows = remember_exchange(res, namespace, persona, state["query"], state["reply"], earlier)
-    return {"written": [dict(r) for r in rows]}
+    request, turns, flags = exchange_handover(res, runtime, namespace, persona, dict(state))
+    snap = hand_over(request, turns, res.formation or formation_for(res.settings, runtime))
+    return {"written": [], "pending": pending_state(request, snap, flags)}
+
+
+async def aremember(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Async :func:`remember` (schedules on the LangGraph server in process)."""
+    res = resources(runtime, role="chat")
+    if res.settings.framework != "dualmem":
+        return await asyncio.to_thread(remember, state, runtime)
+    namespace, persona = tuple(state["namespace"]), _persona(state)
+    request, turns, flags = exchange_handover(res, runtime, namespace, persona, dict(state))
+    snap = await ahand_over(request, turns, res.formation or formation_for(res.settings, runtime))
+    return {"written": [], "pending": pending_state(request, snap, flags)}
 
 
 def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:
@@ -150,7 +167,7 @@ def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:
 builder = StateGraph(RespondState, context_schema=SettingsContext, input_schema=RespondInput)
 builder.add_node("retrieve", retrieve)
 builder.add_node("reply", reply)
-builder.add_node("remember", remember)
+builder.add_node("remember", RunnableCallable(remember, aremember, trace=False))
 builder.add_edge(START, "retrieve")
 builder.add_edge("retrieve", "reply")
 builder.add_conditional_edges("reply", route_after_reply, ["remember", END])
@@ -173,6 +190,7 @@ class Reply:
     merged: list[ScoredItem] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
     items: list[RetrievedItem] = field(default_factory=list)
+    pending: dict[str, Any] = field(default_factory=dict)  # with remember: the thread's pending turns, the guard's flags
 
 
 def _call(
@@ -188,6 +206,7 @@ def _call(
     remember: bool,
     namespace: Iterable[str] | None,
     writer_model: Any,
+    formation: Any = None,
 ) -> tuple[dict[str, Any], WriterResources]:
     from dualmem.models import load_chat_model
     from dualmem.prompts.respond import history_messages
@@ -201,6 +220,7 @@ def _call(
         embeddings=embeddings,
         role="chat",
         writer_model=None if writer_model is None else load_chat_model(writer_model, settings, role="writer"),
+        formation=formation,
     )
     inputs: dict[str, Any] = {
         "persona": who.model_dump(mode="json"),
@@ -225,7 +245,12 @@ def _compiled(context: WriterResources) -> Any:
 def _reply(out: dict[str, Any]) -> Reply:
     result = result_from_state(out)
     items = [RetrievedItem(**i) for i in out.get("items") or []]
-    return Reply(out.get("reply", ""), result.facts, result.insights, result.grounding, result.merged, list(out.get("written") or []), items)
+    written = list(out.get("written") or [])
+    return Reply(out.get("reply", ""), result.facts, result.insights, result.grounding, result.merged, written, items, dict(out.get("pending") or {}))
+
+
+def _config(thread_id: str | None) -> dict[str, Any] | None:
+    return {"configurable": {"thread_id": thread_id}} if thread_id else None
 
 
 def respond(
@@ -242,10 +267,16 @@ def respond(
     remember: bool = False,
     namespace: Iterable[str] | None = None,
     writer_model: Any = None,
+    thread_id: str | None = None,
+    formation: Any = None,
 ) -> Reply:
-    """Answer ``query`` in character from memory; ``remember`` writes the exchange back."""
-    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(_compiled(context).invoke(cast(Any, inputs), context=cast(Any, context)))
+    """Answer ``query`` in character from memory; ``remember`` hands the exchange to memory formation.
+
+    ``thread_id`` names the chat (its pending turns are written together, a chunk at a time);
+    ``formation``: where they are written (default: by ``settings.formation``, this process's executor).
+    """
+    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
+    return _reply(_compiled(context).invoke(cast(Any, inputs), _config(thread_id), context=cast(Any, context)))
 
 
 async def arespond(
@@ -262,7 +293,9 @@ async def arespond(
     remember: bool = False,
     namespace: Iterable[str] | None = None,
     writer_model: Any = None,
+    thread_id: str | None = None,
+    formation: Any = None,
 ) -> Reply:
     """Async :func:`respond` (same graph)."""
-    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(await _compiled(context).ainvoke(cast(Any, inputs), context=cast(Any, context)))
+    inputs, context = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
+    return _reply(await _compiled(context).ainvoke(cast(Any, inputs), _config(thread_id), context=cast(Any, context)))

@@ -1,13 +1,16 @@
 """The recurrent memory writer graph: history → chunks → (draft → apply)* → report.
 
-``prepare`` cuts the sessions into chunks (or takes ready ``chunks``); then,
+``prepare`` cuts the sessions into chunks (or takes ready ``chunks``, or, with
+``pending: {"thread", "flush"}``, seals a chat thread's pending turns into
+chunks: :mod:`dualmem.chat.formation`); then,
 chunk by chunk, ``draft`` recalls the working view, asks the writer model (as
 the persona) for a ``MemoryUpdate`` and validates it into a plan, and ``apply``
 writes the plan to the dual store once (chunk ledger). Under a checkpointer a
 killed run resumes from its last step: a plan drafted before the crash is
 applied, never re-asked. A chunk whose answer stays malformed after the
 repairs is recorded in ``failed_chunks``; run the thread again with
-``retry_failed=True`` to redo only those.
+``retry_failed=True`` to redo only those. In pending mode ``settle`` then
+removes the written turns from the thread and reports what is left (``formed``).
 
 :func:`write_history` is the Python API: it checkpoints to SQLite
 (``settings.checkpoint_path``) and feeds the graph ``BATCH_CHUNKS`` chunks per
@@ -33,6 +36,7 @@ from langgraph.runtime import Runtime
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typing_extensions import TypedDict
 
+from dualmem.chat.formation import settle_pending, take_pending
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
@@ -54,12 +58,20 @@ def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | 
     return list(rows.values())
 
 
+class PendingJob(TypedDict, total=False):
+    """A chat thread whose pending turns to write (``flush``: the last, unfinished chunk too)."""
+
+    thread: str
+    flush: bool
+
+
 class WriteInput(TypedDict, total=False):
-    """Input of the writer graph: persona, sessions (or ready chunks), optional namespace or ``retry_failed``."""
+    """Input of the writer graph: persona, sessions (or ready chunks, or a chat thread's pending turns), optional namespace or ``retry_failed``."""
 
     persona: dict[str, Any]
     sessions: list[dict[str, Any]]
     chunks: list[Chunk]
+    pending: PendingJob | None
     namespace: list[str]
     retry_failed: bool
 
@@ -71,6 +83,7 @@ class WriteState(WriteInput, total=False):
     draft: Draft | None
     report: Annotated[list[dict[str, Any]], merge_rows]
     failed_chunks: Annotated[list[dict[str, Any]], merge_rows]
+    formed: dict[str, Any]
 
 
 def _namespace(state: WriteState, settings: Settings) -> tuple[str, ...]:
@@ -80,7 +93,7 @@ def _namespace(state: WriteState, settings: Settings) -> tuple[str, ...]:
 
 
 def prepare(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
-    """Chunk the sessions (or take the given chunks, or the failed ones when ``retry_failed``)."""
+    """Chunk the sessions (or take the given chunks, the failed ones when ``retry_failed``, or a chat thread's pending turns)."""
     settings = resources(runtime).settings
     namespace = _namespace(state, settings)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
@@ -89,6 +102,9 @@ def prepare(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
         failed = [f for f in state.get("failed_chunks") or [] if f.get("chunk")]
         drops = [{"chunk_id": f["chunk_id"], "drop": True} for f in failed]
         return {**update, "chunks": [f["chunk"] for f in failed], "retry_failed": False, "failed_chunks": drops}
+    if state.get("pending"):
+        return {**update, **take_pending(dict(state), runtime, namespace)}
+    update["pending"] = None
     if state.get("sessions"):
         return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, settings.chunk_tokens)}
     return {**update, "chunks": list(state.get("chunks") or [])}
@@ -121,19 +137,28 @@ def apply(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
     return update
 
 
-def route(state: WriteState) -> Literal["draft", "__end__"]:
-    """Go on with the next chunk, or end."""
-    return "draft" if state.get("cursor", 0) < len(state.get("chunks") or []) else "__end__"
+def settle(state: WriteState, runtime: Runtime[Any]) -> dict[str, Any]:
+    """Remove the chat thread's turns whose chunks are applied; report what it still has pending."""
+    return settle_pending(dict(state), runtime)
+
+
+def route(state: WriteState) -> Literal["draft", "settle", "__end__"]:
+    """Go on with the next chunk, or settle a chat thread's written turns, or end."""
+    if state.get("cursor", 0) < len(state.get("chunks") or []):
+        return "draft"
+    return "settle" if state.get("pending") else "__end__"
 
 
 builder = StateGraph(WriteState, context_schema=SettingsContext, input_schema=WriteInput)
 builder.add_node("prepare", prepare)
 builder.add_node("draft", draft)
 builder.add_node("apply", apply)
+builder.add_node("settle", settle)
 builder.add_edge(START, "prepare")
-builder.add_conditional_edges("prepare", route, ["draft", END])
+builder.add_conditional_edges("prepare", route, ["draft", "settle", END])
 builder.add_edge("draft", "apply")
-builder.add_conditional_edges("apply", route, ["draft", END])
+builder.add_conditional_edges("apply", route, ["draft", "settle", END])
+builder.add_edge("settle", END)
 graph = builder.compile()
 graph.name = "write"
 

@@ -1,4 +1,4 @@
-"""Respond core: dual-stream retrieval, the reply prompt, online memory write-back.
+"""Respond core: dual-stream retrieval, the reply prompt, online memory (the exchange handed to formation).
 
 Retrieved items travel through graph state as plain dicts
 (``{"item": MemoryItem JSON, "score": float}``) and come back as
@@ -12,11 +12,12 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from dualmem.config import Settings
-from dualmem.nodes.chunking import chunk_sessions
-from dualmem.nodes.writer import ChunkRow, WriterResources, write_chunk
+from dualmem.chat.formation import FormationRequest
+from dualmem.chat.pending import EARLIER_MESSAGES, PendingTurn, Snapshot, new_turn, turn_id
+from dualmem.nodes.guard import TurnFlag, flag_turns
+from dualmem.nodes.writer import WriterResources
 from dualmem.prompts.respond import format_dual_memory, render_respond_messages
 from dualmem.schema import MemoryItem, Persona, Session, Turn, stable_id, utcnow
 from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
@@ -159,17 +160,32 @@ def exchange_session(persona: Persona, query: str, reply: str, when: str | None 
     )
 
 
-def remember_exchange(
-    res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str, earlier: Sequence[str] = ()
-) -> list[ChunkRow]:
-    """Write one exchange back into memory through the writer (online memory).
+def exchange_handover(res: WriterResources, runtime: Any, namespace: Namespace, persona: Persona, state: dict[str, Any]) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
+    """Return the respond graph's exchange as pending turns of the run's thread (and the guard's flags on it).
 
-    ``earlier``: the user's previous messages of this chat, read by the
-    memory-poisoning guard only (a request announced there flags this message).
+    The user's previous messages of the chat (``messages`` before the query) are
+    the memory-poisoning guard's context, as when the exchange is written.
     """
-    settings: Settings = res.settings
-    session = exchange_session(persona, query, reply)
-    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
+    from dualmem.chat.formation import graph_store
+    from dualmem.chat.runtime import chat_thread
+
+    thread = chat_thread(runtime)
+    messages = list(state.get("messages") or [])
+    asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    answered = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
+    said = [message_text(m) for m in messages if isinstance(m, HumanMessage)]
+    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_MESSAGES:]
+    user = new_turn(turn_id(thread, getattr(asked, "id", None), "user", state["query"]), "user", state["query"], earlier=earlier)
+    reply = new_turn(turn_id(thread, getattr(answered, "id", None), "assistant", state["reply"]), "assistant", state["reply"], speaker=persona.name, seq=1)
     writer = res.for_writing()
-    chunks = chunk_sessions([session], namespace, settings.chunk_tokens, context=context)
-    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunks]
+    request = FormationRequest(
+        persona.model_dump(mode="json"), tuple(namespace), thread, res.settings, store=graph_store(getattr(runtime, "store", None) or res.db()), writer_model=writer.model,
+    )  # fmt: skip
+    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
+    flags = list(flag_turns([Turn(id=user["id"], role="user", text=user["text"])], context=context).values())
+    return request, [user, reply], flags
+
+
+def pending_state(request: FormationRequest, snap: Snapshot, flags: list[TurnFlag]) -> dict[str, Any]:
+    """Return what the respond graph reports of a hand-over: the thread's pending turns and the guard's flags."""
+    return {"thread": request.thread, "turns": len(snap.turns), "tokens": snap.unsealed_tokens, "flagged": [dict(f) for f in flags]}

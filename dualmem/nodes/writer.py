@@ -90,6 +90,7 @@ class WriterResources:
     embeddings: Embeddings | None = None
     role: str = "writer"
     writer_model: BaseChatModel | None = None
+    formation: Any = None  # where chat exchanges are formed into memory (a dualmem.chat Formation); None = by settings
     _memo: MemoEmbeddings | None = field(default=None, repr=False)
 
     def chat(self) -> BaseChatModel:

@@ -2,7 +2,7 @@
 
 The server serves a `create_agent` role-play agent with DualMemMiddleware (tests/fixtures/chat_agent.py, the
 README's server example), the `write` and `respond` graphs and the LanceDB store, with the offline
-`fake:memory` model and hash embeddings; the quiet time is 2 s.
+`fake:memory` model and hash embeddings; the quiet time is 3 s.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dualmem.chat.server import formation_thread
 from dualmem.config import Settings
 
 pytestmark = pytest.mark.slow
-PERSONA_ID = "dr-lee"
-IDLE_S = 2
+PERSONA_ID = "mara-okafor"  # the bundled sample's persona, as in the README
+IDLE_S = 3
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +109,9 @@ def test_a_chat_turn_then_the_scheduled_write_run_then_the_memory_in_the_store_a
 def test_the_respond_graph_remembers_through_the_same_scheduled_write(server):
     from langgraph_sdk import get_client
 
-    from dualmem.schema import Persona
+    from dualmem.datasets import load_sample
 
-    persona = Persona(id=PERSONA_ID, name="Dr. Lee", description="a clinical psychologist").model_dump(mode="json")
+    persona = load_sample().dialogue.persona.model_dump(mode="json")
 
     async def scenario() -> None:
         client = get_client(url=server)

@@ -7,8 +7,9 @@ hand-over creates up to two background runs of the write graph in pending mode
 
 - when the pending turns reached ``chunk_tokens``: one run now;
 - always: a run ``after_seconds=ceil(formation_idle_s)``, after cancelling
-  (``action="rollback"``: deleted) the thread's earlier quiet-time run that has
-  not started — the debounce: each message postpones the write.
+  (``action="rollback"``: deleted) the thread's earlier quiet-time run that is
+  still more than ``CANCEL_MARGIN_S`` from starting — the debounce: each
+  message postpones the write.
 
 A run never interrupts a running write; and since the graph itself writes a
 short tail only once the thread is quiet, a quiet-time run that escaped
@@ -23,6 +24,7 @@ import logging
 import math
 import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from dualmem.chat.formation import FormationRequest, formation_input
@@ -32,6 +34,7 @@ log = logging.getLogger("dualmem.chat")
 WRITE_GRAPH = "write"
 _THREADS = uuid.UUID("5b1d8a52-2f1c-4d57-9a8e-8f1f0c4b7d21")  # namespace of formation thread ids
 _TAG = "dualmem_formation"
+CANCEL_MARGIN_S = 1.0  # a quiet-time run due sooner than this is not cancelled (it may be starting)
 
 
 def formation_thread(request: FormationRequest) -> str:
@@ -93,7 +96,7 @@ class ServerFormation:
         for run in runs:
             if run.get("after_seconds") is not None:
                 try:
-                    olds = [r["run_id"] for r in client.runs.list(thread, status="pending", limit=100) if (r.get("metadata") or {}).get(_TAG) == "quiet"]
+                    olds = _replaceable(client.runs.list(thread, status="pending", limit=100))
                 except Exception:  # noqa: BLE001 - no formation thread yet
                     olds = []
                 for old in olds:
@@ -104,12 +107,26 @@ class ServerFormation:
             client.runs.create(thread, self.graph, **run)
 
 
+def _replaceable(runs: list[dict[str, Any]]) -> list[str]:
+    """Return the quiet-time runs still more than ``CANCEL_MARGIN_S`` from starting (a due one is left to run)."""
+    now = datetime.now(UTC)
+    out = []
+    for run in runs:
+        if (run.get("metadata") or {}).get(_TAG) != "quiet":
+            continue
+        start = run.get("created_at")  # a delayed run's creation time is when it is due
+        due = datetime.fromisoformat(str(start).replace("Z", "+00:00")) if start else now
+        if (due - now).total_seconds() > CANCEL_MARGIN_S:
+            out.append(run["run_id"])
+    return out
+
+
 async def _quiet_runs(listing: Any) -> list[str]:
     try:
         runs = await listing
     except Exception:  # noqa: BLE001 - no formation thread yet
         return []
-    return [r["run_id"] for r in runs if (r.get("metadata") or {}).get(_TAG) == "quiet"]
+    return _replaceable(runs)
 
 
 async def _quietly(call: Any) -> None:

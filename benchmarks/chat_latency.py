@@ -66,6 +66,7 @@ class FixedLatencyModel(BaseChatModel):
     ttft: float = 0.3
     tokens: int = 20
     gap: float = 0.01
+    systems: list[str] = []  # the system prompt of every call (to check that recalled memory reached it)
 
     @property
     def _llm_type(self) -> str:
@@ -79,6 +80,7 @@ class FixedLatencyModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content="".join(self._words())))])
 
     def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        self.systems.append(str(messages[0].content) if messages and messages[0].type == "system" else "")
         for i, word in enumerate(self._words()):
             time.sleep(self.ttft if i == 0 else self.gap)
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=word))
@@ -87,6 +89,7 @@ class FixedLatencyModel(BaseChatModel):
             yield chunk
 
     async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        self.systems.append(str(messages[0].content) if messages and messages[0].type == "system" else "")
         for i, word in enumerate(self._words()):
             await asyncio.sleep(self.ttft if i == 0 else self.gap)
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=word))
@@ -95,7 +98,7 @@ class FixedLatencyModel(BaseChatModel):
             yield chunk
 
 
-def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str]) -> dict[str, int]:
+def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str], cache_folder: Path) -> dict[str, int]:
     """Write the persona's whole history into ``namespace``: turns as facts, memory points as insights."""
     facts, insights = [], []
     for session in item.dialogue.sessions:
@@ -106,7 +109,7 @@ def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str]) -> dic
             cited = f"{session.id}:{point.source_turn}" if point.source_turn is not None and f"{session.id}:{point.source_turn}" in ids else ids[0]
             insights.append(Insight(id=point.id, namespace=namespace, text=point.content, grounding=[cited], source=SourceRef(session_id=session.id, turn_ids=[cited])))
     items = [*facts, *insights]
-    cache = EmbeddingCache(store.embeddings, REPO / DEFAULT_FOLDER)
+    cache = EmbeddingCache(store.embeddings, cache_folder)
     vectors = cache.embed([i.text for i in items], progress="embedding the persona's memory")
     for start in range(0, len(items), 2000):
         store.upsert(items[start : start + 2000], vectors=vectors[start : start + 2000].tolist())
@@ -170,6 +173,7 @@ def main() -> None:
     parser.add_argument("--token-gap", type=float, default=0.01, help="seconds between tokens")
     parser.add_argument("--embedder", default=BUNDLED_EMBEDDER, help="the store's embedder (default: the bundled one)")
     parser.add_argument("--modes", default="sync,async", help="stream / astream")
+    parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache of the persona's memory")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     path = args.data / f"{args.persona}_dialogues_256k.json"
@@ -186,13 +190,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="chat-latency-") as tmp:
         settings = Settings(store_uri=f"{tmp}/db", embedder=args.embedder, formation_idle_s=10**6, chunk_tokens=10**9)
         dual = DualStore(settings.store_uri, load_embeddings(args.embedder, settings))
-        sizes = fill(dual, item, namespace)
+        sizes = fill(dual, item, namespace, args.cache)
         store = LanceDBStore(dual.uri, dual=dual)
-        model = FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap)
+        models = {name: FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap, systems=[]) for name in ("off", "on")}
         formation = FormationExecutor(workers=1)  # its writes wait for the quiet time: none during the measurement
         agents = {
-            "off": create_agent(model, [], system_prompt=render_respond_system(persona, ""), store=store),
-            "on": create_agent(model, [], middleware=[DualMemMiddleware(persona, settings=settings, formation=formation)], store=store),
+            "off": create_agent(models["off"], [], system_prompt=render_respond_system(persona, ""), store=store),
+            "on": create_agent(models["on"], [], middleware=[DualMemMiddleware(persona, settings=settings, formation=formation)], store=store),
         }
         results: dict[str, Any] = {}
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
@@ -219,6 +223,8 @@ def main() -> None:
         "persona": args.persona, "namespace_items": sizes, "embedder": args.embedder, "queries": args.queries,
         "model": {"ttft_s": args.ttft, "tokens": args.tokens, "token_gap_s": args.token_gap},
         "retrieval_alone": retrieval, "modes": results,
+        "on_turns_with_recalled_memory": sum(1 for p in models["on"].systems if "because: " in p),
+        "on_turns": len(models["on"].systems), "off_turns_with_recalled_memory": sum(1 for p in models["off"].systems if "because: " in p),
         "target": {"retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS, "ttft_added_p50_at_most": "retrieval p50 + 5 ms"},
         "passed": {"retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS, **{f"ttft_added_{m}": ok for m, ok in modes_ok.items()}},
         "load_average_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)},

@@ -38,6 +38,7 @@ from dualmem.errors import ConfigurationError
 from dualmem.nodes.respond import message_text
 from dualmem.nodes.writer import dual_store
 from dualmem.schema import Persona
+from dualmem.stores.dual import DualResult
 
 
 class DualMemState(AgentState[Any]):
@@ -100,9 +101,9 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
             raise ConfigurationError("DualMemMiddleware needs the agent's store: create_agent(..., store=LanceDBStore.from_settings())")
         return ChatTurn(persona, chat_namespace(runtime, persona, self.settings), chat_thread(runtime), runtime.store)
 
-    def _recall(self, turn: ChatTurn, messages: Sequence[AnyMessage]) -> dict[str, Any] | None:
-        if not messages or not isinstance(messages[-1], HumanMessage):
-            return None
+    def _recall(self, turn: ChatTurn, messages: Sequence[AnyMessage], current: str | None = None) -> dict[str, Any] | None:
+        if not messages or not isinstance(messages[-1], HumanMessage):  # a resumed turn: keep its memory, or show none
+            return None if current else {"dualmem_prompt": memory_prompt(turn.persona, DualResult())}
         recent = [message_text(m) for m in messages[-RECENT_TURNS - 1 : -1] if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
         db = dual_store(turn.store)
         result = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings)  # type: ignore[arg-type]
@@ -135,11 +136,11 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
 
     def before_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Recall memory for the user's latest message into this turn's system prompt."""
-        return self._recall(self.chat_turn(runtime), state["messages"])
+        return self._recall(self.chat_turn(runtime), state["messages"], state.get("dualmem_prompt"))
 
     async def abefore_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Async :meth:`before_agent` (retrieval runs in a worker thread)."""
-        return await asyncio.to_thread(self._recall, self.chat_turn(runtime), state["messages"])
+        return await asyncio.to_thread(self._recall, self.chat_turn(runtime), state["messages"], state.get("dualmem_prompt"))
 
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResponse[Any]:
         """Call the model with the persona's system prompt and recalled memory."""

@@ -186,16 +186,25 @@ def chat(
     persona: str = PersonaOpt,
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
-    remember: bool = typer.Option(True, "--remember/--no-remember", help="write each exchange back into memory"),
+    remember: bool = typer.Option(True, "--remember/--no-remember", help="form memory from the chat (in the background, a chunk at a time)"),
     user: str | None = UserOpt,
 ) -> None:
-    """Chat in character; memory is retrieved every turn and (by default) written back."""
+    """Chat in character; memory is retrieved every turn and (by default) formed from the chat in the background."""
+    import uuid
+
+    from dualmem.chat import FormationExecutor
     from dualmem.graphs.respond import respond
+    from dualmem.stores import DualStore, LanceDBStore
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store, user_id=user)
     _preflight(settings, ("chat", "writer") if remember else ("chat",))
     who = find_persona(settings.store_uri, persona)
+    db = DualStore.from_settings(settings)
+    formation = FormationExecutor() if remember else None
+    if formation is not None:  # turns an earlier chat left pending (a crash, an exit before they were written)
+        formation.recover(LanceDBStore(db.uri, dual=db), settings, namespace=(who.id, settings.user_id))
+    thread = f"cli-{uuid.uuid4().hex[:12]}"
     console.print(f"Chatting with [bold]{who.name}[/] (empty line or Ctrl-D to stop).")
     history: list[tuple[str, str]] = []
     unanswered = 0
@@ -207,21 +216,78 @@ def chat(
         if not message.strip():
             break
         try:
-            reply = respond(message, who, settings=settings, history=history, remember=remember)
+            reply = respond(message, who, settings=settings, store=db, history=history, remember=remember, thread_id=thread, formation=formation)
         except ModelCallError as exc:  # one failed message does not end the chat
             unanswered += 1
             _error(f"{exc}; your message was not answered (send it again)")
             continue
         history.append((message, reply.text))
         console.print(f"[bold]{escape(who.name)}>[/] {escape(reply.text)}", highlight=False)
-        for row in reply.written:
-            if row.get("status") == "failed":
-                _error(f"this exchange was not written to memory: {row.get('error')}")
-            if row.get("flagged"):
-                console.print(f"[magenta](memory guard)[/] your message asks to change {who.name}'s memory or beliefs; "
-                              "it is kept only as a request, never as their insight", highlight=False)
-    if unanswered:
+        if reply.pending.get("flagged"):
+            console.print(f"[magenta](memory guard)[/] your message asks to change {who.name}'s memory or beliefs; "
+                          "it is kept only as a request, never as their insight", highlight=False)
+    failed = _form_rest(formation) if formation is not None else 0
+    if unanswered or failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _form_rest(formation: Any) -> int:
+    """Write what the chat left pending now; print what was formed; return the failed chunks."""
+    with console.status("forming memory from the chat…"):
+        formed = formation.flush()
+    formation.shutdown()
+    return _print_formed(formed)
+
+
+def _print_formed(formed: list[Any]) -> int:
+    rows = [r for f in formed for r in f.rows]
+    applied = [r for r in rows if r.get("status") == "applied"]
+    facts = sum(1 for r in applied for op in r.get("applied") or [] if op["stream"] == "fact" and op["op"] in ("ADD", "UPDATE"))
+    insights = sum(1 for r in applied for op in r.get("applied") or [] if op["stream"] == "insight" and op["op"] in ("ADD", "UPDATE"))
+    failed = [r for r in rows if r.get("status") == "failed"]
+    if rows:
+        console.print(f"memory formed: {len(applied)} chunk(s), {facts} fact(s) and {insights} insight(s) written", soft_wrap=True)
+    for row in failed:
+        _error(f"chunk {row['chunk_id']} was not written (its turns stay pending; `dualmem flush` retries): {row.get('error')}")
+    for f in formed:
+        if f.error:
+            _error(f"thread {f.thread} was not written (its turns stay pending; `dualmem flush` retries): {f.error}")
+    return len(failed) + sum(1 for f in formed if f.error)
+
+
+@app.command()
+@friendly
+def flush(
+    store: str | None = StoreOpt,
+    model: str | None = ModelOpt,
+    persona: str | None = typer.Option(None, "--persona", "-p", help="only this persona's chats (default: every persona)"),
+    user: str | None = typer.Option(None, "--user", "-u", help="only this user's chats (with --persona)"),
+    now: bool = typer.Option(False, "--now", help="also write the last, unfinished chunk of chats that are not quiet yet"),
+) -> None:
+    """Write chat turns left pending (after a crash, or an exit before they were written): full chunks, and quiet chats whole."""
+    from dualmem.chat.formation import FormationRequest, run_formation
+    from dualmem.chat.pending import PendingThread, pending_threads
+    from dualmem.stores import LanceDBStore
+
+    settings = _settings(model, store)
+    _preflight(settings, ("writer",))
+    lg = LanceDBStore.from_settings(settings)
+    prefix = (persona, user) if persona and user else (persona,) if persona else ()
+    formed = []
+    for namespace, thread in pending_threads(lg, prefix):
+        snap = PendingThread(lg, namespace, thread).read()
+        if not snap.turns:
+            continue
+        if not snap.persona:
+            _error(f"thread {thread} of {namespace} has pending turns but no persona; skipped")
+            continue
+        result = run_formation(FormationRequest(snap.persona, namespace, thread, settings, store=lg), flush=now)
+        console.print(f"{namespace[0]} / {namespace[1]} / {thread}: {len(result.rows)} chunk(s); {result.pending_turns} turn(s) still pending", soft_wrap=True)
+        formed.append(result)
+    if _print_formed(formed):
+        raise typer.Exit(EXIT_FAILED)
+    if not formed:
+        console.print("no chat turns pending")
 
 
 @app.command()

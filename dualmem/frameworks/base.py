@@ -107,6 +107,7 @@ class MemoryFramework(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    forms_in_background: ClassVar[bool] = False  # chat exchanges join pending turns, written a chunk at a time (dualmem.chat)
 
     def __init__(self, context: FrameworkContext) -> None:
         self.context = context

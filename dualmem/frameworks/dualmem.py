@@ -26,6 +26,7 @@ class DualMemFramework(MemoryFramework):
 
     name = "dualmem"
     description = "persona-driven dual memory: facts + the persona's own insights citing them (this project)"
+    forms_in_background = True  # a chat's exchanges are written by the write graph's pending mode, a chunk at a time
 
     def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] | None = None) -> None:
         super().__init__(context)

@@ -6,9 +6,9 @@ import re
 
 from conftest import REPO
 
-from dualmem.chat.pending import PendingThread
 from dualmem.stores import LanceDBStore
 from dualmem.testing import FakeChatModel
+from dualmem.writer.pending import PendingThread
 
 
 def _example() -> str:

@@ -31,7 +31,7 @@ def server(tmp_path_factory):
         "dependencies": [str(REPO)],
         "graphs": {
             "agent": str(REPO / "tests" / "fixtures" / "chat_agent.py") + ":agent",
-            "write": "dualmem.graphs.write:graph",
+            "write": "dualmem.writer.graph:graph",
             "respond": "dualmem.graphs.respond:graph",
         },
         "store": {"path": "dualmem.stores.langgraph_store.make_store"},  # a module path: dots, no colon

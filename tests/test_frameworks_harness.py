@@ -60,8 +60,8 @@ def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     assert ingest["failed_chunks"] == 0 and not ingest["failed_sessions"] and not ingest["errors"], f"{name}: {ingest}"
     assert ingest["items_written"] > 0, f"{name}: nothing written"
     # reopen the framework on the run's store, as a later process would: the memory is there and from these sessions
+    from dualmem.evals.graph import persona_store
     from dualmem.frameworks import FrameworkContext, open_framework
-    from dualmem.graphs.evaluate import persona_store
 
     reopened = open_framework(name, FrameworkContext(
         namespace=(item.dialogue.id, item.dialogue.user_id or settings.user_id), settings=settings, persona=item.dialogue.persona,

@@ -11,14 +11,14 @@ from conftest import REPO, SHARED_DATA, need
 
 from dualmem.chat import FormationExecutor
 from dualmem.graphs.respond import respond
-from dualmem.graphs.write import write_history
-from dualmem.nodes.chunking import chunk_sessions
-from dualmem.nodes.guard import flag_turns
 from dualmem.prompts.respond import format_dual_memory
 from dualmem.prompts.writer import render_writer_messages
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.chunking import chunk_sessions
+from dualmem.writer.graph import write_history
+from dualmem.writer.guard import flag_turns
 
 PERSONA = Persona(id="mara", name="Mara", description="a veterinary nurse")
 NS = ("mara", "user")

@@ -8,13 +8,13 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 
 from dualmem.context import context_of
 from dualmem.frameworks import FrameworkContext, RetrievedItem, open_framework
+from dualmem.frameworks.base import answer_from_items
 from dualmem.frameworks.dualmem import DualMemFramework
-from dualmem.frameworks.respond import answer_from_items
 from dualmem.graphs.respond import arespond, builder, respond
-from dualmem.graphs.write import write_history
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.graph import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")

@@ -2,7 +2,7 @@
 
 - :class:`~dualmem.chat.middleware.DualMemMiddleware` — ``create_agent`` middleware: recall before the model,
   hand each exchange to memory formation after the turn;
-- :mod:`~dualmem.chat.pending` — chat turns waiting in the store for the writer;
+- :mod:`~dualmem.writer.pending` — chat turns waiting in the store for the writer;
 - :mod:`~dualmem.chat.formation` — pending turns → sealed chunks → the write graph (exactly once);
 - :class:`~dualmem.chat.executor.FormationExecutor` — background, debounced formation in this process;
 - :class:`~dualmem.chat.server.ServerFormation` — scheduled ``write`` runs on a LangGraph server.

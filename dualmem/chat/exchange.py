@@ -1,4 +1,4 @@
-"""A reply's exchange handed to memory formation: the user's turn and the reply as pending turns of the run's thread.
+"""A reply's exchange handed to memory formation (pending turns of the run's thread), and where formation runs (:func:`formation_for`).
 
 The respond graph's ``remember`` and the chat middleware hand exchanges over
 here when the memory framework forms memory in the background (DualMem); the
@@ -11,12 +11,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dualmem.chat.formation import FormationRequest, graph_store
-from dualmem.chat.pending import EARLIER_MESSAGES, PendingTurn, Snapshot, new_turn, turn_id
+from dualmem.chat.formation import Formation, FormationRequest
 from dualmem.chat.runtime import chat_thread
+from dualmem.config import Settings
 from dualmem.context import Context
-from dualmem.nodes.guard import TurnFlag, flag_turns
+from dualmem.errors import ConfigurationError
 from dualmem.schema import Persona, Turn
+from dualmem.writer.guard import TurnFlag, flag_turns
+from dualmem.writer.pending import EARLIER_MESSAGES, PendingTurn, Snapshot, new_turn, turn_id
+from dualmem.writer.sealing import graph_store
+
+
+def formation_for(settings: Settings, runtime: Any = None) -> Formation:
+    """Return the formation ``settings.formation`` asks for (auto: the LangGraph server the run is on, else this process)."""
+    from dualmem.chat.executor import default_executor
+    from dualmem.chat.server import server_formation
+
+    on_server = getattr(runtime, "server_info", None) is not None
+    if settings.formation == "server" or (settings.formation == "auto" and (on_server or settings.formation_url)):
+        if not on_server and not settings.formation_url:
+            raise ConfigurationError(
+                "formation=server outside a LangGraph server needs the server's address: set formation_url "
+                "(DUALMEM_FORMATION_URL), or use formation=local"
+            )
+        return server_formation(settings.formation_url or None)
+    return default_executor()
 
 
 def injected_writer(ctx: Context) -> Any:

@@ -29,15 +29,16 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 
-from dualmem.chat.formation import Formation, FormationRequest, ahand_over, formation_for, hand_over
-from dualmem.chat.pending import PendingTurn, new_turn, turn_id
+from dualmem.chat.exchange import formation_for
+from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
 from dualmem.chat.recall import RECENT_TURNS, memory_prompt, recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
 from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
-from dualmem.nodes.respond import message_text
+from dualmem.prompts.respond import message_text
 from dualmem.schema import Persona
+from dualmem.writer.pending import PendingTurn, new_turn, turn_id
 
 
 class DualMemState(AgentState[Any]):

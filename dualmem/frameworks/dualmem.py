@@ -40,7 +40,7 @@ class DualMemFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
-        from dualmem.graphs.write import write_history
+        from dualmem.writer.graph import write_history
 
         report = write_history(
             [session], self.persona, settings=self.context.settings, model=self.context.writer(), store=self.store,
@@ -68,7 +68,7 @@ class DualMemFramework(MemoryFramework):
         return self._emotion_recall(query, k)
 
     def _emotion_recall(self, query: str, k: int) -> DualResult:
-        from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
+        from dualmem.writer.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
 
         s = self.context.settings
         check_strategy(s.emotion_strategy)

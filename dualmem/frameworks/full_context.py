@@ -81,7 +81,7 @@ class FullContextFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the whole window (oldest first), whatever ``k``."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         return answer_from_items(self.context, query, self.window())
 

@@ -202,7 +202,7 @@ class MemAgentFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the question-focused memory (or the whole memory without the pass)."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         text = self.focus(query) if self.question_pass and self.memory else ""
         unit = "focused-memory" if text else "memory"

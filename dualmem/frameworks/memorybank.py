@@ -207,7 +207,7 @@ class MemoryBankFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the portrait, the global summary and the ``k`` retrieved memories."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         return answer_from_items(self.context, query, self.profile() + self.retrieve(query, k))
 

@@ -24,7 +24,7 @@ from typing_extensions import TypedDict
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
-from dualmem.prompts.respond import render_respond_messages
+from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
 
@@ -50,14 +50,6 @@ class RespondState(RespondInput, total=False):
     reply: str
     written: list[dict[str, Any]]
     pending: dict[str, Any]
-
-
-def message_text(message: Any) -> str:
-    """Return the text of a model answer (string content or content blocks)."""
-    content = getattr(message, "content", message)
-    if isinstance(content, list):
-        return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content).strip()
-    return str(content).strip()
 
 
 def persona_of(state: RespondState) -> Persona:
@@ -155,8 +147,7 @@ def _exchange(state: RespondState) -> tuple[list[str], tuple[str | None, str | N
 
 def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any] | None:
     """Return the hand-over of a framework that forms memory in the background (None: it ingests the exchange)."""
-    from dualmem.chat.exchange import exchange_handover
-    from dualmem.chat.formation import formation_for
+    from dualmem.chat.exchange import exchange_handover, formation_for
 
     ctx = context_of(runtime)
     persona, namespace = persona_of(state), tuple(state["namespace"])

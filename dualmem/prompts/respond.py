@@ -36,6 +36,14 @@ MAX_WORDS = 150
 HISTORY_MESSAGES = 12
 
 
+def message_text(message: Any) -> str:
+    """Return the text of a model answer (string content or content blocks)."""
+    content = getattr(message, "content", message)
+    if isinstance(content, list):
+        return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content).strip()
+    return str(content).strip()
+
+
 def format_memory_lines(items: Sequence[Mapping[str, Any]]) -> str:
     """Render generic retrieved items (``text``, ``kind``, optional ``session``) as a list."""
     if not items:

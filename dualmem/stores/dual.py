@@ -35,17 +35,16 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
 from langchain_core.embeddings import Embeddings
 
+import dualmem.stores._lance as L
+import dualmem.stores._vcache as _vcache
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind, utcnow
-from dualmem.stores import _lance as L
-from dualmem.stores import _vcache
 from dualmem.stores._rows import ITEM_COLUMNS, PK_SQL, item_schema, item_to_row, row_to_item
 from dualmem.stores._search import TableSearch
 from dualmem.stores._sql import (
@@ -62,6 +61,7 @@ from dualmem.stores._sql import (
 )
 from dualmem.stores.leases import Lease, Leases
 from dualmem.stores.ledger import Ledger
+from dualmem.stores.results import DualResult, ScoredItem
 
 SearchMode = Literal["hybrid", "vector", "fts"]
 Namespace = tuple[str, ...]
@@ -69,24 +69,6 @@ TABLES: dict[str, str] = {"fact": "facts", "insight": "insights"}
 INDEXES = {"pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "status": "BITMAP", "event_time": "BTREE", "text": "FTS"}
 # fields a structured ``filter`` may name (public key -> column)
 FILTERABLE = {"id": "id", "session_id": "session_id", "chunk_id": "chunk_id", "event_time": "event_time", "status": "status"}
-
-
-@dataclass
-class ScoredItem:
-    """A memory item with its search score (higher is better)."""
-
-    item: MemoryItem
-    score: float
-
-
-@dataclass
-class DualResult:
-    """Facts and insights for one query; each insight expanded with the facts it cites."""
-
-    facts: list[ScoredItem] = field(default_factory=list)
-    insights: list[ScoredItem] = field(default_factory=list)
-    grounding: dict[str, list[MemoryItem]] = field(default_factory=dict)
-    merged: list[ScoredItem] = field(default_factory=list)
 
 
 class DualStore:

@@ -1,6 +1,6 @@
 """The recurrent memory writer graph: history → chunks → write each chunk exactly once → report.
 
-Nodes live in :mod:`dualmem.nodes.write`: ``prepare`` cuts the sessions into
+Nodes live in :mod:`dualmem.writer.nodes`: ``prepare`` cuts the sessions into
 chunks (or seals a chat thread's pending turns: ``pending``), ``write`` writes
 one chunk through the persona (under the namespace's write lease, with the
 pending-plan ledger) and loops, ``settle`` removes a chat thread's written
@@ -30,13 +30,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
-from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.nodes.write import WriteInput, WriteReport, WriteState, failed_rows, prepare, route, settle, write
 from dualmem.preflight import check_file_path, check_model, needs_check
 from dualmem.resume import arun_resumable, run_resumable
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
+from dualmem.writer.chunking import Chunk, as_sessions, chunk_sessions
+from dualmem.writer.nodes import WriteInput, WriteReport, WriteState, failed_rows, prepare, route, settle, write
 
 builder = StateGraph(WriteState, context_schema=Context, input_schema=WriteInput)
 builder.add_node("prepare", prepare)

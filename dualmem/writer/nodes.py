@@ -3,7 +3,7 @@
 ``prepare`` chunks the sessions (or takes ready ``chunks``, or the failed ones
 with ``retry_failed``, or, with ``pending: {"thread", "flush"}``, seals a chat
 thread's pending turns into chunks: :mod:`dualmem.chat.formation`); ``write`` writes the chunk at ``cursor`` through
-:func:`dualmem.nodes.writer.write_chunk` (under the namespace's write lease, with
+:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease, with
 the pending-plan ledger) and records its report row; ``route`` loops. A chunk
 whose answer stays malformed after the repairs, or whose model call fails, is
 recorded in ``failed_chunks`` with its reason — never dropped. In pending mode
@@ -20,11 +20,11 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from dualmem.chat.formation import settle_pending, take_pending
 from dualmem.context import Context, context_of
-from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.nodes.writer import write_chunk
 from dualmem.schema import Persona
+from dualmem.writer.chunking import Chunk, as_sessions, chunk_sessions
+from dualmem.writer.core import write_chunk
+from dualmem.writer.sealing import settle_pending, take_pending
 
 
 def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

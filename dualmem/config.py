@@ -77,7 +77,7 @@ class Settings:
     view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
-    retrieval_mode: str = _setting("dual", "dual (k facts + k insights) or merged (one top-k pool)")
+    retrieval_mode: str = _setting("dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)")
     search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
     emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")

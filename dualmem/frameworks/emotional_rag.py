@@ -57,13 +57,7 @@ class EmotionalRAGFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's fragments with their embeddings and emotion vectors (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
 
     def _ingest(self, session: Session, report: IngestReport) -> None:
         done = {f["id"] for f in self.space.records()}

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -179,6 +179,19 @@ class Space:
             yield True
             if report is None or not report.failed_chunks:
                 self.store.ledger.mark(self.namespace, unit, "applied", "")
+
+    def ingest_once(self, session_id: str, work: Callable[[IngestReport], None]) -> IngestReport:
+        """Run ``work`` on the session's report unless the session was ingested before (by any process).
+
+        The session is marked done only when ``work`` records no failure (see :meth:`once`).
+        """
+        report = IngestReport(session_id=session_id)
+        with self.once(session_id, report) as todo:
+            if todo:
+                work(report)
+            else:
+                report.meta["skipped"] = "session already ingested"
+        return report
 
     def drop(self) -> None:
         """Forget every record, value and ledger row of this namespace."""

@@ -129,13 +129,7 @@ class MemAgentFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Read the session chunk by chunk, rewriting the memory after each chunk (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id, report) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
 
     def _ingest(self, session: Session, report: IngestReport) -> None:
         from rich.progress import Progress

@@ -116,13 +116,7 @@ class MemoryBankFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's pieces and event summaries; update the global summary and portrait (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, self.meta(), report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, self.meta(), report))
 
     def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         clock = self._advance_clock(session, meta["clock"], first=not meta["sessions"])

@@ -218,6 +218,7 @@ def test_vector_index_search_agrees_with_flat(tmp_path):
     words = ["tea", "hiking", "cat", "chess", "piano", "garden", "coffee", "bike", "novel", "rain"]
     items = [fact(f"v{i}", f"{words[i % 10]} {words[(i // 10) % 10]} {words[(i // 100) % 10]} {i}") for i in range(400)]
     store.upsert(items)
+    assert not any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())  # never built inside a write
     store.optimize()
     assert any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())
     hits = store.search(NS, items[123].text, kind="fact", k=5, mode="vector")

@@ -17,8 +17,9 @@ one namespace take turns through its write lease; the writer and the
 baselines apply each unit of work once through the ledger.
 
 Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``
-and ``status``, native full-text on ``text``, and an IVF vector index once a
-table holds ``vector_index_min_rows`` rows. Rows written after an index was
+and ``status``, native full-text on ``text``, and an IVF vector index built by
+``optimize()`` (``dualmem maintain``) once a table holds ``vector_index_min_rows``
+rows, never inside a write (at a million rows it takes minutes). Rows written after an index was
 built are still searched; ``optimize()`` folds them in (and runs by itself
 before a full-text search once enough accumulate). Hybrid search fuses the
 vector and full-text rankings by reciprocal rank (``1 / (60 + rank)``).
@@ -214,8 +215,6 @@ class DualStore:
                 moved = sql_in("pk", [r["pk"] for r in mine])
                 if not as_given and self._tables[other].count_rows(moved):  # an id that changed kind leaves the other table
                     self._commit(other, nskey, lambda o=other, w=moved: self._tables[o].delete(w), {r["id"] for r in mine}, [])
-            if table.count_rows() >= self.vector_index_min_rows and not L.has_index(table, "vector"):
-                L.build_vector_index(table, table.count_rows())
 
     def supersede(self, namespace: Namespace, ids: Sequence[str], kind: MemoryKind | None = None) -> None:
         """Mark items of ``namespace`` (of ``kind``, when known) superseded (kept for history, hidden from search)."""

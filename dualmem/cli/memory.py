@@ -247,7 +247,7 @@ def maintain(
     store: str | None = StoreOpt,
     cluster: bool = typer.Option(True, "--cluster/--no-cluster", help="gather each scattered namespace's rows together"),
 ) -> None:
-    """Maintain a shared store: delete expired store items, gather namespaces, compact, fold rows into indexes.
+    """Maintain a shared store: delete expired store items, gather namespaces, compact, fold rows into indexes, build the vector index.
 
     Safe while servers and writers use the store (run it from cron, say): a namespace is gathered
     under its write lease, and every reader sees the data before or after, never half.

@@ -73,6 +73,21 @@ def test_a_call_failing_past_its_retries_is_a_recorded_failure_not_a_crash(tmp_p
     assert "HTTP 502" in out.error and "after 3 attempts" in out.error
 
 
+def test_a_connection_refused_mid_run_is_retried_then_recorded_as_a_failure(tmp_path):
+    """The endpoint goes away after the run started (preflight passed): each call is retried, then recorded failed."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = _settings(tmp_path, f"http://127.0.0.1:{port}/v1", call_retries=2, retry_backoff=0.05)
+    started = time.monotonic()
+    out = invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+    assert out.value is None and out.call_failed and out.attempts == 3
+    assert "connect" in out.error.lower() and "after 3 attempts" in out.error
+    assert time.monotonic() - started < 30
+
+
 def test_a_retry_after_longer_than_retry_max_wait_fails_at_once(tmp_path):
     with Endpoint() as server:
         server.script = [("status", 429, {"Retry-After": "3600"})]

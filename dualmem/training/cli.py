@@ -47,10 +47,10 @@ def _fail(exc: Exception) -> None:
 
 
 def _parse(cls: type, args: list[str]) -> Any:
-    from transformers import HfArgumentParser
+    from dualmem.training.flags import parse_flags
 
     try:
-        (cfg,) = HfArgumentParser(cls).parse_args_into_dataclasses(args=args)  # type: ignore[arg-type]
+        cfg = parse_flags(cls, args)
     except SystemExit as exc:
         raise typer.Exit(int(exc.code or 0)) from None
     return cfg

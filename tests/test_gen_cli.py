@@ -69,6 +69,24 @@ def test_a_run_that_keeps_nothing_exits_1_with_the_rejections_by_kind(env, monke
     assert manifest["files"] == [] and manifest["checks"]["specificity"]["rejections"] == {"failed perspective_unique, testable": 4}
 
 
+def test_a_simulation_with_no_session_exits_1_with_its_issues(env, monkeypatch):
+    import dualmem.scripted
+    from dualmem.models import _build_chat_model
+
+    class NoPlans(dualmem.scripted.SimScript):
+        def __call__(self, messages, tool):
+            return {"projects": []} if tool == "ProjectOutline" else super().__call__(messages, tool)
+
+    monkeypatch.setattr(dualmem.scripted, "SimScript", NoPlans)
+    _build_chat_model.cache_clear()
+    try:
+        result = run("generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "2")
+    finally:
+        _build_chat_model.cache_clear()
+    assert result.exit_code == 1, result.output
+    assert "no session could be simulated" in result.stderr.replace("\n", " ")
+
+
 def test_generate_realmem_runs_offline_and_counts_sessions_per_project(env):
     result = run("generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "5")
     assert result.exit_code == 0, result.output

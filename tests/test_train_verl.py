@@ -13,6 +13,7 @@ import pytest
 from fixtures.tiny_model import tiny_tokenizer  # noqa: E402
 from fixtures.train_data import make_dataset  # noqa: E402
 
+from dualmem.training.rewards import RewardConfig  # noqa: E402
 from dualmem.training.verl.config import AGENT_NAME, VerlRunConfig, compose, validate, write_launch  # noqa: E402
 from dualmem.training.verl.dataset import load_episodes, write_verl_dataset  # noqa: E402
 
@@ -69,7 +70,9 @@ def test_reward_loads_through_verls_loader(config, data_dir):
     good = json.dumps({"facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)], "insights": []})
     high = fn(data_source="dualmem", solution_str=good, ground_truth=json.dumps(gt), extra_info={})
     low = fn(data_source="dualmem", solution_str="{}", ground_truth=json.dumps(gt), extra_info={})
-    assert high["fact_recall"] == 1.0 and high["score"] > low["score"] == 0.0
+    # "{}" parses (an empty MemoryUpdate): no recall, only the share-of-turns-parsed credit
+    assert high["fact_recall"] == 1.0 and high["score"] > low["score"] == pytest.approx(RewardConfig().format_weight)
+    assert low["fact_recall"] == 0.0 and low["parsed_share"] == 1.0
 
 
 def test_dataset_loads_with_verls_rlhf_dataset(config, data_dir):
@@ -138,8 +141,8 @@ def test_agent_loop_loads_through_verl_and_credits_every_turn(config, data_dir):
         for out in pair:
             assert out.response_mask == [1] * len(out.response_ids) and out.reward_score is not None
             assert out.extra_fields["reward_extra_info"]["score"] == out.reward_score
-    # "{ }" is not a MemoryUpdate: every turn is penalised, and its trajectory's episode reward is on every turn
-    assert {o.reward_score for pair in outs for o in pair} == {0.0}
+    # "{}" is an empty MemoryUpdate: nothing recalled, every turn parsed (the format credit only), on every turn
+    assert {round(o.reward_score, 6) for pair in outs for o in pair} == {RewardConfig().format_weight}
     assert not module.POOL.entries.get(episode.id)  # fully served trajectories are dropped
 
 

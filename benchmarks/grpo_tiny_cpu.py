@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--eval-rollouts", type=int, default=8)
     ap.add_argument("--chunk-tokens", type=int, default=400)
     ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--init", default="", help="start GRPO from this saved SFT output (its sft/ folder); skips the SFT")
+    ap.add_argument("--keep", default="", help="copy the SFT output (model and tokenizer) to this folder")
     args = ap.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
@@ -71,8 +73,13 @@ def main() -> None:
     episodes = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in [*train.items, *held.items]]
     texts = [m["content"] for e in episodes for s in gold_steps(e) for m in e.messages(s.view, s.chunk)]
     texts += [s.target.model_dump_json() for e in episodes for s in gold_steps(e)]
-    tok = tiny_tokenizer(texts)
-    model = tiny_llama(tok)
+    if args.init:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok, model = AutoTokenizer.from_pretrained(args.init), AutoModelForCausalLM.from_pretrained(args.init)
+    else:
+        tok = tiny_tokenizer(texts)
+        model = tiny_llama(tok)
     embed = HashEmbeddings(64)
     cfg = GRPORunConfig(
         output_dir=str(work / "grpo"), num_generations=4, max_completion_length=96, chunk_tokens=args.chunk_tokens,
@@ -89,16 +96,22 @@ def main() -> None:
         m = [t.metrics() for t in trajs]
         return {k: round(mean(x[k] for x in m), 4) for k in ("score", "parsed_share", "similarity", "fact_recall", "insight_recall")}
 
-    curve = [{"phase": "random init", "step": 0, **held_out()}]
+    curve = [{"phase": "SFT model (--init)" if args.init else "random init", "step": 0, **held_out()}]
     records = gold_records(train, chunk_tokens=args.chunk_tokens, keep_empty=1.0)
     write_jsonl(work / "sft.jsonl", records)
     sft = SFTRunConfig(train_file=str(work / "sft.jsonl"), output_dir=str(work / "sft"), learning_rate=3e-3, lr_scheduler_type="constant",
                        warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=args.sft_steps,
                        max_length=2048, logging_steps=10, save_steps=10_000, use_cpu=True, disable_tqdm=True)
     t_sft = time.time()
-    sft_out = train_sft(sft, model=model, tokenizer=tok)
+    sft_out = {"train_loss": float("nan")} if args.init else train_sft(sft, model=model, tokenizer=tok)
     sft_seconds = time.time() - t_sft
-    curve.append({"phase": "after SFT", "step": 0, **held_out()})
+    if args.keep and not args.init:
+        import shutil
+
+        tok.save_pretrained(work / "sft")
+        shutil.copytree(work / "sft", args.keep, dirs_exist_ok=True)
+    if not args.init:
+        curve.append({"phase": "after SFT", "step": 0, **held_out()})
     print(json.dumps(curve[-2:]), flush=True)
 
     class Eval(TrainerCallback):

@@ -54,9 +54,9 @@ def read_persona(path: str | Path) -> Persona:
         if k == "description" and "description" in norm:
             k = "role_description"
         norm[k] = value
-    for k in LIST_FIELDS:
+    for k in LIST_FIELDS:  # a string is split on semicolons, new lines and bullets; commas stay ("check twice, sail once")
         if isinstance(norm.get(k), str):
-            norm[k] = [v.strip() for v in re.split(r"[;,\n]", norm[k]) if v.strip()]
+            norm[k] = [v.strip(" \t-*•") for v in re.split(r"[;\n]", norm[k]) if v.strip(" \t-*•")]
     if not isinstance(norm.get("name"), str) or not norm["name"].strip():
         raise DatasetError(str(path), "$.name", "a non-empty string", repr(norm.get("name")))
     norm.setdefault("id", re.sub(r"[^A-Za-z0-9]+", "-", path.stem).strip("-").lower() or norm["name"])
@@ -206,8 +206,21 @@ def generate_rolememo(
     write_json_atomic(out / "manifest.json", manifest)
     print_pass_rates(manifest, f"RoleMemo generation: {manifest.get('queries_kept', 0)} queries kept, {len(manifest['files'])} histories")
     if not files:
-        console.print(f"[yellow]no query passed every check, so no history was written; see {out / 'manifest.json'} for the rejections")
+        console.print(f"[yellow]no query passed every check, so no history was written; rejections by check and kind "
+                      f"(each one with its reason in {out / 'manifest.json'}):")
+        for line in rejection_breakdown(manifest):
+            console.print(f"  {line}", soft_wrap=True)
     return out
+
+
+def rejection_breakdown(manifest: dict[str, Any]) -> list[str]:
+    """Return one line per check and rejection kind with its count (``ideation: needs >= N reasoning steps: 8``)."""
+    lines = []
+    for name, row in (manifest.get("checks") or {}).items():
+        lines += [f"{name}: {kind}: {n}" for kind, n in sorted(row.get("rejections", {}).items(), key=lambda kv: -kv[1])]
+        if row.get("shortfall"):
+            lines.append(f"{name}: shortfall: {row['shortfall']} of {row.get('asked')} insights asked for")
+    return lines
 
 
 def generate_realmem(
@@ -271,7 +284,9 @@ def generate_realmem(
     n_queries = sum(1 for s in data["dialogues"] for t in s["dialogue_turns"] if t.get("is_query"))
     n_points = sum(len(s["extracted_memory"]) for s in data["dialogues"])
     if not data["dialogues"]:
-        console.print(f"[yellow]no session could be simulated; the issues are listed in {target} under _metadata.issues")
+        console.print(f"[yellow]no session could be simulated; the issues are listed in {target} under _metadata.issues:")
+        for issue in issues[:10]:
+            console.print(f"  {issue.get('stage')}: {issue.get('reason')}", soft_wrap=True)
     console.print(
         f"RealMem simulation: {len(data['dialogues'])} sessions, {n_queries} memory queries, {n_points} memory points, "
         f"{len(issues)} issue(s) recorded -> {target}"

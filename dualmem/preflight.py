@@ -144,7 +144,7 @@ def needs_check(spec: Any) -> bool:
 def check_models(settings: Settings, roles: Iterable[str], models: dict[str, Any] | None = None) -> None:
     """Build and check the model of each role (``chat``, ``writer``, ``judge``) once; given objects win.
 
-    Local and fake models are neither loaded nor checked here.
+    Local models are neither loaded nor checked here; a fake spec is built (cheap), so a wrong name fails first.
     """
     from dualmem.models import load_chat_model
 
@@ -153,6 +153,9 @@ def check_models(settings: Settings, roles: Iterable[str], models: dict[str, Any
         given = (models or {}).get(role)
         spec = given if given is not None else {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}[role]
         key = spec if isinstance(spec, str) else f"object:{id(spec)}"
+        if isinstance(spec, str) and spec.startswith("fake:"):
+            load_chat_model(spec, settings, role=role)  # an unknown fake name is a one-line ConfigurationError
+            continue
         if key in seen or not needs_check(spec):
             continue
         seen.add(key)

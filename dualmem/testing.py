@@ -160,7 +160,12 @@ def said(messages: list[BaseMessage]) -> str:
 
 def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
     """Answer MemoryUpdate requests with one fact and one insight taken from the chunk, other schemas filled with it."""
+    from dualmem.scripted import generator_answer
+
     user = said(messages)
+    scripted_answer = generator_answer(messages, tool)
+    if scripted_answer is not None:
+        return scripted_answer
     if tool == "MemoryUpdate":
         return {
             "facts": [{"op": "ADD", "id": "N1", "text": f"User said: {user[:160]}", "turn_ids": []}],
@@ -177,11 +182,20 @@ def make_fake(name: str) -> FakeChatModel:
     ``fake:memory`` writes one fact and one insight per chunk, fills any other
     schema (every field, one item per list) with a line of the dialogue it was
     shown, and echoes that line as its reply: every baseline stores something
-    from the dialogue.
+    from the dialogue; the data generators' steps it answers as ``fake:weave``
+    and ``fake:simulate`` do. Those two answer every step of the ``weave``
+    (RoleMemo) and ``simulate`` (RealMem) graphs with scripted, valid content
+    (:mod:`dualmem.scripted`).
     """
+    from dualmem.scripted import SimScript, WeaveScript
+
     if name in {"memory", "echo", ""}:
         return FakeChatModel(responses=[_echo_memory], cycle=True)
-    raise ValueError(f"unknown fake model {name!r}; use fake:memory")
+    if name == "weave":
+        return FakeChatModel(responses=[WeaveScript()], cycle=True)
+    if name == "simulate":
+        return FakeChatModel(responses=[SimScript()], cycle=True)
+    raise ValueError(f"unknown fake model {name!r}; use fake:memory, fake:weave or fake:simulate")
 
 
 def filled_instance(schema: dict[str, Any], text: str) -> Any:

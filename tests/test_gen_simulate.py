@@ -69,7 +69,7 @@ def test_simulation_round_trips_as_realmem_and_respects_time_firewall(tmp_path):
         # ... and never a later one
         assert not seen_markers(s) & set(current[i + 1 :])
     # dates advance 1-3 days
-    days = [datetime.fromisoformat(s.time) for s in sessions]
+    days = [datetime.fromisoformat(s.time[:10]) for s in sessions]  # RealMem: "2024-03-02 (Saturday)"
     assert all(1 <= (b.date() - a.date()).days <= 3 for a, b in zip(days, days[1:], strict=False))
     # memory use marks queries with the memory and the sessions it came from
     assert item.queries and all(q.session_id != sessions[0].id for q in item.queries)
@@ -78,7 +78,7 @@ def test_simulation_round_trips_as_realmem_and_respects_time_firewall(tmp_path):
         assert all(sid != q.session_id for sid in q.gold.session_ids)
     # memory points: typed, with source turn; the repeated static point is kept once
     points = [p for s in sessions for p in s.memory_points]
-    assert {p.type for p in points} <= {"static", "dynamic", "schedule"}
+    assert {p.type for p in points} <= {"Static", "Dynamic", "Schedule"}
     assert sum("Pixel" in p.content for p in points) == 1
     assert all(p.source_turn is not None for p in points)
 

@@ -36,6 +36,14 @@ def test_read_persona_normalises_free_form_keys():
     assert read_persona(PERSONAS / "chen.json").id == "chen-wei"
 
 
+def test_persona_list_strings_split_on_semicolons_and_lines_not_commas(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"name": "Ana", "core values": "check twice, sail once; the sea keeps no promises", "traits": "calm, exact"}))
+    ana = read_persona(path)
+    assert ana.core_values == ["check twice, sail once", "the sea keeps no promises"]
+    assert ana.traits == ["calm, exact"]
+
+
 def test_generates_loadable_dataset_with_manifest(tmp_path):
     script = WeaveScript(generic=("Value Judgment insight 0",), easy=("Decision Guidance insight 1",), broken=("Interpretive Attribution insight 1",), echo=("Contradiction Revelation insight 1",))
     out = run(tmp_path, weave_model(script))
@@ -53,6 +61,11 @@ def test_generates_loadable_dataset_with_manifest(tmp_path):
     assert all("invalid after 2 attempt" in r["reason"] for r in broken)  # recorded with its reason, not dropped
     echoed = [r for r in manifest["rejections"] if r["stage"] == "difficulty"]
     assert all("echoed" in r["reason"] for r in echoed)
+    # reasons are grouped by kind (no fragment text, no turn numbers), and every pass rate adds up with its rejections
+    assert checks["difficulty"]["rejections"] == {"fragment N is echoed by the agent in turns": 2}
+    assert checks["fragments"]["rejections"] == {"model output invalid after N attempt(s)": 2}
+    for name, row in checks.items():
+        assert row["total"] - row["passed"] == sum(row["rejections"].values()), name
     for length, folder in ((2000, "2k"), (4000, "4k")):
         ds = load_dataset("rolememo", out / folder)
         assert len(ds.items) == 2
@@ -64,6 +77,21 @@ def test_generates_loadable_dataset_with_manifest(tmp_path):
             for q in item.queries:
                 assert len(q.gold.turn_ids) == 2 and len(q.meta["evidence_depths"]) == 2
     assert len(manifest["histories"]) == 4 and all(h["within_tolerance"] for h in manifest["histories"])
+
+
+def test_ideation_pass_rate_counts_the_drafts_it_rejected(tmp_path):
+    class Thin(WeaveScript):
+        def __call__(self, messages, tool):
+            out = super().__call__(messages, tool)
+            if tool == "InsightBatch":  # one extra draft of one kind only: rejected, the two others kept
+                out["insights"].append({"text": "thin", "reasoning_steps": ["a", "b"], "fact_kinds": ["work", "Work"]})
+                out["insights"].insert(0, out["insights"].pop())
+            return out
+
+    out = run(tmp_path, weave_model(Thin()), lengths=(2000,))
+    ideation = json.loads((out / "manifest.json").read_text())["checks"]["ideation"]
+    assert ideation["passed"] == 16 and ideation["total"] == 24 and ideation["pass_rate"] == round(16 / 24, 4)
+    assert ideation["rejections"] == {"needs >= N reasoning steps and >= N fact kinds": 8} and ideation["shortfall"] == 0
 
 
 def test_killed_run_resumes_without_regenerating(tmp_path):

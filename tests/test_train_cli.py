@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+import pytest
 from fixtures.train_data import make_dataset
 from typer.testing import CliRunner
 
@@ -54,3 +55,20 @@ def test_rl_verl_prepare_writes_data_and_launch_yaml(tmp_path):
     assert (tmp_path / "vd" / "train.parquet").exists() and (tmp_path / "vd" / "agent_loop.yaml").exists()
     launch = (tmp_path / "run" / "verl_launch.yaml").read_text()
     assert "algorithm.adv_estimator=grpo" in launch and "actor_rollout_ref.model.path=some/model" in launch
+
+
+@pytest.mark.parametrize("module", ["dualmem.training.sft", "dualmem.training.grpo_trl"])
+def test_module_help_lists_every_field_and_unknown_flags_are_one_line_errors(module, capsys):
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--output_dir" in out and ("warm-up (paper: 5%)" in out or module.endswith("grpo_trl"))
+    with pytest.raises(SystemExit) as done:
+        main(["--output_dir", "x", "--bogus", "1"])
+    assert done.value.code == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: unknown flag(s) --bogus")

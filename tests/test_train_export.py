@@ -19,6 +19,7 @@ from dualmem.training.export import (
     split_by_persona,
     validate_record,
 )
+from dualmem.training.targets import about_user
 
 
 def test_gold_steps_add_fragments_where_they_appear_and_the_insight_once_both_are_seen():
@@ -29,9 +30,13 @@ def test_gold_steps_add_fragments_where_they_appear_and_the_insight_once_both_ar
     writes = [(s.index, s.target) for s in steps if s.target.facts or s.target.insights]
     first_q = item.queries[0]
     add_chunks = {f.text: n for n, t in writes for f in t.facts}
-    assert set(add_chunks) == {f for q in item.queries for f in q.gold.facts}
+    # fact targets are sentences about the user (the writer prompt's convention), not the user's own words
+    assert set(add_chunks) == {about_user(f) for q in item.queries for f in q.gold.facts}
+    assert "The user works night shifts at the warehouse these days." in add_chunks
+    assert "The user skipped their sister's birthday dinner again." in add_chunks
+    assert all(f.startswith("The user") and " I " not in f and " my " not in f for f in add_chunks)
     insight_chunk = next(n for n, t in writes for i in t.insights if i.text == first_q.gold.insight)
-    assert insight_chunk == max(add_chunks[f] for f in first_q.gold.facts)
+    assert insight_chunk == max(add_chunks[about_user(f)] for f in first_q.gold.facts)
     # the insight cites the earlier fact by its view id and the new one by its label
     step = next(s for s in steps if s.index == insight_chunk)
     ins = step.target.insights[0]

@@ -36,8 +36,32 @@ def test_grpo_two_steps_logs_rewards(tmp_path):
     logs = [h for h in out["log_history"] if "reward" in h]
     assert len(logs) == 2
     assert all("rewards/episode_reward_func/mean" in h and "rewards/fact_recall/mean" in h for h in logs)
-    assert all(0.0 <= h["reward"] <= 1.0 for h in logs)
+    assert all(-1.0 <= h["reward"] <= 1.0 for h in logs)
     assert json.loads((tmp_path / "grpo" / "dualmem_grpo_config.json").read_text())["num_generations"] == 2
+
+
+def test_tiny_tokenizer_round_trips_the_writers_json():
+    from dualmem.schema import MemoryUpdate
+    from dualmem.training.rewards import parse_update
+
+    tok = tiny_tokenizer(["The user works night shifts at a warehouse."])
+    update = MemoryUpdate.model_validate({"facts": [{"op": "ADD", "id": "N1", "text": "The user works night shifts, naïvely"}]})
+    for text in ('{"facts":[]}', update.model_dump_json(), '{"insights": [], "facts": []}\n'):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids, skip_special_tokens=True) == text
+    assert parse_update(tok.decode(tok(update.model_dump_json())["input_ids"], skip_special_tokens=True)) == update
+
+
+def test_reward_terms_are_configurable_from_the_run_config():
+    cfg = GRPORunConfig(reward="unparseable_penalty=0.2, similarity_weight=0.1")
+    rc = cfg.reward_config()
+    assert rc.unparseable_penalty == 0.2 and rc.similarity_weight == 0.1 and rc.embedder == cfg.embedder
+    import pytest
+
+    from dualmem.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="unknown reward term 'nope'"):
+        GRPORunConfig(reward="nope=1").reward_config()
 
 
 class _Trainer:

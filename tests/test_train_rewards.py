@@ -83,6 +83,37 @@ def test_parse_updates_counts_bad_objects():
     assert parse_updates("nothing") == ([], 1)
 
 
+def test_a_parse_failure_costs_its_share_without_erasing_the_rest(gt):
+    memory = gt["facts"][:2]
+    clean = dense_reward(memory, gt, turns=4, cfg=CFG, embed=EMBED)
+    one_bad = dense_reward(memory, gt, turns=4, unparseable=1, cfg=CFG, embed=EMBED)
+    all_bad = dense_reward([], gt, turns=4, unparseable=4, cfg=CFG, embed=EMBED)
+    assert clean.score > one_bad.score > 0.0 > all_bad.score  # the recall of the turns that parsed still counts
+    assert one_bad.penalty == pytest.approx(CFG.unparseable_penalty / 4) and one_bad.parsed_share == 0.75
+    assert one_bad.score == pytest.approx(clean.score - CFG.format_weight * 0.25 - CFG.unparseable_penalty / 4)
+
+
+def test_weak_policies_get_spread_within_a_group(gt):
+    """Rollouts of a weak policy recall no gold item, yet their rewards differ: near misses, parse rate."""
+    near = [gt["facts"][0].split(" at ")[0], "user mentioned work"]
+    group = [
+        dense_reward([], gt, turns=3, unparseable=3, cfg=CFG, embed=EMBED),
+        dense_reward(["the weather is grey"], gt, turns=3, unparseable=2, cfg=CFG, embed=EMBED),
+        dense_reward(["the weather is grey"], gt, turns=3, unparseable=1, cfg=CFG, embed=EMBED),
+        dense_reward(near, gt, turns=3, unparseable=1, cfg=CFG, embed=EMBED),
+    ]
+    scores = [r.score for r in group]
+    assert len(set(scores)) == 4 and scores == sorted(scores), scores
+    assert all(not r.fact_recall or r.fact_recall < 0.5 for r in group)
+
+
+def test_penalties_and_weights_are_configurable(gt):
+    strict = RewardConfig(embedder="hash:256", unparseable_penalty=1.0, similarity_weight=0.0, format_weight=0.0)
+    out = dense_reward(gt["facts"], gt, turns=2, unparseable=1, cfg=strict, embed=EMBED)
+    assert out.penalty == pytest.approx(0.5) and out.score == pytest.approx(0.5 * 1.0 + 0.5 * 0.0 - 0.5)
+    assert RewardConfig.from_dict({"unparseable_penalty": 0.2}).unparseable_penalty == 0.2
+
+
 def test_compute_score_signature_and_values(gt):
     assert list(inspect.signature(compute_score).parameters) == ["data_source", "solution_str", "ground_truth", "extra_info"]
     extra = {"reward_config": {"embedder": "hash:256"}}
@@ -90,7 +121,8 @@ def test_compute_score_signature_and_values(gt):
         {"op": "ADD", "id": f"M{i}", "text": t, "fact_ids": ["N1"]} for i, t in enumerate(gt["insights"], 1)]})
     high = compute_score("dualmem", good, json.dumps(gt), extra)
     assert high["score"] == pytest.approx(1.0) and all(isinstance(v, float) for v in high.values())
-    assert compute_score("dualmem", "garbage", gt, extra)["score"] == 0.0
+    garbage = compute_score("dualmem", "garbage", gt, extra)
+    assert garbage["score"] == pytest.approx(-CFG.unparseable_penalty) and garbage["parsed_share"] == 0.0
     dangling = json.dumps({"facts": [{"op": "ADD", "id": "N1", "text": gt["facts"][0]}], "insights": [
         {"op": "ADD", "id": "M1", "text": gt["insights"][0], "fact_ids": ["N1", "F7"]}]})
     clean = dangling.replace(', "F7"', "")

@@ -13,6 +13,7 @@ import pytest
 from fixtures.tiny_model import tiny_tokenizer  # noqa: E402
 from fixtures.train_data import make_dataset  # noqa: E402
 
+from dualmem.training.rewards import RewardConfig  # noqa: E402
 from dualmem.training.verl.config import AGENT_NAME, VerlRunConfig, compose, validate, write_launch  # noqa: E402
 from dualmem.training.verl.dataset import load_episodes, write_verl_dataset  # noqa: E402
 
@@ -69,7 +70,9 @@ def test_reward_loads_through_verls_loader(config, data_dir):
     good = json.dumps({"facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)], "insights": []})
     high = fn(data_source="dualmem", solution_str=good, ground_truth=json.dumps(gt), extra_info={})
     low = fn(data_source="dualmem", solution_str="{}", ground_truth=json.dumps(gt), extra_info={})
-    assert high["fact_recall"] == 1.0 and high["score"] > low["score"] == 0.0
+    # "{}" parses (an empty MemoryUpdate): no recall, only the share-of-turns-parsed credit
+    assert high["fact_recall"] == 1.0 and high["score"] > low["score"] == pytest.approx(RewardConfig().format_weight)
+    assert low["fact_recall"] == 0.0 and low["parsed_share"] == 1.0
 
 
 def test_dataset_loads_with_verls_rlhf_dataset(config, data_dir):
@@ -138,6 +141,39 @@ def test_agent_loop_loads_through_verl_and_credits_every_turn(config, data_dir):
         for out in pair:
             assert out.response_mask == [1] * len(out.response_ids) and out.reward_score is not None
             assert out.extra_fields["reward_extra_info"]["score"] == out.reward_score
-    # "{ }" is not a MemoryUpdate: every turn is penalised, and its trajectory's episode reward is on every turn
-    assert {o.reward_score for pair in outs for o in pair} == {0.0}
+    # "{}" is an empty MemoryUpdate: nothing recalled, every turn parsed (the format credit only), on every turn
+    assert {round(o.reward_score, 6) for pair in outs for o in pair} == {RewardConfig().format_weight}
     assert not module.POOL.entries.get(episode.id)  # fully served trajectories are dropped
+
+
+def test_the_launch_yamls_run_command_works_as_written(tmp_path, data_dir):
+    """The header's command, run by a shell as written (plus Hydra's --cfg job: print the config, start nothing)."""
+    import subprocess
+
+    cfg = VerlRunConfig(model_path=str(tmp_path / "model"), data_dir=str(data_dir), output_dir=str(tmp_path / "out"))
+    header = write_launch(cfg).read_text().splitlines()[1]
+    assert header.startswith("# Run: ")
+    done = subprocess.run(header.removeprefix("# Run: ") + " --cfg job", shell=True, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "compute_score" in done.stdout and str(data_dir) in done.stdout
+
+
+def test_the_launch_site_hides_a_trl_without_the_value_head(tmp_path):
+    """VeRL patches TRL's AutoModelForCausalLMWithValueHead when trl imports; a TRL without it is hidden in VeRL runs."""
+    import subprocess
+    import sys
+
+    from dualmem.training.verl.config import SITE, launch_env
+
+    new = tmp_path / "new" / "trl"
+    new.mkdir(parents=True)
+    (new / "__init__.py").write_text("__version__ = '1.0'\n")
+    old = tmp_path / "old" / "trl"
+    old.mkdir(parents=True)
+    (old / "__init__.py").write_text("class AutoModelForCausalLMWithValueHead: ...\n")
+    probe = "from verl.utils.import_utils import is_trl_available; print(is_trl_available())"
+    for folder, expected in ((new.parent, "False"), (old.parent, "True")):
+        env = launch_env({"PYTHONPATH": str(folder)})
+        assert env["PYTHONPATH"].startswith(str(SITE))
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-1000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -159,7 +160,11 @@ def generate_rolememo(
         raise ConfigurationError(f"--lengths {lengths!r}: give token counts like 32k,64k,128k") from None
     settings = _settings(model)
     check_models(settings, ("chat", "judge"))
-    run(personas, out, lengths=sizes, settings=settings, thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the embedder's loading bars would break the progress display
+    folder = run(personas, out, lengths=sizes, settings=settings, thread_id=thread, options={"n_per_type": per_type, "rounds": rounds})
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    if not manifest.get("files"):
+        raise typer.Exit(EXIT_FAILED)  # nothing kept: the rejections by check and kind were printed
 
 
 @generate_app.command("realmem")
@@ -178,6 +183,9 @@ def generate_realmem(
 
     settings = _settings(model)
     check_models(settings, ("chat", "judge"))
-    run(persona, out, sessions=sessions, settings=settings, framework=framework, thread_id=thread)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    target = run(persona, out, sessions=sessions, settings=settings, framework=framework, thread_id=thread)
+    if not json.loads(target.read_text(encoding="utf-8")).get("dialogues"):
+        raise typer.Exit(EXIT_FAILED)  # no session simulated: the issues were printed
 
 

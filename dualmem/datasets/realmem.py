@@ -214,6 +214,17 @@ def _raw_turns(session: Session, queries: dict[tuple[str, int], Query]) -> list[
     return out
 
 
+def _raw_memory(point: MemoryPoint, session: Session) -> dict[str, Any]:
+    """Return a memory point as RealMem writes it; ``source_turn`` is 1-based there, so the snapshot is that turn's text."""
+    raw: dict[str, Any] = {"index": point.id, "type": point.type, "content": point.content, "source_turn": point.source_turn}
+    if point.source_turn is not None and 0 < point.source_turn <= len(session.turns):
+        turn = session.turns[point.source_turn - 1]
+        raw["source_content_snapshot"] = turn.text
+        raw["source_role_snapshot"] = "User" if turn.role == "user" else "Assistant"
+    raw["session_uuid"] = point.session_id or session.id
+    return raw
+
+
 def realmem_json(dialogue: Dialogue, queries: list[Query] | None = None) -> dict[str, Any]:
     """Return the RealMem JSON object of a dialogue and its queries."""
     by_turn: dict[tuple[str, int], Query] = {}
@@ -229,16 +240,7 @@ def realmem_json(dialogue: Dialogue, queries: list[Query] | None = None) -> dict
                 "session_uuid": s.id,
                 "current_time": s.time,
                 "dialogue_turns": _raw_turns(s, by_turn),
-                "extracted_memory": [
-                    {
-                        "index": m.id,
-                        "type": m.type,
-                        "content": m.content,
-                        "source_turn": m.source_turn,
-                        "session_uuid": m.session_id or s.id,
-                    }
-                    for m in s.memory_points
-                ],
+                "extracted_memory": [_raw_memory(m, s) for m in s.memory_points],
             }
         )
     name = dialogue.persona.id if dialogue.persona else dialogue.id

@@ -17,6 +17,8 @@ settings from the server). The assistant's memory framework stores beside ``runt
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import HumanMessage
@@ -98,8 +100,31 @@ def plans(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     return {"plans": filled, "cursor": 0, "turns": [], "retrieved": [], "known_points": [], "blocked": "", "goal_met": False, "issues": issues}
 
 
+QUERY_CATEGORY = "Dynamic Incremental"  # RealMem's category of a query answered from earlier sessions' memory
+
+
 def _session_id(state: SimState, index: int) -> str:
-    return stable_id(state["persona"].get("id"), A.SimulateOptions.of(state.get("options")).seed, index, prefix="sess-")
+    """Return a session's uuid: 8 hex digits, as RealMem's ``session_uuid``."""
+    return stable_id(state["persona"].get("id"), A.SimulateOptions.of(state.get("options")).seed, index, prefix="")[-8:]
+
+
+def realmem_topic(topic: str) -> str:
+    """Return a topic as RealMem spells it (``travel planning`` → ``Travel_Planning``)."""
+    return "_".join(w[:1].upper() + w[1:] for w in re.split(r"[\s_-]+", topic.strip()) if w) or "General"
+
+
+def session_identifier(events: list[dict[str, Any]], index: int) -> str:
+    """Return RealMem's ``session_identifier`` of a session: ``<Topic>_<project no.>:S<n>_01``, ``n`` counted per project."""
+    projects = list(dict.fromkeys(e["project"] for e in events))
+    event = events[index]
+    n = sum(1 for e in events[: index + 1] if e["project"] == event["project"])
+    return f"{realmem_topic(event['topic'])}_{projects.index(event['project']) + 1}:S{n}_01"
+
+
+def realmem_time(date: str) -> str:
+    """Return a schedule date as RealMem's ``current_time`` (``2024-03-05 (Tuesday)``)."""
+    day = datetime.fromisoformat(date)
+    return f"{day:%Y-%m-%d} ({day:%A})"
 
 
 def user_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
@@ -125,11 +150,12 @@ def assistant_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
         sid = _session_id(state, state["cursor"])
         qid = stable_id(sid, len(turns) - 1, prefix="q-")
         memory_used = [{"session_uuid": it.source_session or "", "content": it.text} for it in used]
+        gold_sessions = list(dict.fromkeys(m["session_uuid"] for m in memory_used if m["session_uuid"]))
         turns[-1]["meta"] = {**turns[-1].get("meta", {}), "is_query": True, "query_id": qid}
         query = Query(
-            id=qid, text=turns[-1]["text"], category="memory", session_id=sid, turn_index=len(turns) - 1, time=event["date"],
-            gold=GoldEvidence(session_ids=list(dict.fromkeys(m["session_uuid"] for m in memory_used if m["session_uuid"])), memory_points=[m["content"] for m in memory_used]),
-            meta={"memory_used": memory_used, "topic": event["topic"], "session_type": "simulated"},
+            id=qid, text=turns[-1]["text"], category=QUERY_CATEGORY, session_id=sid, turn_index=len(turns) - 1, time=realmem_time(event["date"]),
+            gold=GoldEvidence(session_ids=gold_sessions, memory_points=[m["content"] for m in memory_used]),
+            meta={"memory_used": memory_used, "topic": realmem_topic(event["topic"]), "session_type": "multi_session" if len(gold_sessions) > 1 else "single_session"},
         )
         update["queries"] = [query.model_dump(mode="json")]
     update["turns"] = [*turns, {"role": "assistant", "text": reply, "meta": {}}]
@@ -154,16 +180,19 @@ def close_session(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     if error:
         issues.append({"stage": "memory", "session": index, "reason": error})
     fresh, dupes = A.dedupe(points, [*(state.get("retrieved") or []), *known], opts.dedup_overlap)
-    memory_points = [
-        MemoryPoint(id=f"{sid}-m{j}", type=p["type"], content=p["content"], source_turn=p["source_turn"], session_id=sid) for j, p in enumerate(fresh)
+    ident = session_identifier(state["events"], index)
+    memory_points = [  # RealMem's conventions: "Dynamic", 1-based source turns, indexes <project>-SM-<session>-NN
+        MemoryPoint(id=f"{ident.replace(':', '-SM-')}-{j + 1:02d}", type=p["type"].capitalize(), content=p["content"],
+                    source_turn=None if p["source_turn"] is None else p["source_turn"] + 1, session_id=sid)
+        for j, p in enumerate(fresh)
     ]
     session = Session(
-        id=sid, time=event["date"],
+        id=sid, time=realmem_time(event["date"]),
         turns=[Turn(id=f"{sid}:{i}", role=t["role"], speaker="User" if t["role"] == "user" else "Assistant", text=t["text"],
                     is_query=bool(t.get("meta", {}).get("is_query")), query_id=t.get("meta", {}).get("query_id")) for i, t in enumerate(turns)],
         memory_points=memory_points,
         meta={
-            "session_identifier": f"{event['project']}:Session_{index + 1}", "topic": event["topic"], "event": A.event_text(event),
+            "session_identifier": ident, "project": event["project"], "topic": event["topic"], "event": A.event_text(event),
             "goal": state["plans"][index]["goal"], "goal_met": bool(state.get("goal_met")), "ended_by": state.get("blocked") or ("goal" if state.get("goal_met") else "turn limit"),
             "duplicates_dropped": len(dupes),
         },
@@ -183,6 +212,14 @@ def finish(state: SimState) -> dict[str, Any]:
     persona = Persona.model_validate(state["persona"])
     sessions = [Session.model_validate(s) for s in sorted(state.get("sessions") or [], key=lambda s: s["time"] or "")]
     queries = [Query.model_validate(q) for q in state.get("queries") or []]
+    # RealMem numbers its queries Q-0001, Q-0002… in file order
+    order = {(s.id, i): n for n, (s, i) in enumerate((s, i) for s in sessions for i, t in enumerate(s.turns) if t.query_id)}
+    renamed = {q.id: f"Q-{order.get((q.session_id or '', q.turn_index or 0), len(order)) + 1:04d}" for q in queries}
+    queries = [q.model_copy(update={"id": renamed[q.id]}) for q in queries]
+    for session in sessions:
+        for turn in session.turns:
+            if turn.query_id:
+                turn.query_id = renamed.get(turn.query_id, turn.query_id)
     meta = {
         "generator": "dualmem simulate", "options": state.get("options") or {}, "issues": state.get("issues") or [],
         "schedule": [

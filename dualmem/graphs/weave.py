@@ -14,6 +14,7 @@ Context: :class:`~dualmem.context.Context` (settings plus injected models; a dic
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -127,22 +128,36 @@ def make_query(state: InsightTask, runtime: Runtime[Any]) -> dict[str, Any]:
 
 
 def reason_key(reason: str) -> str:
-    """Return the grouping key of a rejection reason (its first clause, without a stage prefix)."""
+    """Return the kind of a rejection reason, for grouping: its first clause without stage prefix, quoted text or numbers.
+
+    ``difficulty: fragment 1 ('I painted…') occurs in 2 user turns [3, 7], expected exactly one`` and the same
+    failure of another fragment both give ``fragment N occurs in N user turns, expected exactly one``.
+    """
     head, _, rest = reason.partition(": ")
     if head in {*STAGES, "ideation"} and rest:
         reason = rest
-    return reason.split(": ")[0][:80]
+    reason = reason.split("; ")[0]
+    reason = re.sub(r"\s*\((?:'[^']*'|\"[^\"]*\")\)", "", reason)  # a fragment's text
+    reason = re.sub(r"\s*\[[^\]]*\]", "", reason)  # turn lists
+    reason = re.sub(r"\s+\([^)]*\)$", "", reason.split(": ")[0].split(", got ")[0])
+    return re.sub(r"\d+(?:\.\d+)?%?", "N", reason).strip()[:80]
+
+
+def _is_shortfall(row: dict[str, Any]) -> bool:
+    return str(row.get("reason", "")).startswith("shortfall")
 
 
 def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
+    """Return per check: total, passed, pass rate and rejections grouped by kind (``total - passed`` = their sum)."""
     results = state.get("results") or []
-    ideation = [r for r in state.get("rejections") or []]
+    rejected = [r for r in state.get("rejections") or [] if not _is_shortfall(r)]  # drafts (or whole answers) refused
     asked = opts.n_per_type * 4 * len(state.get("personas") or [])
     made = len(state.get("insights") or [])
+    total = made + len(rejected)
     checks: dict[str, Any] = {
         "ideation": {
-            "total": asked, "passed": made, "pass_rate": round(made / asked, 4) if asked else 0.0,
-            "rejections": dict(Counter(reason_key(r["reason"]) for r in ideation)),
+            "total": total, "passed": made, "pass_rate": round(made / total, 4) if total else 0.0,
+            "rejections": dict(Counter(reason_key(r["reason"]) for r in rejected)), "asked": asked, "shortfall": max(0, asked - made),
         }
     }
     for stage in STAGES:

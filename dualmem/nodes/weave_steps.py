@@ -30,14 +30,15 @@ class InsightDraft(BaseModel):
     """One candidate insight."""
 
     text: str = Field(description="the persona's interpretation, one or two sentences")
-    reasoning_steps: list[str] = Field(default_factory=list, description="at least two reasoning steps")
-    fact_kinds: list[str] = Field(default_factory=list, description="at least two kinds of fact it combines")
+    # minimum lengths are part of the schema, so constrained decoding (the bundled model) must produce them
+    reasoning_steps: list[str] = Field(min_length=2, description="at least two reasoning steps")
+    fact_kinds: list[str] = Field(min_length=2, description="at least two kinds of fact it combines")
 
 
 class InsightBatch(BaseModel):
     """Candidate insights of one task type."""
 
-    insights: list[InsightDraft]
+    insights: list[InsightDraft] = Field(min_length=1)
 
 
 class SpecificityVerdict(BaseModel):
@@ -53,9 +54,9 @@ class SpecificityVerdict(BaseModel):
 class QuerySeed(BaseModel):
     """Two fact fragments, a test question and the reasoning connector."""
 
-    fragment_1: str
-    fragment_2: str
-    question: str
+    fragment_1: str = Field(min_length=1)
+    fragment_2: str = Field(min_length=1)
+    question: str = Field(min_length=1)
     connector: str = ""
 
 
@@ -70,14 +71,14 @@ class WovenTurn(BaseModel):
     """One message of a woven dialogue."""
 
     role: str = Field(description="user or assistant")
-    text: str
+    text: str = Field(min_length=1)
 
 
 class WovenDialogue(BaseModel):
     """A casual dialogue carrying two fragments in passing."""
 
     topic: str = ""
-    turns: list[WovenTurn]
+    turns: list[WovenTurn] = Field(min_length=2)
 
 
 class SafetyVerdict(BaseModel):

@@ -8,9 +8,7 @@ every field is listed, with its default and help, in the command's ``--help``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import MISSING, fields
 from enum import StrEnum
 from pathlib import Path
@@ -47,10 +45,10 @@ def _fail(exc: Exception) -> None:
 
 
 def _parse(cls: type, args: list[str]) -> Any:
-    from transformers import HfArgumentParser
+    from dualmem.training.flags import parse_flags
 
     try:
-        (cfg,) = HfArgumentParser(cls).parse_args_into_dataclasses(args=args)  # type: ignore[arg-type]
+        cfg = parse_flags(cls, args)
     except SystemExit as exc:
         raise typer.Exit(int(exc.code or 0)) from None
     return cfg
@@ -154,15 +152,14 @@ def rl_cmd(
 
             counts = write_verl_dataset(_load(data), vcfg.data_dir, chunk_tokens=vcfg.chunk_tokens)
             console.print(f"[green]data[/] {json.dumps(counts)}")
-        from dualmem.training.verl.config import overrides, write_launch
+        from dualmem.training.verl.config import launch_env, overrides, verl_python, write_launch
 
-        path = write_launch(vcfg)
+        path = write_launch(vcfg, python=python)
         console.print(f"[green]launch config[/] {path}")
         if launch:
-            interpreter = python or (".venv-verl/bin/python" if Path(".venv-verl/bin/python").exists() else sys.executable)
-            cmd = [interpreter, "-m", "verl.trainer.main_ppo", *overrides(vcfg)]
+            cmd = [verl_python(python), "-m", "verl.trainer.main_ppo", *overrides(vcfg)]
             console.print(" ".join(cmd))
-            raise typer.Exit(subprocess.call(cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH", "")]))}))
+            raise typer.Exit(subprocess.call(cmd, env=launch_env()))
     except (ConfigurationError, DatasetError) as exc:
         _fail(exc)
 

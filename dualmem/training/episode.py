@@ -17,6 +17,7 @@ from typing import Any
 from dualmem.config import setting_default
 from dualmem.schema import DatasetItem, FactOp, InsightOp, MemoryUpdate, Persona, Query, Session, Turn, stable_id
 from dualmem.training.prompting import chunk_sessions, render_messages, view_text
+from dualmem.training.targets import about_user
 
 WORD = re.compile(r"\w+")
 
@@ -266,7 +267,7 @@ class GoldStep:
 
 
 def gold_steps(episode: Episode, *, view_k: int = 8, view_recent: int = 4) -> list[GoldStep]:
-    """Walk the episode writing gold memory: ADD fragments where they appear, the insight once all are seen."""
+    """Walk the episode writing gold memory: ADD fragments where they appear (as sentences about the user), the insight once all are seen."""
     state = MemoryState()
     written: dict[str, str] = {}  # fragment text -> item id
     done: set[str] = set()
@@ -287,8 +288,9 @@ def gold_steps(episode: Episode, *, view_k: int = 8, view_recent: int = 4) -> li
         view = state.view(chunk.text, view_k=view_k, view_recent=view_recent, must=must)
         back = {v: k for k, v in view.ids.items()}
         labels = {text: f"N{i}" for i, text in enumerate(new_texts, 1)}
+        said = {about_user(t): t for t in new_texts}  # the writer writes facts about the user, not the user's own words
         facts = [
-            FactOp(op="ADD", id=labels[t], text=t, turn_ids=sorted({g.turn_id for g in here if g.text == t and g.turn_id}))
+            FactOp(op="ADD", id=labels[t], text=about_user(t), turn_ids=sorted({g.turn_id for g in here if g.text == t and g.turn_id}))
             for t in new_texts
         ]
         insights = [
@@ -301,6 +303,6 @@ def gold_steps(episode: Episode, *, view_k: int = 8, view_recent: int = 4) -> li
         state.apply(target, view, chunk.id)
         added = [state.items[i] for i in state.items if i not in before and state.items[i].kind == "fact"]
         for item in added:
-            written[item.text] = item.id
+            written[said.get(item.text, item.text)] = item.id
         done |= {q.id for q in due}
     return steps

@@ -28,7 +28,7 @@ Recall terms are logged as zero-weight reward functions (``rewards/fact_recall``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +73,20 @@ class GRPORunConfig:
     judge_model: str = _f("", "judge as provider:model")
     embedder: str = _f(setting_default("embedder"), "embedder of the recall protocol")
     disable_tqdm: bool = _f(False, "hide the progress bar")
+    reward: str = _f("", "reward terms as NAME=VALUE,... (RewardConfig: unparseable_penalty, similarity_weight, format_weight, ...)")
 
     def reward_config(self) -> RewardConfig:
-        """Return the reward settings of this run."""
-        return RewardConfig(judge_weight=self.judge_weight, judge_model=self.judge_model, embedder=self.embedder)
+        """Return the reward settings of this run (``reward`` overrides any RewardConfig field)."""
+        names = {f.name: f for f in fields(RewardConfig)}
+        extra: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in self.reward.split(","))):
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            if not sep or name not in names:
+                raise ConfigurationError(f"--reward {part!r}: unknown reward term {name!r}; use NAME=VALUE with one of {', '.join(names)}")
+            default: Any = names[name].default
+            extra[name] = type(default)(value.strip())
+        return RewardConfig(**{"judge_weight": self.judge_weight, "judge_model": self.judge_model, "embedder": self.embedder, **extra})
 
 
 def _ids(encoded: Any) -> list[int]:
@@ -223,9 +233,9 @@ def train_grpo(cfg: GRPORunConfig, **objects: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run TRL GRPO from command-line flags (every ``GRPORunConfig`` field is a ``--flag``)."""
-    from transformers import HfArgumentParser
+    from dualmem.training.flags import parse_flags
 
-    (cfg,) = HfArgumentParser(GRPORunConfig).parse_args_into_dataclasses(args=argv)  # type: ignore[arg-type]
+    cfg = parse_flags(GRPORunConfig, argv, prog="python -m dualmem.training.grpo_trl")
     return train_grpo(cfg)
 
 

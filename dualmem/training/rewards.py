@@ -4,9 +4,13 @@
 
 - **dense, verifiable** — recall of the gold facts and the gold insight in the
   written memory with the RoleMemo Recall@10 protocol (best cosine over the
-  memory, hit at >= 0.60 for facts and >= 0.65 for insights), minus penalties:
-  unparseable answers, invalid operations, insights citing unknown fact ids
-  (dangling), and memory bloat beyond a budget. Clipped to [0, 1].
+  memory, hit at >= 0.60 for facts and >= 0.65 for insights), with partial
+  credit: graded similarity (best cosine over the threshold, capped at 1) and
+  the share of writing turns that parsed; minus penalties: the share of
+  unparseable turns, invalid operations, insights citing unknown fact ids
+  (dangling), and memory bloat beyond a budget. In [-1, 1]: a parse failure
+  costs its share of the episode without erasing what the other turns wrote,
+  so even a weak policy's group of rollouts has spread (GRPO needs it).
 - **persona judge** — an LLM judge (any chat model, ``load_chat_model``) scores
   the final in-character answer to the query, written from the memory:
   factual utility 30 %, logic and persona alignment 60 %, value and safety
@@ -47,7 +51,9 @@ class RewardConfig:
     fact_threshold: float = _f(FACT_THRESHOLD, "cosine at which a gold fact counts as recalled (RoleMemo Recall@10)")
     insight_threshold: float = _f(INSIGHT_THRESHOLD, "cosine at which the gold insight counts as recalled")
     fact_share: float = _f(0.5, "share of fact recall in the recall term (the rest is insight recall)")
-    unparseable_penalty: float = _f(0.5, "penalty per writing turn whose answer is not a MemoryUpdate")
+    similarity_weight: float = _f(0.3, "weight of graded similarity credit (best cosine / threshold, capped at 1) in the quality term")
+    format_weight: float = _f(0.1, "weight of the share of writing turns that parsed in the quality term (when the turns are known)")
+    unparseable_penalty: float = _f(0.5, "penalty times the share of writing turns whose answer is not a MemoryUpdate")
     invalid_penalty: float = _f(0.05, "penalty per invalid operation (unknown id, empty text)")
     dangling_penalty: float = _f(0.1, "penalty per insight citation of a fact id that does not exist")
     memory_budget: int = _f(64, "items the memory may hold before the bloat penalty applies")
@@ -101,15 +107,33 @@ def _embeddings(spec: str) -> Embeddings:
     return load_embeddings(spec)
 
 
+def _mix(fact: float | None, insight: float | None, fact_share: float) -> float:
+    if fact is None and insight is None:
+        return 0.0
+    if fact is None or insight is None:
+        return float(fact if insight is None else insight)  # type: ignore[arg-type]
+    return fact_share * fact + (1 - fact_share) * insight
+
+
 def memory_recall(
     memory: list[str], gold_facts: list[str], gold_insights: list[str], embed: Embeddings, cfg: RewardConfig
 ) -> tuple[float | None, float | None]:
     """Return (fact recall, insight recall) of the memory; None where there is no gold of that kind."""
+    (fact, insight), _ = _recall_and_similarity(memory, gold_facts, gold_insights, embed, cfg)
+    return fact, insight
+
+
+def _recall_and_similarity(
+    memory: list[str], gold_facts: list[str], gold_insights: list[str], embed: Embeddings, cfg: RewardConfig
+) -> tuple[tuple[float | None, float | None], float]:
+    """Return ((fact recall, insight recall), graded similarity in [0, 1])."""
     fs = best_similarities(gold_facts, memory, embed) if gold_facts and memory else [0.0] * len(gold_facts)
     ins = best_similarities(gold_insights, memory, embed) if gold_insights and memory else [0.0] * len(gold_insights)
     fact = sum(s >= cfg.fact_threshold for s in fs) / len(fs) if fs else None
     insight = sum(s >= cfg.insight_threshold for s in ins) / len(ins) if ins else None
-    return fact, insight
+    soft_f = sum(min(1.0, max(0.0, s) / cfg.fact_threshold) for s in fs) / len(fs) if fs else None
+    soft_i = sum(min(1.0, max(0.0, s) / cfg.insight_threshold) for s in ins) / len(ins) if ins else None
+    return (fact, insight), _mix(soft_f, soft_i, cfg.fact_share)
 
 
 @dataclass
@@ -121,6 +145,8 @@ class RewardBreakdown:
     fact_recall: float | None = None
     insight_recall: float | None = None
     penalty: float = 0.0
+    similarity: float = 0.0
+    parsed_share: float | None = None
     judge: float | None = None
     judge_error: str | None = None
     items: int = 0
@@ -137,27 +163,38 @@ def dense_reward(
     unparseable: int = 0,
     invalid: int = 0,
     dangling: int = 0,
+    turns: int = 0,
     cfg: RewardConfig | None = None,
     embed: Embeddings | None = None,
 ) -> RewardBreakdown:
-    """Score a written memory against the gold facts and insights, minus penalties, in [0, 1]."""
+    """Score a written memory against the gold facts and insights: quality in [0, 1] minus penalties, in [-1, 1].
+
+    quality = recall, graded similarity and (when ``turns``, the episode's writing turns, is known) the share of
+    turns that parsed, weighted ``1 - similarity_weight - format_weight``, ``similarity_weight``, ``format_weight``
+    (renormalised when the turns are unknown). The unparseable penalty scales with the share of bad turns.
+    """
     cfg = cfg or RewardConfig()
     embed = embed or _embeddings(cfg.embedder)
-    fact, insight = memory_recall(memory, list(ground_truth.get("facts", [])), list(ground_truth.get("insights", [])), embed, cfg)
-    if fact is None and insight is None:
-        recall = 0.0
-    elif fact is None or insight is None:
-        recall = fact if insight is None else insight  # type: ignore[assignment]
-    else:
-        recall = cfg.fact_share * fact + (1 - cfg.fact_share) * insight
+    (fact, insight), similarity = _recall_and_similarity(
+        memory, list(ground_truth.get("facts", [])), list(ground_truth.get("insights", [])), embed, cfg
+    )
+    recall = _mix(fact, insight, cfg.fact_share)
+    bad_share = unparseable / max(turns, unparseable, 1)
+    parsed = 1.0 - bad_share if turns else None
+    terms = [(recall, 1.0 - cfg.similarity_weight - cfg.format_weight), (similarity, cfg.similarity_weight)]
+    if parsed is not None:
+        terms.append((parsed, cfg.format_weight))
+    weight = sum(w for _, w in terms)
+    quality = sum(v * w for v, w in terms) / weight if weight > 0 else 0.0
     penalty = (
-        cfg.unparseable_penalty * unparseable
+        cfg.unparseable_penalty * bad_share
         + cfg.invalid_penalty * invalid
         + cfg.dangling_penalty * dangling
         + cfg.bloat_penalty * max(0, len(memory) - cfg.memory_budget)
     )
-    dense = min(1.0, max(0.0, float(recall) - penalty))
-    return RewardBreakdown(score=dense, dense=dense, fact_recall=fact, insight_recall=insight, penalty=penalty, items=len(memory))
+    dense = min(1.0, max(-1.0, quality - penalty))
+    return RewardBreakdown(score=dense, dense=dense, fact_recall=fact, insight_recall=insight, penalty=penalty,
+                           similarity=similarity, parsed_share=parsed, items=len(memory))
 
 
 # --------------------------------------------------------------------------- persona judge
@@ -235,13 +272,14 @@ def episode_reward(
     unparseable: int = 0,
     invalid: int = 0,
     dangling: int = 0,
+    turns: int = 0,
     cfg: RewardConfig | None = None,
     embed: Embeddings | None = None,
     judge: Any = None,
 ) -> RewardBreakdown:
     """Return the weighted episode reward: dense terms plus (when weighted) the persona judge."""
     cfg = cfg or RewardConfig()
-    out = dense_reward(memory, ground_truth, unparseable=unparseable, invalid=invalid, dangling=dangling, cfg=cfg, embed=embed)
+    out = dense_reward(memory, ground_truth, unparseable=unparseable, invalid=invalid, dangling=dangling, turns=turns, cfg=cfg, embed=embed)
     total = cfg.dense_weight * out.dense
     if cfg.judge_weight > 0 and ground_truth.get("queries"):
         if judge is None:
@@ -281,17 +319,18 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     cfg = RewardConfig.from_dict(extra.get("reward_config"))
     if "memory" in extra:
         memory = list(extra["memory"])
-        counts = {k: int(extra.get(k, 0)) for k in ("unparseable", "invalid", "dangling")}
+        counts = {k: int(extra.get(k, 0)) for k in ("unparseable", "invalid", "dangling", "turns")}
     else:
         updates, bad = parse_updates(solution_str or "")
-        state, counts = MemoryState(), {"unparseable": bad if not updates else 0, "invalid": 0, "dangling": 0}
+        state = MemoryState()
+        counts = {"unparseable": bad if not updates else 0, "invalid": 0, "dangling": 0, "turns": len(updates) or bad}
         for n, update in enumerate(updates):
             stats = state.apply(update, View("", {}), f"{data_source}-{n}")
             counts["invalid"] += stats.invalid
             counts["dangling"] += stats.dangling
         memory = state.texts()
     out = episode_reward(
-        memory, gt, cfg=cfg, unparseable=counts["unparseable"], invalid=counts["invalid"], dangling=counts["dangling"]
+        memory, gt, cfg=cfg, unparseable=counts["unparseable"], invalid=counts["invalid"], dangling=counts["dangling"], turns=counts["turns"]
     ).as_dict()
     # VeRL averages every returned key into metrics: keep numbers only (a missing judge stays absent, not 0)
     return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}

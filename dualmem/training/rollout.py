@@ -52,13 +52,13 @@ class Trajectory:
 
     def finish(self, episode: Episode, cfg: RewardConfig, embed: Any = None, judge: Any = None) -> dict[str, Any]:
         """Score the trajectory's final memory; return and keep the reward breakdown."""
-        out = episode_reward(self.state.texts(), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, **self.counts)
+        out = episode_reward(self.state.texts(), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
         self.reward = out.as_dict()
         return self.reward
 
     def metrics(self) -> dict[str, float]:
         """Return the numeric reward terms (missing recall/judge as -1, so every sample has every key)."""
-        keys = ("score", "dense", "fact_recall", "insight_recall", "penalty", "items")
+        keys = ("score", "dense", "fact_recall", "insight_recall", "penalty", "similarity", "parsed_share", "items")
         return {k: float(self.reward[k]) if self.reward.get(k) is not None else -1.0 for k in keys}
 
 

@@ -142,9 +142,9 @@ def train_sft(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None) -> di
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run SFT from command-line flags (every ``SFTRunConfig`` field is a ``--flag``)."""
-    from transformers import HfArgumentParser
+    from dualmem.training.flags import parse_flags
 
-    (cfg,) = HfArgumentParser(SFTRunConfig).parse_args_into_dataclasses(args=argv)  # type: ignore[arg-type]
+    cfg = parse_flags(SFTRunConfig, argv, prog="python -m dualmem.training.sft")
     return train_sft(cfg)
 
 

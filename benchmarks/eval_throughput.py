@@ -70,10 +70,11 @@ def tagger(names: dict[str, str], questions: dict[str, str]) -> Any:
 def _evaluate(data: Path, out: Path, args: argparse.Namespace, base_url: str, concurrency: int,
               personas: list[str] | None = None) -> tuple[float, Path]:
     """Run the evaluation as `dualmem eval` would; return (seconds, run folder)."""
-    settings = Settings(chat_model="openai-compatible:bench", openai_base_url=base_url, openai_api_key="bench",
-                        embedder=args.embedder, concurrency=concurrency)
+    settings = Settings(chat_model="openai-compatible:standin", openai_base_url=base_url, openai_api_key="bench",
+                        embedder=args.embedder, concurrency=concurrency,
+                        store_uri=str(out / "lancedb"), checkpoint_path=str(out / "checkpoints.sqlite"))  # fresh memory per run
     started = time.perf_counter()
-    run_dir = run_eval("realmem", data, "dualmem", judge="openai-compatible:bench", limit=args.limit, out=out, settings=settings,
+    run_dir = run_eval("realmem", data, "dualmem", judge="openai-compatible:standin", limit=args.limit, out=out, settings=settings,
                        upload=False, progress=False, personas=personas)
     return time.perf_counter() - started, run_dir
 
@@ -110,6 +111,8 @@ def main() -> None:
         solo, _ = _evaluate(args.data, args.runs / "longest-alone", args, alone.base_url, 1, [longest])
     calls_only = longest_calls * args.latency
     summary = json.loads((run_dir / "summary.json").read_text())
+    if summary["ingest"]["failed_sessions"]:  # a run that wrote nothing would look fast: refuse its figures
+        raise SystemExit(f"{len(summary['ingest']['failed_sessions'])} sessions failed to ingest: {summary['ingest']['errors'][:1]}")
     busy = sum(c["end"] - c["start"] for c in calls)
     result = {
         "benchmark": "dualmem eval over all RealMem personas at once vs the longest persona alone (its sequential chain of calls)",
@@ -117,7 +120,7 @@ def main() -> None:
                    f"--concurrency {args.concurrency} --embedder {args.embedder}",
         "personas": len(items), "limit": args.limit, "latency_s": args.latency, "concurrency": args.concurrency,
         "embedder": args.embedder, "queries": summary["n_queries"], "sessions_ingested": summary["ingest"]["sessions"],
-        "calls": len(calls), "calls_by_kind": dict(Counter(c["schema"] or "reply" for c in calls)),
+        "calls": len(calls), "writer_calls_expected": summary["ingest"].get("llm_calls"), "calls_by_kind": dict(Counter(c["schema"] or "reply" for c in calls)),
         "calls_per_persona": dict(sorted(per_persona.items())), "unattributed_calls": unattributed,
         "wall_s": round(wall, 2), "calls_per_s": round(len(calls) / wall, 2), "mean_calls_in_flight": round(busy / wall, 2),
         "longest_persona": longest, "longest_calls": longest_calls, "longest_alone_calls": len(alone.calls),

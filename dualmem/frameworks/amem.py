@@ -22,6 +22,7 @@ one by one into ``{uri}/amem``: an interrupted ingest resumes where it stopped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -178,7 +179,7 @@ class AMemFramework(MemoryFramework):
                 n["vector"] = list(vector)
         return list(changed.values())
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the best notes, each followed by its linked neighbours, ``k`` in all."""
         notes = self.notes()
         if not notes:

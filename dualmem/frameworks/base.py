@@ -3,6 +3,9 @@
 A framework instance serves one memory namespace (persona, user). It ingests
 sessions incrementally and retrieves ranked items; ``respond`` is optional
 (the default answers in character from what ``retrieve`` returns).
+``retrieve`` takes the recent conversation turns as ``context`` (turns,
+messages, dicts or strings: :mod:`dualmem.retrieval.context`); frameworks
+that rank with :mod:`dualmem.retrieval` read it, the others ignore it.
 The sync methods are the core; the async ones run them in a worker thread.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -96,8 +100,8 @@ class MemoryFramework(ABC):
         """Add one session to memory (sessions arrive in time order)."""
 
     @abstractmethod
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
-        """Return the ``k`` best memory items for ``query``, best first."""
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+        """Return the ``k`` best memory items for ``query``, best first (``context``: the recent conversation turns)."""
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer ``query`` in character from retrieved memory."""
@@ -113,9 +117,9 @@ class MemoryFramework(ABC):
         """Async ``ingest`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.ingest, session)
 
-    async def aretrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    async def aretrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Async ``retrieve`` (same core, in a worker thread)."""
-        return await asyncio.to_thread(self.retrieve, query, k)
+        return await asyncio.to_thread(lambda: self.retrieve(query, k, context=context))
 
     async def arespond(self, query: str, k: int = 10) -> str:
         """Async ``respond`` (same core, in a worker thread)."""

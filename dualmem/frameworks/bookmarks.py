@@ -28,6 +28,7 @@ live in ``{uri}/bookmarks`` and survive restarts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -208,7 +209,7 @@ class BookmarksFramework(MemoryFramework):
         self.last_actions.append(("create", question, mark["id"]))
         return mark
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return bookmarks brought up to the current point for the task ``query``, then their evidence."""
         self.last_actions, self.last_failures = [], {}
         point = self.meta()["point"]

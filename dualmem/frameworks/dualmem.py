@@ -1,18 +1,22 @@
 """``dualmem``: persona-driven dual memory — facts plus the persona's insights grounded in them.
 
 ``ingest`` runs the recurrent writer on the session (chunk ledger: re-ingesting
-is a no-op); ``retrieve`` follows ``settings.retrieval_mode``: ``dual`` returns
-``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k pool of
-both (the paper's single top-10); an insight's ``source_sessions`` lists the
-sessions of the facts it cites. ``respond`` is the
+is a no-op); ``retrieve`` ranks with the ``ranker`` setting (:mod:`dualmem.retrieval`:
+facts and insights carry their session and time, so the learned ranker reads
+them as it reads turns) and follows ``settings.retrieval_mode``: ``dual``
+returns ``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k
+pool of both (the paper's single top-10); an insight's ``source_sessions``
+lists the sessions of the facts it cites. ``respond`` is the
 respond core (facts, insights and their grounding in the prompt).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, Persona, Session
 from dualmem.stores.dual import DualStore, ScoredItem
 
@@ -32,6 +36,7 @@ class DualMemFramework(MemoryFramework):
         self.namespace = tuple(context.namespace)
         self.persona = context.persona or Persona(id=self.namespace[0], name=self.namespace[0])
         self.store = DualStore(context.uri, context.embedder())
+        self.ranker = Ranker.from_settings(context.settings)
 
     def _writer(self) -> Any:
         from dualmem.models import load_chat_model
@@ -58,17 +63,17 @@ class DualMemFramework(MemoryFramework):
             },
         )
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
-        """Return ``k`` items: the merged pool (default) or half facts, half insights."""
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+        """Return ``k`` items: the merged pool or half facts, half insights (``retrieval_mode``)."""
         from dualmem.nodes.respond import recall_memory
         from dualmem.nodes.writer import WriterResources
 
         res = WriterResources(self.context.settings, model=self.context.chat_model, store=self.store, embeddings=self.context.embedder(), role="chat")
         if self.mode == "merged":
-            result = recall_memory(res, self.namespace, query, k=k, mode="merged")
+            result = recall_memory(res, self.namespace, query, k=k, mode="merged", context=context, ranker=self.ranker)
             hits = result.merged
         else:
-            result = recall_memory(res, self.namespace, query, k=max(1, (k + 1) // 2), mode="dual")
+            result = recall_memory(res, self.namespace, query, k=max(1, (k + 1) // 2), mode="dual", context=context, ranker=self.ranker)
             hits = sorted([*result.facts, *result.insights[: k // 2]], key=lambda h: -h.score)[:k]
         return [self._item(h, result.grounding.get(h.item.id, [])) for h in hits]
 

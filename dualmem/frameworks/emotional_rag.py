@@ -18,6 +18,7 @@ resumes; re-ingesting a session adds nothing).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -96,7 +97,7 @@ class EmotionalRAGFramework(MemoryFramework):
             self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` fragments best matching the query in meaning and emotion."""
         fragments = self.fragments()
         if not fragments:

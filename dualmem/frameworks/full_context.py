@@ -21,6 +21,7 @@ This module also holds helpers the other baselines share: :class:`LanceState`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import lancedb
@@ -196,7 +197,7 @@ class FullContextFramework(MemoryFramework):
         meta = {"unit": "turn", "role": turn["role"], "turn_id": turn["id"], "truncated": truncated}
         return RetrievedItem(text=text, kind="turn", score=0.0, source_session=session_id, id=turn["id"], meta=meta)
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` newest turns of the window, newest first (the query is ignored)."""
         return self.window()[::-1][:k]
 

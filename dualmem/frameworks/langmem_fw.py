@@ -20,6 +20,7 @@ under a grammar of the tools' schemas (:mod:`dualmem.local_llm`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -126,7 +127,7 @@ class LangMemFramework(MemoryFramework):
                 report.items_written += len(puts)
         return report
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories most similar to ``query`` (the store's semantic search)."""
         hits = self.store.search(self.memories_ns, query=query, limit=k)
         out = []

@@ -26,6 +26,7 @@ idempotent, and summary and recent messages persist across restarts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Self, TypeVar
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -246,7 +247,7 @@ class Mem0ClassicFramework(MemoryFramework):
             events[self.apply(decision, fact, similar, source, session.time, f"{chunk_id}/{i}")] += 1
         self.store.ledger.mark(self.namespace, chunk_id, "applied", facts.model_dump_json())
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` active facts most similar to ``query`` (vector search, as Mem0)."""
         hits = self.store.search(self.namespace, query, kind="fact", k=k, mode="vector")
         return [

@@ -22,6 +22,8 @@ State (memory text, version, line sources, chunk ledger) lives in a LanceDB tabl
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -165,7 +167,7 @@ class MemAgentFramework(MemoryFramework):
         report.meta.update(stats, memory_tokens=count_tokens(self.memory), version=self.version)
         return report
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memory lines most similar to ``query``, best first."""
         state = self.state.get(self.namespace, MEMORY_KEY) or {}
         lines = _lines(state.get("text", ""))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -186,7 +187,7 @@ class MemoryBankFramework(MemoryFramework):
             scored.append((memory, (1.0 + sim) / 2.0 * kept, sim, kept))
         return sorted(scored, key=lambda row: -row[1])
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories with the best similarity × retention; recall (strengthen) them."""
         top = self.score_all(query)[:k]
         items = [

@@ -4,9 +4,10 @@ With ``settings.framework`` other than ``dualmem`` the same graph asks that
 framework's ``retrieve`` (and ``ingest`` to remember) and shows its items in
 the same reply prompt, so every framework can be chatted with.
 
-``retrieve`` searches the persona's facts and insights (``retrieval_k`` each, or
-one merged top-k pool with ``retrieval_mode="merged"`` as in the paper),
-insights expanded with the facts they cite; ``reply`` calls the chat model
+``retrieve`` ranks the persona's facts and insights with the ``ranker`` setting
+(:mod:`dualmem.retrieval`; the earlier messages are the query's context),
+``retrieval_k`` each, or one merged top-k pool with ``retrieval_mode="merged"``
+as in the paper, insights expanded with the facts they cite; ``reply`` calls the chat model
 through LangChain, so ``graph.stream(..., stream_mode="messages")`` yields its
 tokens; with ``remember`` the exchange is written back through the writer.
 
@@ -101,15 +102,15 @@ def retrieve(state: RespondState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Search facts and insights for the user's message (or ask ``settings.framework``'s retrieve)."""
     res = resources(runtime, role="chat")
     s = res.settings
-    query, _, _ = _query_and_history(state)
+    query, history, _ = _query_and_history(state)
     persona = _persona(state)
     namespace = tuple(state.get("namespace") or (persona.id, s.user_id))
     k = state.get("k") or s.retrieval_k
     if s.framework != "dualmem":
-        items = _framework(res, namespace, persona).retrieve(query, k)
+        items = _framework(res, namespace, persona).retrieve(query, k, context=history)
         empty = result_to_state(DualResult())
         return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items], **empty}
-    result = recall_memory(res, namespace, query, k=k, mode=state.get("mode") or s.retrieval_mode)
+    result = recall_memory(res, namespace, query, k=k, mode=state.get("mode") or s.retrieval_mode, context=history)
     return {"query": query, "namespace": list(namespace), "items": [], **result_to_state(result)}
 
 

@@ -18,6 +18,7 @@ from dualmem.config import Settings
 from dualmem.nodes.chunking import chunk_sessions
 from dualmem.nodes.writer import ChunkRow, WriterResources, write_chunk
 from dualmem.prompts.respond import format_dual_memory, render_respond_messages
+from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, Persona, Session, Turn, stable_id, utcnow
 from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
 
@@ -29,14 +30,24 @@ def retrieve_memory(
     *,
     k: int = 10,
     mode: str = "dual",
-    search_mode: str = "hybrid",
+    ranker: Ranker | None = None,
+    context: Sequence[Any] | None = None,
 ) -> DualResult:
-    """Return ``k`` facts and ``k`` insights (``mode="dual"``) or one top-``k`` pool (``"merged"``)."""
+    """Return ``k`` facts and ``k`` insights (``mode="dual"``) or one top-``k`` pool (``"merged"``), ranked by
+    ``ranker`` (default: the learned one) after the conversation ``context``; insights come with their cited facts."""
     if mode not in ("dual", "merged"):
         raise ValueError(f"retrieval mode {mode!r}: use dual or merged")
-    if store.count(namespace) == 0:
-        return DualResult()
-    return store.dual_search(namespace, query, k_facts=k, k_insights=k, mode=search_mode, merged=mode == "merged", expand=True)  # type: ignore[arg-type]
+    ranker = ranker or Ranker()
+    if mode == "merged":
+        pool = ranker.rank(store, namespace, query, k, context=context)
+        result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
+                            insights=[h for h in pool if h.item.kind == "insight"])
+    else:
+        per_kind = ranker.rank_kinds(store, namespace, query, k, context=context)
+        result = DualResult(facts=per_kind["fact"], insights=per_kind["insight"])
+    if result.insights:
+        result.grounding = store.grounding(namespace, [h.item for h in result.insights])
+    return result
 
 
 def emotion_rerank(
@@ -86,15 +97,18 @@ def emotion_rerank(
     return DualResult(facts=facts, insights=insights, grounding=grounding, merged=merged)
 
 
-def recall_memory(res: WriterResources, namespace: Namespace, query: str, *, k: int, mode: str) -> DualResult:
-    """Retrieve with the settings' search mode, emotion-aware when ``emotion_strategy`` is set."""
+def recall_memory(
+    res: WriterResources, namespace: Namespace, query: str, *, k: int, mode: str,
+    context: Sequence[Any] | None = None, ranker: Ranker | None = None,
+) -> DualResult:
+    """Retrieve with the settings' ranker (or ``ranker``), emotion-aware when ``emotion_strategy`` is set."""
     s = res.settings
     if s.emotion_strategy:
         return emotion_rerank(
             res.db(), namespace, query, strategy=s.emotion_strategy, model=res.chat(), embeddings=res.embedder(),
             k=k, mode=mode, search_mode=s.search_mode, retries=s.max_retries, policy=s,
         )
-    return retrieve_memory(res.db(), namespace, query, k=k, mode=mode, search_mode=s.search_mode)
+    return retrieve_memory(res.db(), namespace, query, k=k, mode=mode, ranker=ranker or Ranker.from_settings(s), context=context)
 
 
 def dump_hits(hits: Sequence[ScoredItem]) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
-"""LangChain retriever over the dual store: facts and insights as ``Document``s."""
+"""LangChain retriever over the dual store: facts and insights as ``Document``s, ranked by :mod:`dualmem.retrieval`."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -17,8 +18,13 @@ from dualmem.stores.dual import DualStore, ScoredItem, SearchMode
 class DualMemRetriever(BaseRetriever):
     """Retrieve facts and insights of one namespace; insights carry the facts they cite.
 
-    ``kind`` limits the search to one stream; otherwise ``k`` facts then ``k``
-    insights are returned, or with ``merged=True`` one top-``k`` pool over both.
+    Items are ranked by ``ranker`` (default: the ``ranker`` setting, the learned
+    ranker; ``"vector"``, ``"hybrid"`` or ``"fts"`` for a plain store search, or a
+    :class:`~dualmem.retrieval.Ranker`). The recent conversation can be passed as
+    ``retriever.invoke(query, context=[...turns or messages])``. ``mode`` (``vector``,
+    ``hybrid``, ``fts``) is a plain store search, as ``ranker=mode``. ``kind`` limits
+    the search to one stream; otherwise ``k`` facts then ``k`` insights are
+    returned, or with ``merged=True`` one top-``k`` pool over both.
     Each document's metadata holds ``id``, ``kind``, ``namespace``, ``session_id``,
     ``turn_ids``, ``chunk_id``, ``event_time``, ``grounding`` (cited fact ids),
     ``grounding_facts`` (their texts, insights only, when ``expand``), ``status``
@@ -30,27 +36,37 @@ class DualMemRetriever(BaseRetriever):
     store: DualStore
     namespace: tuple[str, ...]
     k: int = 10
-    mode: SearchMode = "hybrid"
+    ranker: Any = None  # a dualmem.retrieval.Ranker, a ranker spec, or None (the settings' ranker)
+    mode: SearchMode | None = None
     kind: MemoryKind | None = None
     merged: bool = False
     expand: bool = True
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        if self.kind is not None:
-            hits = self.store.search(self.namespace, query, kind=self.kind, k=self.k, mode=self.mode)
-            grounding = self._grounding(hits) if self.expand and self.kind == "insight" else {}
-            return [to_document(h, grounding.get(h.item.id)) for h in hits]
-        res = self.store.dual_search(
-            self.namespace, query, k_facts=self.k, k_insights=self.k, mode=self.mode,
-            merged=self.merged, expand=self.expand,
-        )  # fmt: skip
-        hits = res.merged if self.merged else [*res.facts, *res.insights]
-        return [to_document(h, res.grounding.get(h.item.id)) for h in hits]
+    def _ranker(self) -> Any:
+        from dualmem.retrieval.pipeline import Ranker  # the retrieval package reads stores: imported on use
+
+        if not isinstance(self.ranker, Ranker):
+            spec = self.ranker or self.mode
+            self.ranker = Ranker(spec) if spec else Ranker.from_settings()
+        return self.ranker
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
+    ) -> list[Document]:
+        ranker = self._ranker()
+        if self.kind is not None or self.merged:
+            kinds: tuple[MemoryKind, ...] = (self.kind,) if self.kind is not None else ("fact", "insight")
+            hits = ranker.rank(self.store, self.namespace, query, self.k, context=context, kinds=kinds)
+        else:
+            per_kind = ranker.rank_kinds(self.store, self.namespace, query, self.k, context=context)
+            hits = [*per_kind["fact"], *per_kind["insight"]]
+        grounding = self._grounding([h for h in hits if h.item.kind == "insight"]) if self.expand else {}
+        return [to_document(h, grounding.get(h.item.id)) for h in hits]
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
     ) -> list[Document]:
-        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync())
+        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), context=context)
 
     def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
         return self.store.grounding(self.namespace, [h.item for h in hits])

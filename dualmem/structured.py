@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
-from dualmem.config import Settings
+from dualmem.config import Settings, setting_default
 from dualmem.errors import ModelCallError
 from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
@@ -195,7 +195,7 @@ def invoke_structured(
     messages: list[BaseMessage],
     schema: type[T],
     *,
-    retries: int = 2,
+    retries: int = setting_default("max_retries"),
     method: str | None = None,
     config: Any = None,
     policy: RetryPolicy | Settings | None = None,
@@ -221,7 +221,7 @@ async def ainvoke_structured(
     messages: list[BaseMessage],
     schema: type[T],
     *,
-    retries: int = 2,
+    retries: int = setting_default("max_retries"),
     method: str | None = None,
     config: Any = None,
     policy: RetryPolicy | Settings | None = None,

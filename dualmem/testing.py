@@ -40,8 +40,6 @@ class FakeChatModel(BaseChatModel):
 
     responses: list[Any] = Field(default_factory=list)
     cycle: bool = False
-    bound_tool: str | None = None
-    bound_schema: dict[str, Any] | None = None
     _state: dict[str, Any] = PrivateAttr(default_factory=lambda: {"i": 0, "calls": [], "kwargs": []})
 
     @property
@@ -58,15 +56,18 @@ class FakeChatModel(BaseChatModel):
         """Return the keyword arguments of every call (``.bind(max_tokens=...)`` ones among them), as ``calls``."""
         return self._state["kwargs"]
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:  # noqa: ARG002
-        """Return a copy that answers with a call of the first tool."""
-        spec = convert_to_openai_tool(tools[0])["function"] if tools else None
-        update = {"bound_tool": spec["name"] if spec else None, "bound_schema": spec.get("parameters") if spec else None}
-        clone = self.model_copy(update=update)
-        clone._state = self._state  # share the script and the call log
-        return clone
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Bind ``tools`` as chat models do (a ``RunnableBinding`` whose ``bound`` is this model); it answers with a call of
+        the chosen tool (``tool_choice`` when it names one, else the first)."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
 
-    def _next(self, messages: list[BaseMessage]) -> Any:
+    @staticmethod
+    def _chosen(tools: Sequence[dict[str, Any]], choice: Any) -> dict[str, Any] | None:
+        specs = [t["function"] for t in tools if "function" in t]
+        name = choice.get("function", {}).get("name") if isinstance(choice, dict) else choice
+        return next((t for t in specs if t["name"] == name), specs[0] if specs else None)
+
+    def _next(self, messages: list[BaseMessage], tool: str | None) -> Any:
         self._state["calls"].append(list(messages))
         if not self.responses:
             return "ok"
@@ -75,7 +76,7 @@ class FakeChatModel(BaseChatModel):
         item = self.responses[i % len(self.responses)] if self.cycle else self.responses[min(i, len(self.responses) - 1)]
         if callable(item) and not isinstance(item, (BaseModel, type)):
             takes_tool = len(inspect.signature(item).parameters) >= 2
-            item = item(messages, self.bound_tool) if takes_tool else item(messages)
+            item = item(messages, tool) if takes_tool else item(messages)
         return item
 
     def _generate(
@@ -85,17 +86,20 @@ class FakeChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        item = self._next(messages)
+        spec = self._chosen(kwargs.get("tools") or [], kwargs.get("tool_choice"))
+        tool = spec["name"] if spec else None
+        item = self._next(messages, tool)
         self._state["kwargs"].append({k: v for k, v in kwargs.items() if k not in ("tools", "tool_choice")})
         if isinstance(item, BaseException):
             raise item
-        if item is None and self.bound_schema is not None:
-            item = minimal_instance(self.bound_schema)
+        if spec is not None and (item is None or callable(item) and not isinstance(item, (BaseModel, type))):
+            schema = spec.get("parameters") or {}
+            item = minimal_instance(schema) if item is None else item(schema)
         if isinstance(item, BaseModel):
             item = item.model_dump(mode="json")
         if isinstance(item, dict):
-            if self.bound_tool:
-                call = {"name": self.bound_tool, "args": item, "id": f"call_{self._state['i']}", "type": "tool_call"}
+            if tool:
+                call = {"name": tool, "args": item, "id": f"call_{self._state['i']}", "type": "tool_call"}
                 message = AIMessage(content="", tool_calls=[call])
             else:
                 message = AIMessage(content=json.dumps(item))
@@ -146,61 +150,79 @@ def _unquote(text: str) -> str:
     return value if isinstance(value, str) else text
 
 
-def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
-    """Answer MemoryUpdate requests with one fact and one insight taken from the chunk."""
+def said(messages: list[BaseMessage]) -> str:
+    """Return a line of dialogue from the last message: the first quoted turn, else the first line of four words or more."""
     text = str(messages[-1].content) if messages else ""
+    turns = [_unquote(t) for t in re.findall(r"^\[[^\]]+\][^\n]*?:\s*(\".*\")$", text, re.M)]
+    lines = turns or [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
+
+
+def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
+    """Answer MemoryUpdate requests with one fact and one insight taken from the chunk, other schemas filled with it."""
+    user = said(messages)
     if tool == "MemoryUpdate":
-        turns = [_unquote(t) for t in re.findall(r"^\[[^\]]+\][^\n]*?:\s*(\".*\")$", text, re.M)]
-        lines = turns or [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
-        user = next((ln for ln in lines if len(ln.split()) > 3), text[:120] or "the user said something")
         return {
             "facts": [{"op": "ADD", "id": "N1", "text": f"User said: {user[:160]}", "turn_ids": []}],
             "insights": [{"op": "ADD", "id": "M1", "text": f"I read this as telling: {user[:80]}", "fact_ids": ["N1"]}],
         }
     if tool:
-        return None  # FakeChatModel fills a minimal valid instance of the bound schema
-    return f"(fake reply) {text[-200:]}"
+        return lambda schema: filled_instance(schema, user)
+    return f"(fake reply) {user[:200]}"
 
 
 def make_fake(name: str) -> FakeChatModel:
     """Return a named offline fake for ``fake:NAME`` specs (servers and CLI tests).
 
-    ``fake:memory`` writes one fact and one insight per chunk and echoes replies.
+    ``fake:memory`` writes one fact and one insight per chunk, fills any other
+    schema (every field, one item per list) with a line of the dialogue it was
+    shown, and echoes that line as its reply: every baseline stores something
+    from the dialogue.
     """
     if name in {"memory", "echo", ""}:
         return FakeChatModel(responses=[_echo_memory], cycle=True)
     raise ValueError(f"unknown fake model {name!r}; use fake:memory")
 
 
-def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
-    """Return a small value valid for a JSON schema (required fields only; refs resolved)."""
+def filled_instance(schema: dict[str, Any], text: str) -> Any:
+    """Return a value for a JSON schema with every field set, one item per list and ``text`` in every string."""
+    return minimal_instance(schema, text=text)
+
+
+def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None, text: str | None = None) -> Any:
+    """Return a small value valid for a JSON schema (required fields only; refs resolved).
+
+    With ``text``, every field is set, lists get one item and strings are ``text``.
+    """
     root = root or schema
     if "$ref" in schema:
         node: Any = root
         for part in schema["$ref"].lstrip("#/").split("/"):
             node = node[part]
-        return minimal_instance(node, root)
+        return minimal_instance(node, root, text)
     for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
-            return minimal_instance(options[0], root)
+            return minimal_instance(options[0], root, text)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
         return schema["enum"][0]
-    if "default" in schema and schema["default"] is not None:
+    if "default" in schema and schema["default"] is not None and (text is None or schema["default"] not in ("", [], {})):
         return schema["default"]
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
         props = schema.get("properties", {})
-        return {name: minimal_instance(props[name], root) for name in schema.get("required", []) if name in props}
+        names = list(props) if text is not None else [n for n in schema.get("required", []) if n in props]
+        return {name: minimal_instance(props[name], root, text) for name in names}
     if kind == "array":
-        return [minimal_instance(schema["items"], root) for _ in range(schema.get("minItems", 0))] if "items" in schema else []
+        n = max(schema.get("minItems", 0), 1 if text is not None else 0)
+        return [minimal_instance(schema["items"], root, text) for _ in range(n)] if "items" in schema else []
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
         return max(low, 1) if schema.get("maximum", 10) >= 1 else low
     if kind == "boolean":
         return False
     if kind == "string":
-        return "fake text that is long enough"[: schema.get("maxLength", 64)]
+        return (text if text is not None else "fake text that is long enough")[: schema.get("maxLength", 1000 if text else 64)]
     return None

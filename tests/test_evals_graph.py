@@ -9,6 +9,7 @@ import pytest
 from conftest import REALMEM_SOPHIE, need
 
 from dualmem.config import Settings
+from dualmem.context import Context
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
 from dualmem.evals.compare import compare_runs
 from dualmem.evals.fakes import TurnLogFramework
@@ -16,7 +17,7 @@ from dualmem.evals.journal import Journal
 from dualmem.evals.reports import read_records, read_summary
 from dualmem.evals.run import compare, run_eval
 from dualmem.frameworks import FrameworkContext
-from dualmem.graphs.evaluate import EvalContext, builder, graph
+from dualmem.graphs.evaluate import EvalRun, builder, graph
 from dualmem.schema import Dataset
 from dualmem.testing import FakeChatModel, HashEmbeddings
 
@@ -114,7 +115,7 @@ def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
 
 def test_graph_is_exported_and_runs_with_a_context(three_personas):
     assert graph is not None and builder is not None
-    ctx = EvalContext(settings=Settings(embedder="hash:64"), similarity=HashEmbeddings(64), framework_factory=Factory())
+    ctx = Context(embedder="hash:64", run=EvalRun(similarity=HashEmbeddings(64), framework_factory=Factory()))
     out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log",
                         "respond": False, "personas": ["c-last"]}, context=ctx)
     assert [r["persona"] for r in out["results"]] == ["c-last"]
@@ -175,8 +176,8 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
             raise RuntimeError("judge crashed")
 
     journal = Journal(tmp_path / "journal.sqlite")
-    ctx = EvalContext(settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1), similarity=HashEmbeddings(64),
-                      framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once)
+    ctx = Context(embedder="hash:64", concurrency=1, judge_repetitions=1,
+                  run=EvalRun(similarity=HashEmbeddings(64), framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once))
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
     inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,

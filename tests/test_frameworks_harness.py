@@ -12,6 +12,12 @@ from dualmem.frameworks import available, framework_class
 from dualmem.testing import make_fake
 
 
+def settings_embedder(settings: Settings):
+    from dualmem.models import load_embeddings
+
+    return load_embeddings(settings.embedder)
+
+
 @pytest.fixture(scope="module")
 def three_sessions(tmp_path_factory):
     item = load_sample()
@@ -23,7 +29,7 @@ def three_sessions(tmp_path_factory):
         short = item  # the sample's evidence needs all sessions: fall back to the full sample
     path = tmp_path_factory.mktemp("fixture") / "three.json"
     dump_rolememo(short, path)
-    return path, len(short.dialogue.sessions)
+    return path, short
 
 
 def test_every_framework_is_listed_with_a_description():
@@ -37,7 +43,7 @@ def test_every_framework_is_listed_with_a_description():
 def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     from dualmem.evals.run import run_eval
 
-    path, _sessions = three_sessions
+    path, item = three_sessions
     settings = Settings(
         chat_model="fake:memory", embedder="hash:64", store_uri=str(tmp_path / "db"),
         checkpoint_path=str(tmp_path / "ck.sqlite"), chunk_tokens=256, max_retries=1,
@@ -48,3 +54,21 @@ def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     assert records, f"{name}: no per-query records"
     assert all(r.get("answer") is not None or r.get("errors") for r in records), f"{name}: every query answered or its error recorded"
     assert (out / "report.html").exists() and summary
+    # every session went in, cleanly, and left something in the framework's memory
+    ingest = summary["ingest"]
+    assert ingest["sessions"] == len(item.dialogue.sessions), f"{name}: {ingest}"
+    assert ingest["failed_chunks"] == 0 and not ingest["failed_sessions"] and not ingest["errors"], f"{name}: {ingest}"
+    assert ingest["items_written"] > 0, f"{name}: nothing written"
+    # reopen the framework on the run's store, as a later process would: the memory is there and from these sessions
+    from dualmem.frameworks import FrameworkContext, open_framework
+    from dualmem.graphs.evaluate import persona_store
+
+    reopened = open_framework(name, FrameworkContext(
+        namespace=(item.dialogue.id, item.dialogue.user_id or settings.user_id), settings=settings, persona=item.dialogue.persona,
+        chat_model=make_fake("memory"), embeddings=settings_embedder(settings), store_uri=persona_store(settings.store_uri, item)))
+    items = reopened.retrieve(item.queries[0].text, k=10)
+    assert items and all(it.text.strip() for it in items), f"{name}: nothing retrievable after the run"
+    ingested = {s.id for s in item.dialogue.sessions}
+    assert {sid for it in items for sid in it.sessions()} <= ingested, f"{name}: retrieved sessions never ingested"
+    words = {w.lower().strip(".,!?") for s in item.dialogue.sessions for t in s.turns for w in t.text.split() if len(w) > 5}
+    assert any(w in words for it in items for w in (x.lower().strip(".,!?") for x in it.text.split())), f"{name}: retrieved text shares nothing with the dialogue"

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
-
 from dualmem.frameworks import FrameworkContext, open_framework
-from dualmem.frameworks.full_context import FullContextFramework, LanceState, truncate_tokens
+from dualmem.frameworks.full_context import FullContextFramework
+from dualmem.frameworks.kit import Space, truncate_tokens
 from dualmem.schema import Session, Turn
 from dualmem.testing import FakeChatModel, HashEmbeddings
 from dualmem.tokens import count_tokens
@@ -83,14 +80,20 @@ def test_truncate_tokens_keeps_start_or_end():
     assert truncate_tokens("short", 20) == "short"
 
 
-def test_state_namespaces_are_isolated_and_quoted(tmp_path):
-    state = LanceState(str(tmp_path / "db"))
-    state.put(("o'brien", "u"), {"k1": {"v": 1}, "k2": [2]})
-    state.put(("other", "u"), {"k1": "x"})
-    state.put(("o'brien", "u"), {"k1": {"v": 3}})
-    assert state.items(("o'brien", "u")) == [("k1", {"v": 3}), ("k2", [2])]
-    assert state.get(("other", "u"), "k1") == "x"
-    assert state.get(("other", "u"), "nope", 7) == 7
+def test_space_values_and_records_are_isolated_per_namespace(tmp_settings):
+    quoted = Space(FrameworkContext(namespace=("o'brien", "u"), settings=tmp_settings, embeddings=HashEmbeddings()), "kit")
+    other = Space(FrameworkContext(namespace=("other", "u"), settings=tmp_settings, embeddings=HashEmbeddings()), "kit")
+    quoted.set_values({"k1": {"v": 1}, "k2": [2]})
+    other.set_values({"k1": "x"})
+    quoted.set_values({"k1": {"v": 3}})
+    assert quoted.value("k1") == {"v": 3} and quoted.value("k2") == [2]
+    assert other.value("k1") == "x" and other.value("nope", 7) == 7
+    quoted.put([{"id": "r1", "seq": 1}, {"id": "r0", "seq": 0}], ["green tea every morning", "plays chess"])
+    other.put([{"id": "r1", "seq": 0}], ["green tea at noon"])
+    assert [r["id"] for r in quoted.records()] == ["r0", "r1"] and [r["id"] for r in other.records()] == ["r1"]
+    assert [r["id"] for r, _ in quoted.search("green tea", 1)] == ["r1"]
+    quoted.drop()
+    assert quoted.records() == [] and quoted.value("k1") is None and other.value("k1") == "x"
 
 
 def test_registered_and_opened_by_name(tmp_settings):
@@ -99,7 +102,6 @@ def test_registered_and_opened_by_name(tmp_settings):
     assert fw.description
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dualmem.frameworks.respond") is None, reason="respond core not landed yet")
 def test_respond_puts_the_window_in_the_prompt(tmp_settings):
     model = FakeChatModel(responses=["in character answer"])
     fw = FullContextFramework(_context(tmp_settings, chat_model=model), max_tokens=60)

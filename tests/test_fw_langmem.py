@@ -24,16 +24,18 @@ from dualmem.testing import FakeChatModel, HashEmbeddings
 
 
 class ToolCallingFake(FakeChatModel):
-    """FakeChatModel whose ``bind_tools`` returns a RunnableBinding (as real chat models do) and
-    whose scripted responses may be whole ``AIMessage``s with any tool calls."""
+    """FakeChatModel that records the tools bound (its ``bind_tools`` returns a RunnableBinding, as real chat models')
+    and whose scripted responses may be whole ``AIMessage``s with any tool calls."""
 
     def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
         names = [getattr(t, "__name__", getattr(t, "name", "")) for t in tools]
         self._state.setdefault("bound", []).append(names)
-        return RunnableBinding(bound=super().bind_tools(tools, tool_choice=tool_choice, **kwargs), kwargs={})
+        bound = super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+        assert isinstance(bound, RunnableBinding) and bound.bound is self  # trustcall reaches the model as `.bound`
+        return bound
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        item = self._next(messages)
+        item = self._next(messages, None)
         if isinstance(item, AIMessage):
             return ChatResult(generations=[ChatGeneration(message=item)])
         self._state["i"] -= 1  # let the parent consume the same scripted item

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dualmem.context import context_of
 from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap, mentions_future, safety_flags, units
-from dualmem.nodes.weave_steps import GenResources, check_safety
+from dualmem.nodes.weave_steps import check_safety
 from dualmem.testing import FakeChatModel, HashEmbeddings
 
 FRAGS = ["I work night shifts at the warehouse", "I skipped lunch to finish a puzzle"]
@@ -108,7 +109,7 @@ def test_safety_patterns_leave_ordinary_text():
 
 def test_safety_llm_reviews_only_flagged():
     model = FakeChatModel(responses=[{"safe": False, "reason": "real threat"}])
-    res = GenResources(model=model)
+    res = context_of(None, models={"chat": model})
     ok, reason, flags = check_safety(res, [{"role": "user", "text": "Lovely weather."}])
     assert ok and not flags and not model.calls
     ok, reason, flags = check_safety(res, [{"role": "user", "text": "I will kill him, I mean it."}])
@@ -124,12 +125,9 @@ def test_future_event_leak_detected():
 
 
 def test_paraphrase_without_shared_words_found_by_the_bundled_embedder():
-    try:
-        from dualmem.models import load_embeddings
+    from dualmem.models import load_embeddings
 
-        embedder = load_embeddings("bundled:all-MiniLM-L6-v2")
-    except Exception as exc:  # noqa: BLE001 - the bundled embedder package is optional
-        pytest.skip(f"bundled embedder unavailable: {exc}")
+    embedder = load_embeddings("bundled:all-MiniLM-L6-v2")  # a hard dependency: failing to load fails the test
     turns = dialogue(
         "These days my job has me on overnight duty at a storage depot, so mornings feel like evenings.",
         "Forgot to eat at midday because I wanted to complete the jigsaw.",
@@ -153,10 +151,10 @@ def test_specificity_needs_all_four_checks():
 
     persona = Persona(id="p", name="P")
     yes = {"perspective_unique": True, "conversational": True, "needs_fact_combination": True, "testable": True}
-    assert check_specificity(GenResources(model=FakeChatModel(responses=[yes])), persona, INSIGHT) == (True, "")
-    ok, reason = check_specificity(GenResources(model=FakeChatModel(responses=[{**yes, "testable": False, "reason": "vague"}])), persona, INSIGHT)
+    assert check_specificity(context_of(None, models={"chat": FakeChatModel(responses=[yes])}), persona, INSIGHT) == (True, "")
+    ok, reason = check_specificity(context_of(None, models={"chat": FakeChatModel(responses=[{**yes, "testable": False, "reason": "vague"}])}), persona, INSIGHT)
     assert not ok and "testable" in reason and "vague" in reason
-    ok, reason = check_specificity(GenResources(model=FakeChatModel(responses=["not json"])), persona, INSIGHT)
+    ok, reason = check_specificity(context_of(None, models={"chat": FakeChatModel(responses=["not json"])}), persona, INSIGHT)
     assert not ok and "invalid after" in reason
 
 
@@ -167,11 +165,11 @@ def test_necessity_keeps_only_questions_that_need_memory():
     persona = Persona(id="p", name="P")
     seed = QuerySeed(fragment_1="a", fragment_2="b", question="Should I take the offer?")
     model = FakeChatModel(responses=["Generic advice.", {"needs_memory": True, "reason": "generic"}])
-    kept, reason, answer = check_necessity(GenResources(model=model), persona, INSIGHT, seed)
+    kept, reason, answer = check_necessity(context_of(None, models={"chat": model}), persona, INSIGHT, seed)
     assert kept and answer == "Generic advice."
     assert "Generic advice." in str(model.calls[1][-1].content)  # the judge sees the no-memory answer
     model = FakeChatModel(responses=["You reclaim time by gaming.", {"needs_memory": False, "reason": "already there"}])
-    kept, reason, _ = check_necessity(GenResources(model=model), persona, INSIGHT, seed)
+    kept, reason, _ = check_necessity(context_of(None, models={"chat": model}), persona, INSIGHT, seed)
     assert not kept and "without memory" in reason
 
 
@@ -182,8 +180,8 @@ def test_question_may_not_reuse_the_insight_concepts():
     persona = Persona(id="p", name="P")
     base = {"fragment_1": "I play games until 3 am", "fragment_2": "I started night shifts"}
     good = FakeChatModel(responses=[{**base, "question": "Should I take the weekend job?"}])
-    seed, reason = write_seed(GenResources(model=good), persona, INSIGHT)
+    seed, reason = write_seed(context_of(None, models={"chat": good}), persona, INSIGHT)
     assert seed is not None and reason == ""
     bad = FakeChatModel(responses=[{**base, "question": "Is late gaming my way to reclaim time?"}])
-    seed, reason = write_seed(GenResources(model=bad), persona, INSIGHT)
+    seed, reason = write_seed(context_of(None, models={"chat": bad}), persona, INSIGHT)
     assert seed is None and "core concepts" in reason

@@ -167,11 +167,12 @@ def test_a_baseline_records_failed_model_calls_and_goes_on(tmp_path):
 
 
 def test_a_generator_records_a_failed_call_as_the_item_rejection(tmp_path):
-    from dualmem.nodes.weave_steps import GenResources, QuerySeed, check_necessity
+    from dualmem.context import context_of
+    from dualmem.nodes.weave_steps import QuerySeed, check_necessity
 
     with Endpoint() as server:
         server.script = [("status", 503)]
         settings = _settings(tmp_path, server.base_url, call_retries=1)
-        res = GenResources(settings=settings, model=load_chat_model(None, settings))
+        res = context_of(settings, models={"chat": load_chat_model(None, settings)})
         kept, reason, _ = check_necessity(res, PERSONA, {"text": "an insight"}, QuerySeed(fragment_1="a b", fragment_2="c d", question="q?"))
     assert not kept and reason.startswith("necessity:") and "HTTP 503" in reason

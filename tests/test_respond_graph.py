@@ -6,12 +6,12 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 
+from dualmem.context import context_of
 from dualmem.frameworks import FrameworkContext, RetrievedItem, open_framework
 from dualmem.frameworks.dualmem import DualMemFramework
 from dualmem.frameworks.respond import answer_from_items
 from dualmem.graphs.respond import arespond, builder, respond
 from dualmem.graphs.write import write_history
-from dualmem.nodes.writer import WriterResources
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
@@ -58,9 +58,9 @@ def filled(tmp_settings, store):
 
 def test_respond_retrieves_and_grounds_insights_in_the_prompt(tmp_settings, filled):
     model = FakeChatModel(responses=["Those night shifts are wearing you down."])
-    reply = respond("why am I so tired after the night shifts?", PERSONA, settings=tmp_settings, model=model, store=filled, k=2, mode="dual")
+    reply = respond("why am I so tired after the night shifts?", PERSONA, settings=tmp_settings, model=model, store=filled, k=4, mode="dual")
     assert reply.text == "Those night shifts are wearing you down."
-    assert len(reply.facts) == 2 and len(reply.insights) == 2
+    assert len(reply.facts) == 2 and len(reply.insights) == 2  # dual: half facts, half insights
     assert reply.facts[0].item.text == "works night shifts at the warehouse"
     top = reply.insights[0].item
     assert top.text.startswith("the night shifts drain her")
@@ -109,7 +109,7 @@ def test_remember_writes_the_exchange_back(tmp_settings, store):
 def test_graph_streams_reply_tokens(tmp_settings, filled):
     model = GenericFakeChatModel(messages=iter([AIMessage(content="your night shifts wear you down")]))
     graph = builder.compile()
-    context = WriterResources(tmp_settings, model=model, store=filled, role="chat")
+    context = context_of(tmp_settings, models={"chat": model}, store=filled)
     inputs = {"persona": PERSONA.model_dump(mode="json"), "messages": [HumanMessage(content="why so tired?")]}
     chunks = [c for c, meta in graph.stream(inputs, context=context, stream_mode="messages") if meta["langgraph_node"] == "reply"]
     assert len(chunks) > 3 and all(isinstance(c, AIMessageChunk) for c in chunks)
@@ -120,10 +120,11 @@ def test_graph_takes_the_last_human_message_and_appends_the_reply(tmp_settings, 
     model = FakeChatModel(responses=["Rest more."])
     out = builder.compile().invoke(
         {"persona": PERSONA.model_dump(mode="json"), "messages": [HumanMessage(content="night shifts again")]},
-        context=WriterResources(tmp_settings, model=model, store=filled, role="chat"),
+        context=context_of(tmp_settings, models={"chat": model}, store=filled),
     )
     assert [m.content for m in out["messages"]] == ["night shifts again", "Rest more."]
-    assert out["facts"] and out["facts"][0]["item"]["text"] == "works night shifts at the warehouse"
+    facts = [i for i in out["items"] if i["kind"] == "fact"]
+    assert facts and facts[0]["text"] == "works night shifts at the warehouse"
 
 
 def test_answer_from_items_uses_persona_and_items(tmp_settings):
@@ -158,7 +159,7 @@ def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
 
 
 async def test_arespond(tmp_settings, filled):
-    reply = await arespond("night shifts", PERSONA, settings=tmp_settings, model=FakeChatModel(responses=["ok"]), store=filled, k=1)
+    reply = await arespond("night shifts", PERSONA, settings=tmp_settings, model=FakeChatModel(responses=["ok"]), store=filled, k=2)
     assert reply.text == "ok" and len(reply.facts) == 1 and len(reply.insights) == 1
 
 
@@ -184,5 +185,5 @@ def test_respond_graph_with_a_settings_dict_context(tmp_settings, filled):
     graph = builder.compile(store=LanceDBStore(filled.uri, dual=filled))  # the server's store is runtime.store
     out = graph.invoke({"persona": PERSONA.model_dump(mode="json"), "query": "the nursing exam"}, context=context)
     assert out["reply"].startswith("(fake reply)")
-    assert [f["item"]["text"] for f in out["facts"]] == ["failed the nursing exam in spring"]
+    assert [i["text"] for i in out["items"]] == ["failed the nursing exam in spring"]
     assert [m.type for m in out["messages"]] == ["human", "ai"]

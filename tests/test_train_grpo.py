@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-pytest.importorskip("trl")
-
+import trl  # noqa: F401,E402 - the [train] extra, installed by `make dev`; missing fails the suite
 from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
 from fixtures.train_data import make_item  # noqa: E402
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from dualmem.context import context_of
 from dualmem.graphs.write import awrite_history, builder, retry_failed, write_history
-from dualmem.nodes.writer import WriterResources
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
@@ -138,11 +138,11 @@ def test_graph_retry_failed_flag_redoes_only_failed_chunks(tmp_settings, store):
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(3)]}
     flaky = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
     settings = tmp_settings.replace(chunk_tokens=40, max_retries=0)
-    out = graph.invoke(inputs, config, context=WriterResources(settings, model=flaky, store=store))
+    out = graph.invoke(inputs, config, context=context_of(settings, models={"writer": flaky}, store=store))
     (failed,) = out["failed_chunks"]
     assert failed["chunk"]["turn_ids"] == ["s1t0", "s1t1"] and out["sessions"] == []
     fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    again = graph.invoke({"retry_failed": True}, config, context=WriterResources(settings, model=fixed, store=store))
+    again = graph.invoke({"retry_failed": True}, config, context=context_of(settings, models={"writer": fixed}, store=store))
     assert len(fixed.calls) == 1 and again["failed_chunks"] == []
     assert [r["status"] for r in again["report"]] == ["applied"]
     assert store.count(NS, kind="fact") == 3
@@ -255,14 +255,16 @@ def test_prompt_tokens_stay_flat_as_memory_grows(tmp_settings, store):
     assert len(re.findall(r"^F\d+", view, re.M)) <= 5 and len(re.findall(r"^I\d+", view, re.M)) <= 5
 
 
-def test_graph_runs_with_a_resources_context(tmp_settings, store):
+def test_graph_runs_with_a_context_carrying_model_and_store(tmp_settings, store):
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    graph = builder.compile()
-    context = WriterResources(tmp_settings.replace(chunk_tokens=40), model=model, store=store)
+    graph = builder.compile()  # no runtime.store: the context's store serves
+    context = context_of(tmp_settings.replace(chunk_tokens=40), models={"writer": model}, store=store)
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
     out = graph.invoke(inputs, context=context)
     assert [r["status"] for r in out["report"]] == ["applied", "applied"]
-    assert out["namespace"] == list(NS) and out["failed_chunks"] == [] if "failed_chunks" in out else True
+    assert out["namespace"] == list(NS)
+    assert out["failed_chunks"] == []
+    assert len(model.calls) == 2 and store.count(NS, kind="fact") == 2
 
 
 async def test_async_write_history(tmp_settings, store):

@@ -56,7 +56,7 @@ class TurnLogFramework(MemoryFramework):
     def _score(self, query: str, turn: dict[str, Any]) -> float:
         return float(len(_words(query) & _words(turn["text"]))) if self.ranking == "lexical" else 0.0
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` best turns (see the class docstring for the ranking)."""
         self.queries.append((query, list(self.ingested)))
         ranked = sorted(self.turns, key=lambda t: (-self._score(query, t), -t["order"]))[:k]

@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, create_model
 
-from dualmem.config import Settings
+from dualmem.config import Settings, setting_default
 from dualmem.models import load_chat_model
 from dualmem.prompts.judges import (
     JUDGE_SYSTEM,
@@ -81,7 +81,7 @@ def run_judge(
     schema: type[BaseModel],
     *,
     repetitions: int = 1,
-    retries: int = 2,
+    retries: int = setting_default("max_retries"),
     fields: Sequence[str] = ("score",),
     policy: Settings | None = None,
 ) -> dict[str, Any]:

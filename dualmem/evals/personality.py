@@ -21,6 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, create_model, model_validator
 
+from dualmem.config import setting_default
 from dualmem.evals.incharacter import Questionnaire, split_batches
 from dualmem.evals.journal import PersonaJournal
 from dualmem.frameworks.base import MemoryFramework
@@ -107,7 +108,7 @@ def assess(
     journal: PersonaJournal | None = None,
     *,
     names: tuple[str, ...] = (),
-    retries: int = 2,
+    retries: int = setting_default("max_retries"),
     on_rating: Tick | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Return ``{dimension: {score, type, batches, errors}}`` rated by ``judge`` from the interview ``answers``."""

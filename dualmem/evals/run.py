@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from rich.console import Console
 
 from dualmem.config import Settings
+from dualmem.context import context_of
 from dualmem.datasets import KINDS
 from dualmem.errors import ConfigurationError
 from dualmem.evals import langsmith_adapter as ls
@@ -34,7 +35,7 @@ from dualmem.evals.reports import RECORDS, read_summary, write_report
 from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
 from dualmem.evals.runspec import OPERATIONAL, RunSpec, claim, data_stamp, recorded_settings, spec_of, write_run
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.graphs.evaluate import EvalContext, EvalState, as_context, dataset, graph
+from dualmem.graphs.evaluate import EvalRun, EvalState, dataset, graph
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
 
@@ -125,8 +126,8 @@ def run_eval(
     chat = load_chat_model(model, settings) if model is not None else None
     judge_model = load_chat_model(judge, settings, role="judge") if respond_and_judge else None
     journal = Journal(run_dir / JOURNAL)
-    ctx = EvalContext(settings=settings, chat_model=chat, embeddings=embeddings, similarity=similarity, judge=judge_model,
-                      journal=journal, store_uri=run_store(settings, run_dir), framework_factory=framework_factory)
+    ctx = EvalRun(similarity=similarity, judge=judge_model, journal=journal, store_uri=run_store(settings, run_dir),
+                  framework_factory=framework_factory)
     if judge_model is not None:
         upload = ls.upload_enabled() if upload is None else upload
         items = _items(dataset_kind, path, personas)
@@ -159,7 +160,8 @@ def run_eval(
             if judge_model is not None:
                 j_task = bar.add_task("answers judged", total=n_queries)
                 ctx.on_judged = lambda _rec: advance(j_task)
-            values = graph.invoke(inputs, config, context=as_context(ctx))
+            context = context_of(settings, models={"chat": chat} if chat is not None else None, embeddings=embeddings, run=ctx)
+            values = graph.invoke(inputs, config, context=context)
     finally:
         journal.close()
         if ctx.judging is not None:
@@ -174,7 +176,7 @@ def run_eval(
     return run_dir
 
 
-def _meta(spec: RunSpec, run: dict[str, Any], ctx: EvalContext, chat: Any, judge_model: Any, settings: Settings) -> dict[str, Any]:
+def _meta(spec: RunSpec, run: dict[str, Any], ctx: EvalRun, chat: Any, judge_model: Any, settings: Settings) -> dict[str, Any]:
     """Return what the report says about the run: inputs, models, judges, LangSmith, settings, segments."""
     judging = ctx.judging
     langsmith: dict[str, Any] = {"mode": "off (no judges)"}

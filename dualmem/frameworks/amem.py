@@ -16,8 +16,9 @@ Every session is cut into notes of ``note_tokens`` tokens (default
 ``retrieve(query, k)`` ranks notes by cosine similarity and returns each hit
 followed by its linked neighbours (``meta["via"]`` names the hit), cut to ``k``.
 A failed analysis keeps the note (content only) and a failed evolution keeps it
-unlinked; both are listed in ``IngestReport.failed_chunks``. Notes are written
-one by one into ``{uri}/amem``: an interrupted ingest resumes where it stopped.
+unlinked; both are listed in ``IngestReport.failed_chunks``. Notes are records of
+the framework's space (``{uri}/amem``, searched exactly by vector), written one by
+one: an interrupted ingest resumes where it stopped, and a session is ingested once.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
-from dualmem.nodes.emotion import cosines
+from dualmem.frameworks.kit import Space, ask, render_turn, session_chunks, truncate_tokens
 from dualmem.prompts.amem import AMEM_ANALYSE, AMEM_EVOLVE, AMEM_NEIGHBOUR, AMEM_SYSTEM
 from dualmem.schema import Session, stable_id
-from dualmem.structured import invoke_structured
 
 
 class NoteAnalysis(BaseModel):
@@ -82,57 +81,53 @@ class AMemFramework(MemoryFramework):
         super().__init__(context)
         self.link_k, self.neighbour_tokens = link_k, neighbour_tokens
         self.note_tokens = note_tokens or context.settings.chunk_tokens
-        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
 
     def notes(self) -> list[dict[str, Any]]:
         """Return every note, oldest first."""
-        return [value for _, value in self.state.items(self.namespace, "note:")]
+        return self.space.records()
 
-    def _ask(self, schema: type[BaseModel], prompt: str) -> Any:
-        messages = [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)]
-        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
+    def _ask(self, schema: type[BaseModel], prompt: str, report: IngestReport, label: str) -> Any:
+        return ask(self.context, schema, [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)], report, label)
 
     def ingest(self, session: Session) -> IngestReport:
         """Add the session as notes: annotate, link to nearest notes, evolve neighbours."""
         report = IngestReport(session_id=session.id)
-        notes = {n["id"]: n for n in self.notes()}
-        chunks = session_chunks(session, self.note_tokens)
-        for index, turns in enumerate(tqdm(chunks, desc=f"amem {session.id}", disable=len(chunks) < 4, leave=False)):
-            note_id = stable_id(session.id, index, prefix="n")
-            if note_id in notes:  # written by an earlier (maybe interrupted) run
-                continue
-            note = {
-                "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
-                "links": [], "seq": len(notes), "evolved": 0,
-            }
-            changed = self._add_note(note, notes, report)
-            notes[note_id] = note
-            for n in changed:
-                notes[n["id"]] = n
-            self.state.put(self.namespace, {f"note:{n['id']}": n for n in [note, *changed]})
-            report.items_written += 1
+        with self.space.once(session.id, report) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            chunks = session_chunks(session, self.note_tokens)
+            seq = self.space.count()
+            for index, turns in enumerate(tqdm(chunks, desc=f"amem {session.id}", disable=len(chunks) < 4, leave=False)):
+                note_id = stable_id(session.id, index, prefix="n")
+                if self.space.get([note_id]):  # written by an earlier (maybe interrupted) run
+                    continue
+                note: dict[str, Any] = {
+                    "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
+                    "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
+                    "links": [], "seq": seq, "evolved": 0,
+                }
+                changed = self._add_note(note, report)
+                self.space.put([note], [embed_text(note)], vectors=[note.pop("vector")])
+                self.space.put(changed, [embed_text(n) for n in changed])  # the store re-embeds changed texts only
+                seq += 1
+                report.items_written += 1
         return report
 
-    def _add_note(self, note: dict[str, Any], notes: dict[str, dict[str, Any]], report: IngestReport) -> list[dict[str, Any]]:
-        """Annotate ``note``, link it and evolve its neighbours; return the neighbours changed."""
+    def _add_note(self, note: dict[str, Any], report: IngestReport) -> list[dict[str, Any]]:
+        """Annotate ``note``, link it to its nearest notes and evolve them; return the neighbours changed."""
         when = f" ({note['time']})" if note["time"] else ""
-        analysis = self._ask(NoteAnalysis, AMEM_ANALYSE.format(time=when, content=note["content"]))
-        report.llm_calls += analysis.attempts
-        if analysis.ok:
-            note.update(keywords=analysis.value.keywords, context=analysis.value.context, tags=analysis.value.tags)
-        else:
-            report.failed_chunks.append(f"{note['id']}:analyse")
-            report.meta.setdefault("errors", {})[f"{note['id']}:analyse"] = analysis.error
-        embedder = self.context.embedder()
+        analysis = self._ask(NoteAnalysis, AMEM_ANALYSE.format(time=when, content=note["content"]), report, f"{note['id']}:analyse")
+        if analysis is not None:
+            note.update(keywords=analysis.keywords, context=analysis.context, tags=analysis.tags)
+        embedder = self.space.store.embeddings
         note["vector"] = list(embedder.embed_documents([embed_text(note)])[0])
-        existing = list(notes.values())
-        if not existing:
+        nearest = self.space.search(note["vector"], self.link_k)
+        if not nearest:
             return []
-        sims = cosines(note["vector"], [n["vector"] for n in existing])
-        order = sorted(range(len(existing)), key=lambda i: -sims[i])[: self.link_k]
-        labels = {f"M{j + 1}": existing[i] for j, i in enumerate(order)}
+        labels = {f"M{j + 1}": n for j, (n, _) in enumerate(nearest)}
         shown = "\n".join(
             AMEM_NEIGHBOUR.format(label=label, content=truncate_tokens(n["content"], self.neighbour_tokens), context=n["context"],
                                   keywords=", ".join(n["keywords"]), tags=", ".join(n["tags"]))
@@ -140,13 +135,9 @@ class AMemFramework(MemoryFramework):
         )
         prompt = AMEM_EVOLVE.format(content=note["content"], context=note["context"],
                                     keywords=", ".join(note["keywords"]), tags=", ".join(note["tags"]), neighbours=shown)
-        evolution = self._ask(Evolution, prompt)
-        report.llm_calls += evolution.attempts
-        if not evolution.ok:
-            report.failed_chunks.append(f"{note['id']}:evolve")
-            report.meta.setdefault("errors", {})[f"{note['id']}:evolve"] = evolution.error
+        decision = self._ask(Evolution, prompt, report, f"{note['id']}:evolve")
+        if decision is None:
             return []
-        decision = evolution.value
         unknown = [lb for lb in [*decision.links, *(u.label for u in decision.updates)] if lb.strip() not in labels]
         if unknown:
             report.meta.setdefault("unknown_labels", []).extend(unknown)
@@ -173,29 +164,22 @@ class AMemFramework(MemoryFramework):
                 changed[target["id"]] = neighbour
         if decision.tags:
             note["vector"] = list(embedder.embed_documents([embed_text(note)])[0])
-        redo = [n for n in changed.values() if n.pop("reembed", False)]
-        if redo:
-            for n, vector in zip(redo, embedder.embed_documents([embed_text(n) for n in redo]), strict=True):
-                n["vector"] = list(vector)
+        for n in changed.values():
+            n.pop("reembed", None)
         return list(changed.values())
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the best notes, each followed by its linked neighbours, ``k`` in all."""
-        notes = self.notes()
-        if not notes:
-            return []
-        by_id = {n["id"]: n for n in notes}
-        sims = cosines(self.context.embedder().embed_query(query), [n["vector"] for n in notes])
-        order = sorted(range(len(notes)), key=lambda i: -sims[i])[:k]
+        hits = self.space.search(query, k)
+        linked = {n["id"]: n for n in self.space.get(list(dict.fromkeys(link for hit, _ in hits for link in hit["links"])))}
         out: list[RetrievedItem] = []
         seen: set[str] = set()
-        for i in order:
-            hit = notes[i]
-            for note, via in [(hit, None), *((by_id[link], hit["id"]) for link in hit["links"] if link in by_id)]:
+        for hit, score in hits:
+            for note, via in [(hit, None), *((linked[link], hit["id"]) for link in hit["links"] if link in linked)]:
                 if note["id"] in seen or len(out) >= k:
                     continue
                 seen.add(note["id"])
-                out.append(self._item(note, sims[i], via))
+                out.append(self._item(note, score, via))
         return out
 
     @staticmethod
@@ -207,4 +191,4 @@ class AMemFramework(MemoryFramework):
 
     def reset(self) -> None:
         """Forget every note of this namespace."""
-        self.state.drop(self.namespace)
+        self.space.drop()

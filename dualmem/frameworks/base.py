@@ -3,9 +3,6 @@
 A framework instance serves one memory namespace (persona, user). It ingests
 sessions incrementally and retrieves ranked items; ``respond`` is optional
 (the default answers in character from what ``retrieve`` returns).
-``retrieve`` takes the recent conversation turns as ``context`` (turns,
-messages, dicts or strings: :mod:`dualmem.retrieval.context`); frameworks
-that rank with :mod:`dualmem.retrieval` read it, the others ignore it.
 The sync methods are the core; the async ones run them in a worker thread.
 """
 
@@ -63,6 +60,17 @@ class FrameworkContext:
     chat_model: BaseChatModel | None = None
     embeddings: Embeddings | None = None
     store_uri: str | None = None
+    store: Any = None  # the run's memory store (a DualStore): DualMem keeps its facts and insights there
+    writer_model: BaseChatModel | None = None
+    _stores: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def open_store(self, name: str) -> Any:
+        """Return the DualStore of the framework ``name`` at ``{uri}/{name}`` (opened once per context)."""
+        if name not in self._stores:
+            from dualmem.stores.dual import DualStore
+
+            self._stores[name] = DualStore(f"{self.uri.rstrip('/')}/{name}", self.embedder())
+        return self._stores[name]
 
     def chat(self) -> BaseChatModel:
         """Return the shared chat model (built from the settings if not given)."""
@@ -71,6 +79,14 @@ class FrameworkContext:
         if self.chat_model is None:
             self.chat_model = load_chat_model(None, self.settings)
         return self.chat_model
+
+    def writer(self) -> BaseChatModel:
+        """Return the model that writes memory: the given writer, the ``writer_model`` setting's, else the chat model."""
+        from dualmem.models import load_chat_model
+
+        if self.writer_model is None:
+            self.writer_model = load_chat_model(None, self.settings, role="writer") if self.settings.writer_model else self.chat()
+        return self.writer_model
 
     def embedder(self) -> Embeddings:
         """Return the shared embedder (built from the settings if not given)."""
@@ -101,13 +117,25 @@ class MemoryFramework(ABC):
 
     @abstractmethod
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
-        """Return the ``k`` best memory items for ``query``, best first (``context``: the recent conversation turns)."""
+        """Return the ``k`` best memory items for ``query``, best first.
+
+        ``context``: the recent turns of the conversation the query comes from
+        (oldest first; strings, dataset turns, LangChain messages or role/content
+        dicts, as :func:`dualmem.retrieval.context.context_turns` reads them), for
+        frameworks whose ranking uses them (``dualmem``, ``raw-turns``).
+        """
+
+    def memory_text(self, items: Sequence[RetrievedItem]) -> str:
+        """Render retrieved items as the memory block of the reply prompt."""
+        from dualmem.frameworks.respond import items_text
+
+        return items_text(items)
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer ``query`` in character from retrieved memory."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.respond import answer_from_memory
 
-        return answer_from_items(self.context, query, self.retrieve(query, k))
+        return answer_from_memory(self.context, query, self.memory_text(self.retrieve(query, k)))
 
     def reset(self) -> None:
         """Forget everything of this namespace (optional)."""
@@ -119,7 +147,7 @@ class MemoryFramework(ABC):
 
     async def aretrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Async ``retrieve`` (same core, in a worker thread)."""
-        return await asyncio.to_thread(lambda: self.retrieve(query, k, context=context))
+        return await asyncio.to_thread(self.retrieve, query, k, context=context)
 
     async def arespond(self, query: str, k: int = 10) -> str:
         """Async ``respond`` (same core, in a worker thread)."""

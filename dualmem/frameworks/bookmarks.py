@@ -22,8 +22,10 @@ index) of the newest session ingested. No model call happens at ingest.
    chunks most relevant to the query (kind ``fact``), ``k`` in all.
 
 What each retrieval did is in ``last_actions`` (``(action, question, bookmark
-id)``) and its failed model calls in ``last_failures``. Bookmarks and chunks
-live in ``{uri}/bookmarks`` and survive restarts.
+id)``) and its failed model calls in ``last_failures``. Chunks and bookmarks are
+records of the framework's space (``{uri}/bookmarks``; a bookmark is embedded
+from its question), searched on the namespace's RAM view, and survive
+restarts; a session is ingested once.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
-from dualmem.nodes.emotion import cosine, cosines
+from dualmem.frameworks.kit import Space, render_turn, session_chunks, truncate_tokens
 from dualmem.prompts.bookmarks import BOOKMARKS_CREATE, BOOKMARKS_DERIVE, BOOKMARKS_PROPOSE, BOOKMARKS_SYSTEM
 from dualmem.schema import Session, stable_id
 from dualmem.structured import invoke_structured
 from dualmem.tokens import count_tokens_batch
+
+MARKS = "bookmarks"
 
 
 class Questions(BaseModel):
@@ -85,7 +88,7 @@ class BookmarksFramework(MemoryFramework):
         self.same_question = same_question
         self.evidence_k = evidence_k
         self.read_tokens = read_tokens or 4 * context.settings.chunk_tokens
-        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
         self.last_actions: list[tuple[str, str, str | None]] = []
         self.last_failures: dict[str, str] = {}
@@ -95,44 +98,51 @@ class BookmarksFramework(MemoryFramework):
     def meta(self) -> dict[str, Any]:
         """Return the sessions ingested and the current point of the story."""
         default = {"sessions": [], "point": {"session": 0, "session_id": None, "turn": 0}}
-        return {**default, **(self.state.get(self.namespace, "meta") or {})}
+        return {**default, **(self.space.value("meta") or {})}
 
     def chunks(self) -> list[dict[str, Any]]:
         """Return the stored history chunks, oldest first."""
-        return [value for _, value in self.state.items(self.namespace, "chunk:")]
+        return self.space.records()
 
     def bookmarks(self) -> list[dict[str, Any]]:
         """Return every bookmark, oldest first."""
-        return [value for _, value in self.state.items(self.namespace, "bm:")]
+        return self.space.records(MARKS)
+
+    def _ranked(self, qvec: list[float], collection: str = "records") -> list[tuple[dict[str, Any], float]]:
+        """Return every record of a collection with its cosine to ``qvec``, best first."""
+        total = self.space.count(collection)
+        return self.space.search(qvec, total, collection) if total else []
 
     # ------------------------------------------------------------------ ingest
 
     def ingest(self, session: Session) -> IngestReport:
-        """Store the session's chunks (embedded) and move the point of the story to its end."""
-        meta = self.meta()
+        """Store the session's chunks (embedded) and move the point of the story to its end (once per session)."""
         report = IngestReport(session_id=session.id)
-        if session.id in meta["sessions"]:
-            report.meta["skipped"] = "session already ingested"
-            return report
+        with self.space.once(session.id) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            self._ingest(session, self.meta(), report)
+        return report
+
+    def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         ordinal = len(meta["sessions"]) + 1
+        seq = self.space.count()
         records: list[dict[str, Any]] = []
         parts = session_chunks(session, self.context.settings.chunk_tokens)
         for index, turns in enumerate(tqdm(parts, desc=f"bookmarks {session.id}", disable=len(parts) < 4, leave=False)):
             records.append({
                 "id": stable_id(session.id, index, prefix="k"), "session": session.id, "ordinal": ordinal,
-                "time": session.time, "turn_ids": [t.id for t in turns],
+                "time": session.time, "turn_ids": [t.id for t in turns], "seq": seq + index,
                 "text": "\n".join(render_turn(t, session.time if i == 0 else None) for i, t in enumerate(turns)),
             })
-        if records:
-            vectors = self.context.embedder().embed_documents([r["text"] for r in records])
-            sizes = count_tokens_batch([r["text"] for r in records])
-            for record, vector, size in zip(records, vectors, sizes, strict=True):
-                record.update(vector=list(vector), tokens=size)
+        for record, size in zip(records, count_tokens_batch([r["text"] for r in records]) if records else [], strict=True):
+            record["tokens"] = size
+        self.space.put(records, [r["text"] for r in records])
         meta["sessions"] = [*meta["sessions"], session.id]
         meta["point"] = {"session": ordinal, "session_id": session.id, "turn": max(len(session.turns) - 1, 0)}
-        self.state.put(self.namespace, {**{f"chunk:{r['id']}": r for r in records}, "meta": meta})
+        self.space.set_values({"meta": meta})
         report.items_written = len(records)
-        return report
 
     # ------------------------------------------------------------------ retrieve
 
@@ -143,18 +153,15 @@ class BookmarksFramework(MemoryFramework):
             self.last_failures[label] = result.error or "invalid answer"
         return result.value
 
-    def _read(self, chunks: list[dict[str, Any]], qvec: list[float], limit: int) -> list[dict[str, Any]]:
-        """Return the chunks most relevant to ``qvec`` within ``read_tokens`` (at least one), in story order."""
-        if not chunks:
-            return []
-        sims = cosines(qvec, [c["vector"] for c in chunks])
+    def _read(self, qvec: list[float], limit: int, after: int = 0) -> list[dict[str, Any]]:
+        """Return the chunks (of sessions after ``after``) most relevant to ``qvec`` within ``read_tokens``, in story order."""
         picked: list[dict[str, Any]] = []
         used = 0
-        for i in sorted(range(len(chunks)), key=lambda i: -sims[i])[:limit]:
-            if picked and used + chunks[i]["tokens"] > self.read_tokens:
+        for chunk, sim in [(c, s) for c, s in self._ranked(qvec) if c["ordinal"] > after][:limit]:
+            if picked and used + chunk["tokens"] > self.read_tokens:
                 break
-            picked.append({**chunks[i], "relevance": sims[i]})
-            used += chunks[i]["tokens"]
+            picked.append({**chunk, "relevance": sim})
+            used += chunk["tokens"]
         return sorted(picked, key=lambda c: (c["ordinal"], c["id"]))
 
     def _excerpts(self, chunks: list[dict[str, Any]]) -> str:
@@ -169,18 +176,15 @@ class BookmarksFramework(MemoryFramework):
         questions = [q.strip() for q in (value.questions if value else []) if q.strip()]
         return list(dict.fromkeys(questions))[: self.max_questions] or [task]
 
-    def _bookmark_for(self, question: str, qvec: list[float], marks: list[dict[str, Any]], point: dict[str, Any],
-                      chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _bookmark_for(self, question: str, qvec: list[float], marks: dict[str, dict[str, Any]], point: dict[str, Any]) -> dict[str, Any] | None:
         """Return the bookmark answering ``question`` at ``point``: reused, derived or created."""
-        sims = [cosine(qvec, m["qvector"]) for m in marks]
-        best = max(range(len(marks)), key=lambda i: sims[i], default=None)
-        if best is not None and sims[best] >= self.same_question:
-            mark = dict(marks[best])
+        nearest = self._ranked(qvec, MARKS)[:1]
+        if nearest and nearest[0][1] >= self.same_question:
+            mark = dict(marks.get(nearest[0][0]["id"], nearest[0][0]))  # this retrieval's version when it changed it
             if not _before(mark["point"], point):
                 self.last_actions.append(("reuse", question, mark["id"]))
                 return mark
-            newer = [c for c in chunks if c["ordinal"] > mark["point"]["session"]]
-            read = self._read(newer, qvec, self.evidence_k)
+            read = self._read(qvec, self.evidence_k, after=mark["point"]["session"])
             if not read:  # the newer sessions hold no turns: nothing to read, the answer stands
                 mark["point"] = dict(point)
                 self.last_actions.append(("derive", question, mark["id"]))
@@ -197,46 +201,42 @@ class BookmarksFramework(MemoryFramework):
             mark.update(point=dict(point), derived=mark.get("derived", 0) + 1)
             self.last_actions.append(("derive", question, mark["id"]))
             return mark
-        read = self._read(chunks, qvec, self.evidence_k)
+        read = self._read(qvec, self.evidence_k)
         prompt = BOOKMARKS_CREATE.format(question=question, point=point_label(point), excerpts=self._excerpts(read))
         value = self._ask(BookmarkAnswer, prompt, f"create:{question}")
         if value is None:
             self.last_actions.append(("failed", question, None))
             return None
-        mark = {"id": stable_id(question, point["session"], prefix="b"), "question": question, "qvector": qvec,
+        mark = {"id": stable_id(question, point["session"], prefix="b"), "question": question,
                 "answer": value.answer, "point": dict(point), "created_at": dict(point),
-                "evidence": [c["id"] for c in read], "derived": 0}
+                "evidence": [c["id"] for c in read], "derived": 0, "seq": self.space.count(MARKS)}
         self.last_actions.append(("create", question, mark["id"]))
         return mark
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return bookmarks brought up to the current point for the task ``query``, then their evidence."""
         self.last_actions, self.last_failures = [], {}
         point = self.meta()["point"]
-        chunks = self.chunks()
-        if not chunks:
+        if not self.space.count():
             return []
-        embedder = self.context.embedder()
         questions = self.propose(query)
-        qvecs = [list(v) for v in embedder.embed_documents(questions)]
-        marks = self.bookmarks()
+        qvecs = [list(v) for v in self.space.store.embeddings.embed_documents(questions)]
         used: dict[str, dict[str, Any]] = {}
         for question, qvec in zip(questions, qvecs, strict=True):
-            mark = self._bookmark_for(question, qvec, marks, point, chunks)
+            mark = self._bookmark_for(question, qvec, used, point)
             if mark is None:
                 continue
             used[mark["id"]] = mark
-            marks = [m for m in marks if m["id"] != mark["id"]] + [mark]
-        if used:
-            self.state.put(self.namespace, {f"bm:{i}": m for i, m in used.items()})
-        return self._items(query, list(used.values()), chunks, k)
+            self.space.put([mark], [mark["question"]], collection=MARKS)  # a bookmark is found by its question
+        return self._items(query, list(used.values()), k)
 
-    def _items(self, query: str, marks: list[dict[str, Any]], chunks: list[dict[str, Any]], k: int) -> list[RetrievedItem]:
-        qvec = self.context.embedder().embed_query(query)
-        by_id = {c["id"]: c for c in chunks}
+    def _items(self, query: str, marks: list[dict[str, Any]], k: int) -> list[RetrievedItem]:
+        qvec = self.space.store.embeddings.embed_query(query)
+        ranked = self._ranked(qvec)
+        by_id = {c["id"]: c for c, _ in ranked}
         out: list[RetrievedItem] = []
-        mark_sims = cosines(qvec, [m["qvector"] for m in marks])
-        for sim, mark in sorted(zip(mark_sims, marks, strict=True), key=lambda p: -p[0]):
+        mark_sims = {m["id"]: s for m, s in self._ranked(qvec, MARKS)}
+        for sim, mark in sorted(((mark_sims.get(m["id"], 0.0), m) for m in marks), key=lambda p: -p[0]):
             sessions = list(dict.fromkeys(by_id[e]["session"] for e in mark["evidence"] if e in by_id))
             out.append(RetrievedItem(
                 text=f"Q: {mark['question']}\nA: {mark['answer']}", kind="insight", score=1.0 + sim,
@@ -245,17 +245,15 @@ class BookmarksFramework(MemoryFramework):
                       "evidence": mark["evidence"], "derived": mark.get("derived", 0)},
             ))
         evidence = {e for m in marks for e in m["evidence"] if e in by_id}
-        sims = cosines(qvec, [c["vector"] for c in chunks])
         # the bookmarks' evidence first, then the rest of the history, each by relevance to the query
-        order = sorted(range(len(chunks)), key=lambda i: (chunks[i]["id"] not in evidence, -sims[i]))
-        for i in order[: max(k - len(out), 0)]:
-            chunk = chunks[i]
+        order = sorted(ranked, key=lambda pair: (pair[0]["id"] not in evidence, -pair[1]))
+        for chunk, sim in order[: max(k - len(out), 0)]:
             out.append(RetrievedItem(
-                text=chunk["text"], kind="fact", score=sims[i], source_session=chunk["session"], id=chunk["id"],
+                text=chunk["text"], kind="fact", score=sim, source_session=chunk["session"], id=chunk["id"],
                 meta={"unit": "chunk", "turn_ids": chunk["turn_ids"], "evidence": chunk["id"] in evidence},
             ))
         return out[:k]
 
     def reset(self) -> None:
         """Forget the history and every bookmark of this namespace."""
-        self.state.drop(self.namespace)
+        self.space.drop()

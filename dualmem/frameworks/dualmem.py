@@ -1,13 +1,16 @@
 """``dualmem``: persona-driven dual memory — facts plus the persona's insights grounded in them.
 
-``ingest`` runs the recurrent writer on the session (chunk ledger: re-ingesting
-is a no-op); ``retrieve`` ranks with the ``ranker`` setting (:mod:`dualmem.retrieval`:
-facts and insights carry their session and time, so the learned ranker reads
-them as it reads turns) and follows ``settings.retrieval_mode``: ``dual``
+``ingest`` runs the recurrent writer on the session (exactly once: write lease
+and chunk ledger); ``retrieve`` ranks with the ``ranker`` setting
+(:mod:`dualmem.retrieval`: facts and insights carry their session and time, so
+the learned ranker reads them as it reads turns, with the recent conversation as
+the query's context) and follows ``settings.retrieval_mode``: ``dual``
 returns ``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k
-pool of both (the paper's single top-10); an insight's ``source_sessions``
-lists the sessions of the facts it cites. ``respond`` is the
-respond core (facts, insights and their grounding in the prompt).
+pool of both (the paper's single top-10); with ``emotion_strategy`` the pools
+are re-ranked by meaning and emotion (Emotional RAG's C-A/C-M/S-S/S-E). Each
+item carries the stored memory item and, for an insight, the facts it cites
+(``source_sessions`` lists their sessions); ``memory_text`` shows insights
+followed by those facts in the reply prompt.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+from dualmem.prompts.respond import format_dual_memory
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, Persona, Session
-from dualmem.stores.dual import DualStore, ScoredItem
+from dualmem.stores.dual import DualResult, DualStore, ScoredItem
 
 
 class DualMemFramework(MemoryFramework):
@@ -35,22 +39,16 @@ class DualMemFramework(MemoryFramework):
         self.mode = cast(Literal["merged", "dual"], chosen)
         self.namespace = tuple(context.namespace)
         self.persona = context.persona or Persona(id=self.namespace[0], name=self.namespace[0])
-        self.store = DualStore(context.uri, context.embedder())
+        self.store = context.store if context.store is not None else DualStore(context.uri, context.embedder())
         self.ranker = Ranker.from_settings(context.settings)
 
-    def _writer(self) -> Any:
-        from dualmem.models import load_chat_model
-
-        settings = self.context.settings
-        return load_chat_model(None, settings, role="writer") if settings.writer_model else self.context.chat()
-
     def ingest(self, session: Session) -> IngestReport:
-        """Run the writer over the session's chunks (already applied chunks are skipped)."""
+        """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
         from dualmem.graphs.write import write_history
 
         report = write_history(
-            [session], self.persona, settings=self.context.settings, model=self._writer(), store=self.store,
-            embeddings=self.context.embedder(), namespace=self.namespace, progress=False, checkpointer=False,
+            [session], self.persona, settings=self.context.settings, model=self.context.writer(), store=self.store,
+            namespace=self.namespace, progress=False, checkpointer=False,
         )
         return IngestReport(
             session_id=session.id,
@@ -60,20 +58,53 @@ class DualMemFramework(MemoryFramework):
             meta={
                 "chunks": len(report.chunks), "rejected": report.rejected, "prompt_tokens": report.prompt_tokens,
                 "errors": {f["chunk_id"]: f.get("error") or "malformed writer output" for f in report.failed_chunks},
+                "rows": report.chunks,
             },
         )
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
-        """Return ``k`` items: the merged pool or half facts, half insights (``retrieval_mode``)."""
-        from dualmem.nodes.respond import recall_memory
-        from dualmem.nodes.writer import WriterResources
+    def recall(self, query: str, k: int, *, context: Sequence[Any] | None = None) -> DualResult:
+        """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded,
+        ranked by the ``ranker`` setting after the conversation ``context``."""
+        if self.store.count(self.namespace) == 0:
+            return DualResult()
+        if not self.context.settings.emotion_strategy:
+            return self.ranker.dual(self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context)
+        return self._emotion_recall(query, k, context)
 
-        res = WriterResources(self.context.settings, model=self.context.chat_model, store=self.store, embeddings=self.context.embedder(), role="chat")
+    def _emotion_recall(self, query: str, k: int, context: Sequence[Any] | None) -> DualResult:
+        from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
+
+        s = self.context.settings
+        check_strategy(s.emotion_strategy)
+        size = max(DEFAULT_POOL, k)
+        pool = self.ranker.dual(self.store, self.namespace, query, size, size, context=context)
+        scored = score_emotion(self.context.chat(), query, retries=s.max_retries, policy=s)
+        q_emotion = scored.value.vector() if scored.value is not None else None
+        embeddings = self.store.embeddings
+        q_vector = embeddings.embed_query(query)
+
+        def ranked(hits: Sequence[ScoredItem]) -> list[ScoredItem]:
+            if not hits:
+                return []
+            vectors = embeddings.embed_documents([h.item.text for h in hits])
+            order = rerank(s.emotion_strategy, q_vector, q_emotion, vectors, [h.item.emotion for h in hits], k=k)
+            return [ScoredItem(hits[i].item, score) for i, score in order]
+
         if self.mode == "merged":
-            result = recall_memory(res, self.namespace, query, k=k, mode="merged", context=context, ranker=self.ranker)
+            merged = ranked([*pool.facts, *pool.insights])
+            facts, insights = [h for h in merged if h.item.kind == "fact"], [h for h in merged if h.item.kind == "insight"]
+        else:
+            merged, facts, insights = [], ranked(pool.facts), ranked(pool.insights)
+        grounding = {h.item.id: pool.grounding.get(h.item.id, []) for h in insights}
+        return DualResult(facts=facts, insights=insights, grounding=grounding, merged=merged)
+
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+        """Return ``k`` items: the merged pool, or ``ceil(k/2)`` facts and ``floor(k/2)`` insights (``context``: recent turns)."""
+        if self.mode == "merged":
+            result = self.recall(query, k, context=context)
             hits = result.merged
         else:
-            result = recall_memory(res, self.namespace, query, k=max(1, (k + 1) // 2), mode="dual", context=context, ranker=self.ranker)
+            result = self.recall(query, max(1, (k + 1) // 2), context=context)
             hits = sorted([*result.facts, *result.insights[: k // 2]], key=lambda h: -h.score)[:k]
         return [self._item(h, result.grounding.get(h.item.id, [])) for h in hits]
 
@@ -94,20 +125,20 @@ class DualMemFramework(MemoryFramework):
                 "event_time": item.event_time,
                 "grounding": list(item.grounding),
                 "grounding_texts": [f.text for f in cited],
+                "item": item.model_dump(mode="json"),
+                "cited": [f.model_dump(mode="json") for f in cited],
             },
         )
 
-    def respond(self, query: str, k: int = 10) -> str:
-        """Answer in character with the respond core (insights shown with their facts)."""
-        from dualmem.graphs.respond import respond
-
-        mode = "merged" if self.mode == "merged" else "dual"
-        reply = respond(
-            query, self.persona, settings=self.context.settings, model=self.context.chat(), store=self.store,
-            k=k, mode=mode, namespace=self.namespace,
-        )
-        return reply.text
+    def memory_text(self, items: Sequence[RetrievedItem]) -> str:
+        """Render facts, and insights each followed by the facts it rests on (the reply prompt's memory)."""
+        stored = [MemoryItem.model_validate(i.meta["item"]) for i in items if i.meta.get("item")]
+        grounding = {i.id or "": [MemoryItem.model_validate(f) for f in i.meta.get("cited") or []] for i in items}
+        return format_dual_memory([m for m in stored if m.kind == "fact"], [m for m in stored if m.kind == "insight"], grounding)
 
     def reset(self) -> None:
         """Forget every fact, insight and ledger row of this namespace."""
         self.store.drop_namespace(self.namespace)
+
+
+

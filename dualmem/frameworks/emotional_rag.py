@@ -11,9 +11,10 @@ else ``Settings.emotion_strategy``, else C-A). S-S and S-E use a pool of 20.
 
 A fragment whose emotion could not be scored is kept (emotional similarity 0)
 and listed in ``IngestReport.failed_chunks``; a query whose emotion could not
-be scored is ranked by meaning only (``meta["strategy"] == ""``). Fragments
-live in ``{uri}/emotional-rag``, written one by one (an interrupted ingest
-resumes; re-ingesting a session adds nothing).
+be scored is ranked by meaning only (``meta["strategy"] == ""``). Fragments are
+records of the framework's space (``{uri}/emotional-rag``, meaning searched on
+the namespace's RAM view), written in batches (an interrupted ingest resumes; a
+session is ingested once).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks
-from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
+from dualmem.frameworks.kit import Space, record_failure, render_turn, session_chunks
+from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank_scored, score_emotion
 from dualmem.schema import EMOTIONS, Session, stable_id
 
 
@@ -46,18 +47,27 @@ class EmotionalRAGFramework(MemoryFramework):
         self.strategy = check_strategy(strategy or context.settings.emotion_strategy or "C-A")
         self.pool = pool
         self.fragment_tokens = fragment_tokens or context.settings.chunk_tokens
-        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
         self._query_emotions: dict[str, list[float] | None] = {}
 
     def fragments(self) -> list[dict[str, Any]]:
         """Return every stored fragment, oldest first."""
-        return [value for _, value in self.state.items(self.namespace, "frag:")]
+        return self.space.records()
 
     def ingest(self, session: Session) -> IngestReport:
-        """Store the session's fragments with their embeddings and emotion vectors."""
+        """Store the session's fragments with their embeddings and emotion vectors (once per session)."""
         report = IngestReport(session_id=session.id)
-        done = {key.removeprefix("frag:") for key, _ in self.state.items(self.namespace, "frag:")}
+        with self.space.once(session.id) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            self._ingest(session, report)
+        return report
+
+    def _ingest(self, session: Session, report: IngestReport) -> None:
+        done = {f["id"] for f in self.space.records()}
+        seq = len(done)
         chunks = session_chunks(session, self.fragment_tokens)
         model, retries = self.context.chat(), self.context.settings.max_retries
         pending: list[dict[str, Any]] = []
@@ -69,25 +79,19 @@ class EmotionalRAGFramework(MemoryFramework):
             result = score_emotion(model, text, retries=retries, policy=self.context.settings)
             report.llm_calls += result.attempts
             if not result.ok:
-                report.failed_chunks.append(frag_id)
-                report.meta.setdefault("errors", {})[frag_id] = result.error
+                record_failure(report, frag_id, result.error)
             pending.append({
                 "id": frag_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                "text": text, "emotion": result.value.vector() if result.value is not None else None,
+                "text": text, "emotion": result.value.vector() if result.value is not None else None, "seq": seq,
             })
+            seq += 1
             if len(pending) >= 16:
                 report.items_written += self._write(pending)
                 pending = []
         report.items_written += self._write(pending)
-        return report
 
     def _write(self, fragments: list[dict[str, Any]]) -> int:
-        if not fragments:
-            return 0
-        vectors = self.context.embedder().embed_documents([f["text"] for f in fragments])
-        for fragment, vector in zip(fragments, vectors, strict=True):
-            fragment["vector"] = list(vector)
-        self.state.put(self.namespace, {f"frag:{f['id']}": f for f in fragments})
+        self.space.put(fragments, [f["text"] for f in fragments], emotions=[f["emotion"] for f in fragments])
         return len(fragments)
 
     def query_emotion(self, query: str) -> list[float] | None:
@@ -97,21 +101,15 @@ class EmotionalRAGFramework(MemoryFramework):
             self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` fragments best matching the query in meaning and emotion."""
-        fragments = self.fragments()
-        if not fragments:
+        total = self.space.count()
+        if not total:
             return []
         emotion = self.query_emotion(query)
-        ranked = rerank(
-            self.strategy,
-            self.context.embedder().embed_query(query),
-            emotion,
-            [f["vector"] for f in fragments],
-            [f["emotion"] for f in fragments],
-            k=k,
-            pool=self.pool,
-        )
+        scored = self.space.search(query, total)  # every fragment's cosine, from the namespace's RAM view
+        fragments = [f for f, _ in scored]
+        ranked = rerank_scored(self.strategy, [s for _, s in scored], emotion, [f["emotion"] for f in fragments], k=k, pool=self.pool)
         used = self.strategy if emotion is not None else ""
         return [
             RetrievedItem(
@@ -125,4 +123,4 @@ class EmotionalRAGFramework(MemoryFramework):
 
     def reset(self) -> None:
         """Forget every fragment of this namespace."""
-        self.state.drop(self.namespace)
+        self.space.drop()

@@ -15,7 +15,7 @@ namespaces, so ingest is idempotent, resumes after a restart and ``retrieve``
 reports where a memory came from. The library's own default instructions are
 used (that is the point of the baseline). The model must support tool calling
 (``bind_tools``): the bundled ``local:smollm2`` has one, decoding the calls
-under a grammar of the tools' schemas (:mod:`dualmem.local_llm`).
+under a grammar of the tools' schemas (:mod:`dualmem.local`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore, IndexConfig
 
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import session_chunks
+from dualmem.frameworks.kit import session_chunks
 from dualmem.models import embedding_dims
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, Turn, stable_id
@@ -127,7 +127,7 @@ class LangMemFramework(MemoryFramework):
                 report.items_written += len(puts)
         return report
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories most similar to ``query`` (the store's semantic search)."""
         hits = self.store.search(self.memories_ns, query=query, limit=k)
         out = []

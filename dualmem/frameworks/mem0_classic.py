@@ -34,12 +34,10 @@ from pydantic import BaseModel, Field, create_model, model_validator
 
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, truncate_tokens
+from dualmem.frameworks.kit import Space, ask, render_turn, truncate_tokens
 from dualmem.prompts.mem0 import MEM0_EXTRACT, MEM0_EXTRACT_SYSTEM, MEM0_SUMMARY, MEM0_UPDATE, MEM0_UPDATE_SYSTEM
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Fact, MemoryItem, Session, SourceRef, Turn, stable_id
-from dualmem.stores.dual import DualStore
-from dualmem.structured import invoke_structured
 from dualmem.tokens import count_tokens
 
 T = TypeVar("T", bound=BaseModel)
@@ -116,14 +114,13 @@ class Mem0ClassicFramework(MemoryFramework):
         self.top_s, self.recent_messages = top_s, recent_messages
         self.summary_every, self.summary_words = summary_every, summary_words
         self.namespace = tuple(context.namespace)
-        uri = f"{context.uri}/{self.name}"
-        self.store = DualStore(uri, context.embedder())
-        self.state = LanceState(uri)
+        self.space = Space(context, self.name)
+        self.store = self.space.store
 
     # ------------------------------------------------------------------ phases
 
-    def extract(self, exchange: list[Turn], session: Session, summary: str, recent: list[str]) -> tuple[Mem0Facts | None, str | None, int]:
-        """Return (candidate facts or None, error, attempts) for one exchange."""
+    def extract(self, exchange: list[Turn], session: Session, summary: str, recent: list[str], report: IngestReport, label: str) -> Mem0Facts | None:
+        """Return the candidate facts of one exchange (None when the model failed: recorded under ``label``)."""
         prompt = MEM0_EXTRACT.format(
             summary=summary or "(none yet)",
             recent=truncate_tokens("\n".join(recent), self.context.settings.chunk_tokens, keep="end") or "(none)",
@@ -131,27 +128,17 @@ class Mem0ClassicFramework(MemoryFramework):
             exchange="\n".join(render_turn(t) for t in exchange),
         )
         messages: list[BaseMessage] = [SystemMessage(content=MEM0_EXTRACT_SYSTEM), HumanMessage(content=prompt)]
-        return self._structured(messages, Mem0Facts)
+        return ask(self.context, Mem0Facts, messages, report, label)
 
-    def decide(self, fact: str, similar: list[MemoryItem]) -> tuple[Mem0Decision | None, str | None, int]:
-        """Return (operation or None, error, attempts) for one candidate fact."""
+    def decide(self, fact: str, similar: list[MemoryItem], report: IngestReport, label: str) -> Mem0Decision | None:
+        """Return the operation for one candidate fact (None when the model failed: recorded under ``label``)."""
         shown = "\n".join(f"{i}: {item.text}" for i, item in enumerate(similar))
         messages: list[BaseMessage] = [
             SystemMessage(content=MEM0_UPDATE_SYSTEM),
             HumanMessage(content=MEM0_UPDATE.format(memories=shown, fact=fact)),
         ]
         schema = decision_schema([str(i) for i in range(len(similar))])
-        return self._structured(messages, schema)
-
-    def _structured(self, messages: list[BaseMessage], schema: type[T]) -> tuple[T | None, str | None, int]:
-        """Call ``invoke_structured``; a model that raises counts as one failed attempt."""
-        try:
-            out = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
-        except ConfigurationError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - endpoint errors are recorded by the caller, never dropped
-            return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:300], 1
-        return out.value, out.error, out.attempts
+        return ask(self.context, schema, messages, report, label)
 
     def apply(self, decision: Mem0Decision, fact: str, similar: list[MemoryItem], source: SourceRef, time: str | None, key: str) -> str:
         """Apply one operation to the store; return the event applied."""
@@ -193,12 +180,20 @@ class Mem0ClassicFramework(MemoryFramework):
     # ------------------------------------------------------------------ interface
 
     def ingest(self, session: Session) -> IngestReport:
-        """Run extraction and update on every exchange of the session not yet applied."""
+        """Run extraction and update on every exchange of the session not yet applied (once per session)."""
+        report = IngestReport(session_id=session.id)
+        with self.space.once(session.id, report) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            self._ingest(session, report)
+        return report
+
+    def _ingest(self, session: Session, report: IngestReport) -> None:
         from rich.progress import Progress
 
-        report = IngestReport(session_id=session.id)
         events = {"ADD": 0, "UPDATE": 0, "DELETE": 0, "NOOP": 0}
-        state = self.state.get(self.namespace, "context") or {"summary": "", "recent": [], "pending": []}
+        state = self.space.value("context") or {"summary": "", "recent": [], "pending": []}
         parts = exchanges(session)
         with Progress(transient=True, disable=len(parts) < 8) as progress:
             task = progress.add_task(f"mem0 {session.id}", total=len(parts))
@@ -214,20 +209,16 @@ class Mem0ClassicFramework(MemoryFramework):
                 budget = self.context.settings.chunk_tokens
                 if len(state["pending"]) >= 2 * self.summary_every or count_tokens("\n".join(state["pending"])) >= budget:
                     state["summary"], state["pending"] = self._summarize(state["summary"], state["pending"], report), []
-                self.state.put(self.namespace, {"context": state})
+                self.space.set_values({"context": state})
         if state["pending"]:
             state["summary"], state["pending"] = self._summarize(state["summary"], state["pending"], report), []
-            self.state.put(self.namespace, {"context": state})
+            self.space.set_values({"context": state})
         report.items_written = events["ADD"] + events["UPDATE"] + events["DELETE"]
         report.meta["events"] = events
-        return report
 
     def _exchange(self, session: Session, exchange: list[Turn], chunk_id: str, state: dict, report: IngestReport, events: dict[str, int]) -> None:
-        facts, error, attempts = self.extract(exchange, session, state["summary"], state["recent"])
-        report.llm_calls += attempts
+        facts = self.extract(exchange, session, state["summary"], state["recent"], report, chunk_id)
         if facts is None:
-            report.failed_chunks.append(chunk_id)
-            report.meta.setdefault("errors", {})[chunk_id] = error
             return
         source = SourceRef(session_id=session.id, turn_ids=[t.id for t in exchange], chunk_id=chunk_id)
         for i, fact in enumerate(f.strip() for f in facts.facts):
@@ -235,19 +226,15 @@ class Mem0ClassicFramework(MemoryFramework):
                 continue
             similar = [s.item for s in self.store.search(self.namespace, fact, kind="fact", k=self.top_s, mode="vector")]
             if similar:
-                decision, error, attempts = self.decide(fact, similar)
-                report.llm_calls += attempts
+                decision = self.decide(fact, similar, report, f"{chunk_id}/fact{i}")
                 if decision is None:
-                    failed = f"{chunk_id}/fact{i}"
-                    report.failed_chunks.append(failed)
-                    report.meta.setdefault("errors", {})[failed] = error
                     continue
             else:
                 decision = Mem0Decision(event="ADD", text=fact)
             events[self.apply(decision, fact, similar, source, session.time, f"{chunk_id}/{i}")] += 1
         self.store.ledger.mark(self.namespace, chunk_id, "applied", facts.model_dump_json())
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` active facts most similar to ``query`` (vector search, as Mem0)."""
         hits = self.store.search(self.namespace, query, kind="fact", k=k, mode="vector")
         return [
@@ -265,5 +252,4 @@ class Mem0ClassicFramework(MemoryFramework):
 
     def reset(self) -> None:
         """Forget every fact, the ledger, the summary and recent messages of this namespace."""
-        self.store.drop_namespace(self.namespace)
-        self.state.drop(self.namespace)
+        self.space.drop()

@@ -15,21 +15,21 @@ line is new); ``respond(query)`` first runs one question-conditioned
 pass over the memory (``MEMAGENT_FOCUS``), then answers from that focused memory
 with the shared reader.
 
-State (memory text, version, line sources, chunk ledger) lives in a LanceDB table under
-``{uri}/memagent``, so ingest resumes after a restart without re-reading chunks.
+State lives in the framework's space (``{uri}/memagent``): the memory (text,
+version, line sources, chunks read) is one value written with each rewrite, so
+ingest resumes after a restart without re-reading chunks; the lines of the
+current memory are records (embedded once per version) that ``retrieve`` searches.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
+from dualmem.frameworks.kit import Space, record_failure, render_turn, session_chunks, truncate_tokens
 from dualmem.prompts.memagent import MEMAGENT_FOCUS, MEMAGENT_SHORTEN, MEMAGENT_SYSTEM, MEMAGENT_UPDATE
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, stable_id
@@ -58,12 +58,6 @@ def line_sources(memory: str, earlier: dict[str, str], session_id: str) -> dict[
     return {line: earlier.get(line, session_id) for line in _lines(memory)}
 
 
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
-
-
 class MemAgentFramework(MemoryFramework):
     """Rewrite one bounded free-text memory after every chunk of the history."""
 
@@ -77,20 +71,23 @@ class MemAgentFramework(MemoryFramework):
         self.memory_tokens = memory_tokens
         self.question_pass = question_pass
         self.namespace = tuple(context.namespace)
-        self.state = LanceState(f"{context.uri}/{self.name}")
-        self._line_cache: tuple[list[str], list[list[float]]] = ([], [])
+        self.space = Space(context, self.name)
 
     # ------------------------------------------------------------------ memory
+
+    def state(self) -> dict:
+        """Return the stored memory: text, version, line sources, chunks read."""
+        return self.space.value(MEMORY_KEY) or {"text": "", "version": 0}
 
     @property
     def memory(self) -> str:
         """Return the current memory text."""
-        return (self.state.get(self.namespace, MEMORY_KEY) or {}).get("text", "")
+        return self.state().get("text", "")
 
     @property
     def version(self) -> int:
         """Return how many chunks have rewritten the memory so far."""
-        return (self.state.get(self.namespace, MEMORY_KEY) or {}).get("version", 0)
+        return self.state().get("version", 0)
 
     def _ask(self, messages: list[BaseMessage]) -> str:
         return _text(invoke_with_retry(self.context.chat(), messages, policy=self.context.settings))
@@ -131,10 +128,18 @@ class MemAgentFramework(MemoryFramework):
     # ------------------------------------------------------------------ interface
 
     def ingest(self, session: Session) -> IngestReport:
-        """Read the session chunk by chunk, rewriting the memory after each chunk."""
+        """Read the session chunk by chunk, rewriting the memory after each chunk (once per session)."""
+        report = IngestReport(session_id=session.id)
+        with self.space.once(session.id, report) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            self._ingest(session, report)
+        return report
+
+    def _ingest(self, session: Session, report: IngestReport) -> None:
         from rich.progress import Progress
 
-        report = IngestReport(session_id=session.id)
         stats = {"reasked": 0, "truncated": 0, "skipped": 0}
         chunks = session_chunks(session, self.context.settings.chunk_tokens)
         with Progress(transient=True, disable=len(chunks) < 4) as progress:
@@ -142,10 +147,10 @@ class MemAgentFramework(MemoryFramework):
             for index, turns in enumerate(chunks):
                 chunk_id = stable_id(*self.namespace, session.id, index, turns[0].id, turns[-1].id, prefix="c")
                 progress.advance(task)
-                if self.state.get(self.namespace, f"chunk:{chunk_id}") is not None:
+                current = self.state()
+                if chunk_id in (current.get("chunks") or []):  # read by an earlier (interrupted) run
                     stats["skipped"] += 1
                     continue
-                current = self.state.get(self.namespace, MEMORY_KEY) or {"text": "", "version": 0}
                 text = "\n".join(render_turn(t, session.time) for t in turns)
                 try:
                     memory, calls = self.rewrite(current["text"], text, stats)
@@ -153,44 +158,37 @@ class MemAgentFramework(MemoryFramework):
                     raise
                 except Exception as exc:  # noqa: BLE001 - any model failure is recorded, never dropped
                     report.llm_calls += 1
-                    report.failed_chunks.append(chunk_id)
-                    report.meta.setdefault("errors", {})[chunk_id] = " ".join(str(exc).split())[:300]
+                    record_failure(report, chunk_id, " ".join(str(exc).split())[:300])
                     continue
                 report.llm_calls += calls
                 earlier = current.get("sources")
                 if earlier is None:  # state written before line sources: its lines come from its last session at best
                     earlier = {line: current.get("session_id") or session.id for line in _lines(current["text"])}
                 sources = line_sources(memory, earlier, session.id)
-                new = {"text": memory, "version": current["version"] + 1, "session_id": session.id, "sources": sources}
-                self.state.put(self.namespace, {MEMORY_KEY: new, f"chunk:{chunk_id}": {"session_id": session.id}})
+                chunks_read = [*(current.get("chunks") or []), chunk_id]
+                new = {"text": memory, "version": current["version"] + 1, "session_id": session.id, "sources": sources, "chunks": chunks_read}
+                self.space.set_values({MEMORY_KEY: new})  # the memory and what it has read, in one commit
                 report.items_written += 1
         report.meta.update(stats, memory_tokens=count_tokens(self.memory), version=self.version)
-        return report
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memory lines most similar to ``query``, best first."""
-        state = self.state.get(self.namespace, MEMORY_KEY) or {}
+        state = self.state()
         lines = _lines(state.get("text", ""))
-        sources: dict[str, str] = state.get("sources") or {}
         if not lines:
             return []
-        embedder = self.context.embedder()
-        if self._line_cache[0] != lines:  # the memory changes only on ingest: embed its lines once
-            self._line_cache = (lines, embedder.embed_documents(lines))
-        vectors = self._line_cache[1]
-        q = embedder.embed_query(query)
-        scored = sorted(((_cosine(q, v), i) for i, v in enumerate(vectors)), key=lambda p: (-p[0], p[1]))
         version = state.get("version", 0)
+        if self.space.value("lines_version") != version:  # the memory changes only on ingest: its lines are stored once
+            self.space.delete([r["id"] for r in self.space.records()])
+            sources: dict[str, str] = state.get("sources") or {}
+            records = [{"id": f"line{i}", "line": i, "session": sources.get(line), "text": line, "seq": i} for i, line in enumerate(lines)]
+            self.space.put(records, lines)
+            self.space.set_values({"lines_version": version})
+        ranked = sorted(self.space.search(query, k), key=lambda p: (-p[1], p[0]["line"]))
         return [
-            RetrievedItem(
-                text=lines[i],
-                kind="fact",
-                score=s,
-                source_session=sources.get(lines[i]),
-                id=f"line{i}",
-                meta={"unit": "memory-line", "version": version},
-            )
-            for s, i in scored[:k]
+            RetrievedItem(text=r["text"], kind="fact", score=s, source_session=r["session"], id=r["id"],
+                          meta={"unit": "memory-line", "version": version})
+            for r, s in ranked
         ]
 
     def focus(self, question: str) -> str:
@@ -213,4 +211,4 @@ class MemAgentFramework(MemoryFramework):
 
     def reset(self) -> None:
         """Forget the memory and the chunk ledger of this namespace."""
-        self.state.drop(self.namespace)
+        self.space.drop()

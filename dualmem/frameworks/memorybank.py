@@ -17,9 +17,10 @@ memories decay slower and old unrecalled ones fall below newer ones.
 ``profile()`` returns the global summary and the portrait, which ``respond``
 always puts in front of the retrieved memories.
 
-State (memories with their vectors, strengths and clocks, the summary and the
-portrait, the sessions done) lives in ``{uri}/memorybank`` and survives
-restarts; re-ingesting a session already done does nothing.
+State lives in the framework's space (``{uri}/memorybank``) and survives
+restarts: memories (with their strengths and clocks) are records searched by
+vector, the summary, portrait and story clock are values; a session is
+ingested once (re-ingesting it does nothing).
 """
 
 from __future__ import annotations
@@ -34,11 +35,9 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.frameworks.full_context import LanceState, render_turn, session_chunks, truncate_tokens
-from dualmem.nodes.emotion import cosines
+from dualmem.frameworks.kit import Space, ask, render_turn, session_chunks, truncate_tokens
 from dualmem.prompts.memorybank import MEMORYBANK_GLOBAL, MEMORYBANK_SESSION, MEMORYBANK_SYSTEM
 from dualmem.schema import Session, stable_id
-from dualmem.structured import invoke_structured
 
 
 class SessionDigest(BaseModel):
@@ -90,7 +89,7 @@ class MemoryBankFramework(MemoryFramework):
         self.time_scale = time_scale
         self.reinforce = reinforce
         self.summary_words = summary_words
-        self.state = LanceState(f"{context.uri}/{self.name}")
+        self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
 
     # ------------------------------------------------------------------ state
@@ -98,11 +97,11 @@ class MemoryBankFramework(MemoryFramework):
     def meta(self) -> dict[str, Any]:
         """Return the global state: story clock, summary, portrait, sessions done."""
         default = {"clock": 0.0, "summary": "", "portrait": "", "sessions": []}
-        return {**default, **(self.state.get(self.namespace, "meta") or {})}
+        return {**default, **(self.space.value("meta") or {})}
 
     def memories(self) -> list[dict[str, Any]]:
         """Return every stored memory (pieces and event summaries), oldest first."""
-        return [value for _, value in self.state.items(self.namespace, "mem:")]
+        return self.space.records()
 
     def _advance_clock(self, session: Session, clock: float, first: bool) -> float:
         days = parse_days(session.time)
@@ -112,17 +111,20 @@ class MemoryBankFramework(MemoryFramework):
 
     # ------------------------------------------------------------------ ingest
 
-    def _structured(self, schema: type[BaseModel], prompt: str) -> Any:
-        messages = [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)]
-        return invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
+    def _structured(self, schema: type[BaseModel], prompt: str, report: IngestReport, label: str) -> Any:
+        return ask(self.context, schema, [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)], report, label)
 
     def ingest(self, session: Session) -> IngestReport:
-        """Store the session's pieces and event summaries; update the global summary and portrait."""
-        meta = self.meta()
+        """Store the session's pieces and event summaries; update the global summary and portrait (once per session)."""
         report = IngestReport(session_id=session.id)
-        if session.id in meta["sessions"]:
-            report.meta["skipped"] = "session already ingested"
-            return report
+        with self.space.once(session.id) as todo:
+            if not todo:
+                report.meta["skipped"] = "session already ingested"
+                return report
+            self._ingest(session, self.meta(), report)
+        return report
+
+    def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         clock = self._advance_clock(session, meta["clock"], first=not meta["sessions"])
         when = f" ({session.time})" if session.time else ""
         chunks = session_chunks(session, self.context.settings.chunk_tokens)
@@ -134,20 +136,16 @@ class MemoryBankFramework(MemoryFramework):
             base = {"session": session.id, "time": session.time, "clock": clock, "strength": 1.0, "last_recall": clock}
             records.append({**base, "id": stable_id(chunk_id, "piece"), "unit": "piece", "text": transcript,
                             "turn_ids": [t.id for t in turns]})
-            result = self._structured(SessionDigest, MEMORYBANK_SESSION.format(time=when, transcript=transcript))
-            report.llm_calls += result.attempts
-            if not result.ok:
-                report.failed_chunks.append(chunk_id)
-                report.meta.setdefault("errors", {})[chunk_id] = result.error
+            digest = self._structured(SessionDigest, MEMORYBANK_SESSION.format(time=when, transcript=transcript), report, chunk_id)
+            if digest is None:
                 continue
-            digests.append(result.value)
-            records.append({**base, "id": stable_id(chunk_id, "event"), "unit": "event", "text": result.value.events,
+            digests.append(digest)
+            records.append({**base, "id": stable_id(chunk_id, "event"), "unit": "event", "text": digest.events,
                             "turn_ids": [t.id for t in turns]})
-        if records:
-            vectors = self.context.embedder().embed_documents([r["text"] for r in records])
-            for record, vector in zip(records, vectors, strict=True):
-                record["vector"] = list(vector)
-        updates: dict[str, Any] = {f"mem:{r['id']}": r for r in records}
+        seq = self.space.count()
+        for i, record in enumerate(records):
+            record["seq"] = seq + i
+        self.space.put(records, [r["text"] for r in records])
         if digests:
             budget = 4 * self.context.settings.chunk_tokens
             prompt = MEMORYBANK_GLOBAL.format(
@@ -158,36 +156,29 @@ class MemoryBankFramework(MemoryFramework):
                 personality=truncate_tokens(" ".join(d.personality for d in digests if d.personality), budget),
                 budget=self.summary_words,
             )
-            result = self._structured(GlobalMemory, prompt)
-            report.llm_calls += result.attempts
-            if result.ok:
-                meta["summary"], meta["portrait"] = result.value.summary, result.value.portrait
-            else:
-                report.failed_chunks.append(f"{session.id}:global")
-                report.meta.setdefault("errors", {})[f"{session.id}:global"] = result.error
+            folded = self._structured(GlobalMemory, prompt, report, f"{session.id}:global")
+            if folded is not None:
+                meta["summary"], meta["portrait"] = folded.summary, folded.portrait
         meta["clock"] = clock
         meta["sessions"] = [*meta["sessions"], session.id]
-        updates["meta"] = meta
-        self.state.put(self.namespace, updates)
+        self.space.set_values({"meta": meta})
         report.items_written = len(records)
-        return report
 
     # ------------------------------------------------------------------ retrieve
 
     def score_all(self, query: str) -> list[tuple[dict[str, Any], float, float, float]]:
         """Return ``(memory, score, similarity, retention)`` for every memory, best first (no recall)."""
-        memories = self.memories()
-        if not memories:
+        total = self.space.count()
+        if not total:
             return []
         clock = self.meta()["clock"]
-        sims = cosines(self.context.embedder().embed_query(query), [m["vector"] for m in memories])
         scored = []
-        for memory, sim in zip(memories, sims, strict=True):
+        for memory, sim in self.space.search(query, total):  # every memory's cosine (one product on the RAM view)
             kept = retention(clock - memory["last_recall"], memory["strength"], self.time_scale)
             scored.append((memory, (1.0 + sim) / 2.0 * kept, sim, kept))
         return sorted(scored, key=lambda row: -row[1])
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories with the best similarity × retention; recall (strengthen) them."""
         top = self.score_all(query)[:k]
         items = [
@@ -200,10 +191,8 @@ class MemoryBankFramework(MemoryFramework):
         ]
         if self.reinforce and top:
             clock = self.meta()["clock"]
-            self.state.put(
-                self.namespace,
-                {f"mem:{m['id']}": {**m, "strength": m["strength"] + 1.0, "last_recall": clock} for m, *_ in top},
-            )
+            recalled = [{**m, "strength": m["strength"] + 1.0, "last_recall": clock} for m, *_ in top]
+            self.space.put(recalled, [m["text"] for m in recalled])  # same texts: the stored vectors are kept
         return items
 
     def profile(self) -> list[RetrievedItem]:
@@ -224,4 +213,4 @@ class MemoryBankFramework(MemoryFramework):
 
     def reset(self) -> None:
         """Forget every memory, the summary and the portrait of this namespace."""
-        self.state.drop(self.namespace)
+        self.space.drop()

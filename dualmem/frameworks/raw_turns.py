@@ -44,7 +44,7 @@ class RawTurnsFramework(MemoryFramework):
         self.ranker = ranker if isinstance(ranker, Ranker) else Ranker.from_settings(
             context.settings if ranker is None else context.settings.replace(ranker=ranker))
         self.roles = roles
-        self.store = DualStore(f"{context.uri.rstrip('/')}/{SUBFOLDER}", context.embedder())
+        self.store = context.open_store(SUBFOLDER)
 
     @property
     def namespace(self) -> tuple[str, ...]:

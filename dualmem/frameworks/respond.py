@@ -27,9 +27,15 @@ def reader_messages(context: FrameworkContext, query: str, items: Sequence[Retri
     return render_respond_messages(context.persona, items_text(items), query, history)
 
 
-def answer_from_items(context: FrameworkContext, query: str, items: Sequence[RetrievedItem]) -> str:
-    """Answer ``query`` in character (``context.persona``) from retrieved items with the shared chat model."""
+def answer_from_memory(context: FrameworkContext, query: str, memory: str) -> str:
+    """Answer ``query`` in character (``context.persona``) from a rendered memory block with the shared chat model."""
     from dualmem.nodes.respond import message_text
     from dualmem.retry import invoke_with_retry
 
-    return message_text(invoke_with_retry(context.chat(), reader_messages(context, query, items), policy=context.settings))
+    messages = render_respond_messages(context.persona, memory, query)
+    return message_text(invoke_with_retry(context.chat(), messages, policy=context.settings))
+
+
+def answer_from_items(context: FrameworkContext, query: str, items: Sequence[RetrievedItem]) -> str:
+    """Answer ``query`` in character from retrieved items (rendered generically)."""
+    return answer_from_memory(context, query, items_text(items))

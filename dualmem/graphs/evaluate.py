@@ -15,9 +15,10 @@ back, not recomputed. Frameworks run in a fresh context, so graphs they
 invoke never inherit this graph's checkpointer (under ``langgraph dev`` or any
 checkpointer, a re-run branch would otherwise replay their old checkpoints).
 
-Context: :class:`EvalContext` (models, embedders, judges, store), or
-``Settings`` / a dict of settings (the declared context schema, what
-``langgraph dev`` passes), or nothing (defaults from the environment).
+Context: :class:`~dualmem.context.Context` (``langgraph dev`` passes a dict of
+settings); its ``run`` field holds the run's :class:`EvalRun` (similarity
+embedder, judges, journal, store folder, progress hooks) when
+:func:`dualmem.evals.run.run_eval` drives the graph.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ import contextvars
 import operator
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from dualmem.config import Settings
+from dualmem.context import Context, context_of
 from dualmem.datasets import load_dataset
 from dualmem.evals.journal import Journal
 from dualmem.evals.judges import Evaluator, judges_for
@@ -44,7 +45,6 @@ from dualmem.evals.langsmith_adapter import Judging
 from dualmem.evals.runners import RunOptions, persona_text, run_item
 from dualmem.evals.summary import summarize
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
-from dualmem.models import load_embeddings
 from dualmem.schema import Dataset, DatasetItem
 
 RECALL_K = 10
@@ -75,16 +75,13 @@ class PersonaTask(TypedDict):
     persona: str
 
 
-FrameworkFactory = Callable[[str, DatasetItem, "EvalContext"], MemoryFramework]
+FrameworkFactory = Callable[[str, DatasetItem, Context], MemoryFramework]
 
 
 @dataclass
-class EvalContext:
-    """Run resources: settings, shared models, similarity embedder, judges, journal, store and progress hooks."""
+class EvalRun:
+    """An evaluation's run resources: similarity embedder, judges, journal, store folder and progress hooks."""
 
-    settings: Settings = field(default_factory=Settings)
-    chat_model: Any = None
-    embeddings: Any = None
     similarity: Any = None
     judge: Any = None
     judges: list[Evaluator] | None = None
@@ -96,38 +93,24 @@ class EvalContext:
     on_ingest: Callable[[Any], None] | None = None
     on_judged: Callable[[Mapping[str, Any]], None] | None = None
 
-    def similarity_embedder(self) -> Any:
-        """Return the embedder of similarity metrics (default: the settings' embedder)."""
+    def similarity_embedder(self, ctx: Context) -> Any:
+        """Return the embedder of similarity metrics (default: the context's embedder)."""
         if self.similarity is None:
-            self.similarity = load_embeddings(self.embeddings, self.settings)
+            self.similarity = ctx.load_embedder()
         return self.similarity
 
-    def judge_functions(self, dataset_kind: str) -> list[Evaluator]:
+    def judge_functions(self, dataset_kind: str, ctx: Context) -> list[Evaluator]:
         """Return the judges of ``dataset_kind`` (none unless a judge model or judges were given)."""
         if self.judges is None:
             self.judges = [] if self.judge is None else judges_for(
-                dataset_kind, self.judge, settings=self.settings, repetitions=self.settings.judge_repetitions)
+                dataset_kind, self.judge, settings=ctx.settings, repetitions=ctx.judge_repetitions)
         return self.judges
 
-    def judging_for(self, dataset_kind: str) -> Judging | None:
+    def judging_for(self, dataset_kind: str, ctx: Context) -> Judging | None:
         """Return how judges run (offline ``langsmith.evaluate`` unless the run set up an upload); None without judges."""
-        if self.judging is None and self.judge_functions(dataset_kind):
-            self.judging = Judging(self.judge_functions(dataset_kind), dataset_name=f"dualmem-{dataset_kind}")
+        if self.judging is None and self.judge_functions(dataset_kind, ctx):
+            self.judging = Judging(self.judge_functions(dataset_kind, ctx), dataset_name=f"dualmem-{dataset_kind}")
         return self.judging
-
-
-def as_context(ctx: EvalContext) -> Settings:
-    """Return ``ctx`` typed as the graph's declared context (nodes accept both, see :func:`eval_context`)."""
-    return cast(Settings, ctx)
-
-
-def eval_context(context: Any) -> EvalContext:
-    """Return an :class:`EvalContext` from a runtime context (object, settings dict or None)."""
-    if isinstance(context, EvalContext):
-        return context
-    if isinstance(context, Settings):
-        return EvalContext(settings=context)
-    return EvalContext(settings=Settings.resolve(dict(context or {})))
 
 
 @lru_cache(maxsize=4)
@@ -155,17 +138,19 @@ def persona_store(base: str, item: DatasetItem) -> str:
     return f"{base.rstrip('/')}/{safe}"
 
 
-def default_framework(name: str, item: DatasetItem, ctx: EvalContext) -> MemoryFramework:
+def default_framework(name: str, item: DatasetItem, ctx: Context) -> MemoryFramework:
     """Open framework ``name`` on the persona's namespace and store folder, with the memory an earlier attempt left.
 
     Nothing is reset: a resumed run continues the ingestion it had begun (the
     framework's own ledger skips what was applied), and a fresh run starts
     from an empty folder.
     """
-    namespace = (item.dialogue.id, item.dialogue.user_id or ctx.settings.user_id)
+    run = ctx.run if isinstance(ctx.run, EvalRun) else EvalRun()
+    given = dict(ctx.models or {})
+    namespace = (item.dialogue.id, item.dialogue.user_id or ctx.user_id)
     return open_framework(name, FrameworkContext(namespace=namespace, settings=ctx.settings, persona=item.dialogue.persona,
-                                                 chat_model=ctx.chat_model, embeddings=ctx.embeddings,
-                                                 store_uri=persona_store(ctx.store_uri or ctx.settings.store_uri, item)))
+                                                 chat_model=given.get("chat"), writer_model=given.get("writer"), embeddings=ctx.embeddings,
+                                                 store_uri=persona_store(run.store_uri or ctx.store_uri, item)))
 
 
 def plan(state: EvalState) -> dict[str, Any]:
@@ -192,33 +177,34 @@ def fan_out(state: EvalState) -> list[Send]:
     ]
 
 
-def run_persona(state: PersonaTask, runtime: Runtime[Settings]) -> dict[str, Any]:
+def run_persona(state: PersonaTask, runtime: Runtime[Context]) -> dict[str, Any]:
     """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics, run the judges."""
     task = state
-    ctx = eval_context(runtime.context)
+    ctx = context_of(runtime)
+    run = ctx.run if isinstance(ctx.run, EvalRun) else EvalRun()
     item = persona_item(task["dataset_kind"], task["path"], task["persona"])
-    factory = ctx.framework_factory or default_framework
+    factory = run.framework_factory or default_framework
     framework = factory(task["framework"], item, ctx)
     needs_embed = task["dataset_kind"] in ("rolememo", "realmem")
-    journal = ctx.journal.scope(task["persona"]) if ctx.journal is not None else None
+    journal = run.journal.scope(task["persona"]) if run.journal is not None else None
     opts = RunOptions(
         # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
-        retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.settings.retrieval_k),
+        retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.retrieval_k),
         recall_k=RECALL_K,
-        respond_k=ctx.settings.retrieval_k,
+        respond_k=ctx.retrieval_k,
         respond=task["respond"],
         limit=task["limit"],
-        embed=ctx.similarity_embedder() if needs_embed else None,
+        embed=run.similarity_embedder(ctx) if needs_embed else None,
         journal=journal,
-        on_record=ctx.on_record,
-        on_ingest=ctx.on_ingest,
+        on_record=run.on_record,
+        on_ingest=run.on_ingest,
     )
     # a fresh context: graphs a framework invokes inside (respond, writers) must not inherit this graph's
     # checkpointer and thread, or a re-run branch would replay their earlier checkpoints instead of calling models
     result = contextvars.Context().run(run_item, task["dataset_kind"], item, framework, opts)
-    judging = ctx.judging_for(task["dataset_kind"]) if task["respond"] else None
+    judging = run.judging_for(task["dataset_kind"], ctx) if task["respond"] else None
     if judging is not None:
-        result["records"] = judging.judge(result["records"], persona_text(item), journal, ctx.on_judged)
+        result["records"] = judging.judge(result["records"], persona_text(item), journal, run.on_judged)
     return {"results": [result]}
 
 
@@ -230,7 +216,7 @@ def aggregate(state: EvalState) -> dict[str, Any]:
     return {"summary": summarize(state["dataset_kind"], records, ingest)}
 
 
-builder = StateGraph(EvalState, context_schema=Settings)  # run_eval passes an EvalContext
+builder = StateGraph(EvalState, context_schema=Context)
 builder.add_node("plan", plan)
 builder.add_node("run_persona", run_persona, input_schema=PersonaTask)
 builder.add_node("aggregate", aggregate)

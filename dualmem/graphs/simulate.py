@@ -11,7 +11,8 @@ memory points; the session is ingested into the framework) → ``finish``
 (RealMem JSON). Checkpointed per turn.
 
 Input: ``{"persona": persona dict, "options": SimulateOptions.as_dict()}``.
-Context: :class:`~dualmem.nodes.simulate_agents.SimResources`, ``Settings`` or a dict.
+Context: :class:`~dualmem.context.Context` (settings plus injected models and memory framework; a dict of
+settings from the server). The assistant's memory framework stores beside ``runtime.store`` when there is one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from dualmem.config import Settings
+from dualmem.context import Context, context_of
 from dualmem.datasets.realmem import realmem_json
 from dualmem.graphs.weave import merge_by
 from dualmem.nodes import simulate_agents as A
@@ -51,8 +52,14 @@ class SimState(TypedDict, total=False):
     realmem: dict[str, Any]
 
 
-def _ctx(state: SimState, runtime: Runtime[Any]) -> tuple[A.SimResources, Persona, A.SimulateOptions]:
-    return A.sim_resources(runtime.context), Persona.model_validate(state["persona"]), A.SimulateOptions.of(state.get("options"))
+def _ctx(state: SimState, runtime: Runtime[Any]) -> tuple[Context, Persona, A.SimulateOptions]:
+    return context_of(runtime), Persona.model_validate(state["persona"]), A.SimulateOptions.of(state.get("options"))
+
+
+def _memory(ctx: Context, runtime: Runtime[Any], name: str, persona: Persona) -> Any:
+    store = getattr(runtime, "store", None)
+    uri = ctx.dual(store).uri if store is not None else None
+    return A.open_memory(ctx, name, persona, uri)
 
 
 def outline(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
@@ -109,7 +116,7 @@ def assistant_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     res, persona, opts = _ctx(state, runtime)
     turns = [dict(t) for t in state["turns"]]
     event = state["events"][state["cursor"]]
-    memory = res.memory(opts.framework, persona)
+    memory = _memory(res, runtime, opts.framework, persona)
     reply, retrieved, used, error = A.assistant_reply(res, persona, memory, event["date"], turns, opts.k)
     if reply is None:
         return {"blocked": error, "issues": [{"stage": "assistant", "session": state["cursor"], "reason": error}]}
@@ -162,7 +169,7 @@ def close_session(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
         },
     )
     if turns:
-        res.memory(opts.framework, persona).ingest(session)
+        _memory(res, runtime, opts.framework, persona).ingest(session)
     else:
         issues.append({"stage": "session", "session": index, "reason": f"session {index + 1} dropped: no turns ({state.get('blocked') or 'empty'})"})
     return {
@@ -218,7 +225,7 @@ def after_close(state: SimState) -> Literal["user_turn", "finish"]:
     return "user_turn" if state.get("cursor", 0) < len(state.get("events") or []) else "finish"
 
 
-builder = StateGraph(SimState, context_schema=Settings)
+builder = StateGraph(SimState, context_schema=Context)
 for name, node in (
     ("outline", outline), ("events", events), ("plans", plans), ("user_turn", user_turn), ("assistant_turn", assistant_turn),
     ("evaluate", evaluate), ("close_session", close_session), ("finish", finish),

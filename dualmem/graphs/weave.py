@@ -9,7 +9,7 @@ Branches run with bounded concurrency (``max_concurrency`` =
 every finished branch kept: nothing is asked of the model twice.
 
 Input: ``{"personas": [persona dicts], "options": WeaveOptions.as_dict()}``.
-Context: :class:`~dualmem.nodes.weave_steps.GenResources`, ``Settings`` or a dict.
+Context: :class:`~dualmem.context.Context` (settings plus injected models; a dict of settings from the server).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from dualmem.config import Settings
+from dualmem.context import Context, context_of
 from dualmem.datasets.rolememo import rolememo_json
 from dualmem.nodes.assemble import assemble_history
-from dualmem.nodes.weave_steps import STAGES, WeaveOptions, build_query, gen_resources, ideate
+from dualmem.nodes.weave_steps import STAGES, WeaveOptions, build_query, ideate
 from dualmem.prompts.weave import WEAVE_TOPICS
 from dualmem.schema import Persona
 
@@ -93,7 +93,7 @@ def fan_personas(state: WeaveState) -> list[Send] | Literal["plan"]:
 def ideate_persona(state: PersonaTask, runtime: Runtime[Any]) -> dict[str, Any]:
     """Generate one persona's insights (per task type), recording rejections."""
     persona = _persona(state["persona"])
-    insights, rejections = ideate(gen_resources(runtime.context), persona, WeaveOptions.of(state["options"]))
+    insights, rejections = ideate(context_of(runtime), persona, WeaveOptions.of(state["options"]))
     return {"insights": insights, "rejections": rejections, "ideated": [{"persona_id": persona.id, "insights": len(insights)}]}
 
 
@@ -122,7 +122,7 @@ def fan_insights(state: WeaveState) -> list[Send] | Literal["assemble"]:
 def make_query(state: InsightTask, runtime: Runtime[Any]) -> dict[str, Any]:
     """Turn one insight into a checked, woven query (or a recorded rejection)."""
     opts = WeaveOptions.of(state["options"])
-    row = build_query(gen_resources(runtime.context), _persona(state["persona"]), state["insight"], state["topic"], opts)
+    row = build_query(context_of(runtime), _persona(state["persona"]), state["insight"], state["topic"], opts)
     return {"results": [row]}
 
 
@@ -156,7 +156,7 @@ def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
 def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Build every persona's histories of every target length; write the manifest."""
     opts = WeaveOptions.of(state.get("options"))
-    settings = gen_resources(runtime.context).settings
+    settings = context_of(runtime)
     kept = [r for r in state.get("results") or [] if r["status"] == "kept"]
     items, histories, skipped = [], [], []
     for data in state.get("personas") or []:
@@ -193,7 +193,7 @@ def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
     return {"items": items, "manifest": manifest}
 
 
-builder = StateGraph(WeaveState, context_schema=Settings)
+builder = StateGraph(WeaveState, context_schema=Context)
 builder.add_node("ideate", ideate_persona)
 builder.add_node("plan", plan)
 builder.add_node("make_query", make_query)

@@ -11,13 +11,14 @@ with thresholds as parameters, so the graphs and the tests share one core.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+
+from dualmem.vectors import cosine
 
 STOPWORDS = frozenset(
     """a an the and or but if of to in on at by for with from as is am are was were be been being do does did
@@ -62,13 +63,6 @@ def sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE.split(text) if s.strip()] or [text]
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a)) or 1.0
-    nb = math.sqrt(sum(y * y for y in b)) or 1.0
-    return dot / (na * nb)
-
-
 @dataclass
 class FragmentHit:
     """How strongly one turn carries one fragment."""
@@ -106,7 +100,7 @@ def _similarities(fragments: Sequence[str], texts: Sequence[str], embeddings: Em
         row: list[float | None] = []
         pos = 0
         for p in pieces:
-            row.append(max(_cosine(fv, sv) for sv in sent_vecs[pos : pos + len(p)]))
+            row.append(max(cosine(fv, sv) for sv in sent_vecs[pos : pos + len(p)]))
             pos += len(p)
         out.append(row)
     return out

@@ -84,14 +84,16 @@ def chunk_sessions(
     """Return the history's chunks in order; ``skip_queries`` leaves out query turns.
 
     ``context``: earlier turns of the conversation (online memory), read by the
-    guard only, so a request announced in an earlier message still flags the next.
+    guard only, so a request announced in an earlier message still flags the next;
+    a session's own ``meta["earlier"]`` (the user's earlier messages) serves when none is given.
     """
     chunks: list[Chunk] = []
     for session in as_sessions(history):
         turns = [t for t in session.turns if not (skip_queries and t.is_query)]
-        flags = flag_turns(turns, context=context)
+        earlier = context or [Turn(id=f"earlier-{i}", role="user", text=str(t)) for i, t in enumerate(session.meta.get("earlier") or [])]
+        flags = flag_turns(turns, context=earlier)
         reasons = {tid: f"asks to change your memory or beliefs ({f['kind']})" for tid, f in flags.items()}
-        claims = turn_claims(turns, context=context)
+        claims = turn_claims(turns, context=earlier)
         for group, sizes in split_turns(turns, max_tokens, reasons):
             ids = [t.id for t in group]
             chunks.append(

@@ -24,19 +24,19 @@ the cosine of the emotion vectors. Ties keep the input order. Everything but
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, field_validator
 
+from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError
 from dualmem.prompts.emotion import EMOTION_SCORE, EMOTION_SYSTEM
 from dualmem.schema import EMOTIONS
 from dualmem.structured import Structured, ainvoke_structured, invoke_structured
+from dualmem.vectors import cosine, cosines
 
 STRATEGIES: tuple[str, ...] = ("C-A", "C-M", "S-S", "S-E")
 DEFAULT_POOL = 20
@@ -76,37 +76,14 @@ def emotion_messages(text: str) -> list:
     return [SystemMessage(content=EMOTION_SYSTEM), HumanMessage(content=EMOTION_SCORE.format(text=text))]
 
 
-def score_emotion(model: BaseChatModel, text: str, retries: int = 2, policy: Any = None) -> Structured[EmotionScores]:
+def score_emotion(model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None) -> Structured[EmotionScores]:
     """Ask ``model`` for the eight emotion scores of ``text`` (never raises on bad output or a failed call)."""
     return invoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
 
 
-async def ascore_emotion(model: BaseChatModel, text: str, retries: int = 2, policy: Any = None) -> Structured[EmotionScores]:
+async def ascore_emotion(model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None) -> Structured[EmotionScores]:
     """Async twin of :func:`score_emotion`."""
     return await ainvoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Return the cosine similarity of two vectors (0.0 when either is all zeros)."""
-    if len(a) != len(b):
-        raise ValueError(f"vectors of different sizes: {len(a)} and {len(b)}")
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
-
-
-def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[float]:
-    """Return the cosine of ``query`` with each of ``vectors`` (0.0 for all-zero vectors)."""
-    if not len(vectors):
-        return []
-    matrix = np.asarray(vectors, dtype=np.float64)
-    q = np.asarray(query, dtype=np.float64)
-    if matrix.shape[1] != q.shape[0]:
-        raise ValueError(f"query has {q.shape[0]} dims but the vectors have {matrix.shape[1]}")
-    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-    dots = matrix @ q
-    return [float(d / n) if n else 0.0 for d, n in zip(dots, norms, strict=True)]
 
 
 def emotion_similarity(query: Sequence[float] | None, item: Sequence[float] | None) -> float:
@@ -182,7 +159,18 @@ def rerank(
 
     Without a query emotion the ranking falls back to meaning only.
     """
-    semantic = cosines(query_vector, vectors)
+    return rerank_scored(strategy, cosines(query_vector, vectors), query_emotion, emotions, k=k, pool=pool)
+
+
+def rerank_scored(
+    strategy: str,
+    semantic: Sequence[float],
+    query_emotion: Sequence[float] | None,
+    emotions: Sequence[Sequence[float] | None],
+    k: int = 10,
+    pool: int = DEFAULT_POOL,
+) -> list[tuple[int, float]]:
+    """Like :func:`rerank`, given the items' semantic cosines already (from a store's search)."""
     emotional = [emotion_similarity(query_emotion, e) for e in emotions]
     used = strategy if query_emotion is not None else ""
     order = rank_indices(used, semantic, emotional, k=k, pool=pool)
@@ -201,6 +189,7 @@ __all__ = [
     "emotion_similarity",
     "rank_indices",
     "rerank",
+    "rerank_scored",
     "score_emotion",
     "strategy_score",
 ]

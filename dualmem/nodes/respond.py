@@ -1,154 +1,53 @@
-"""Respond core: dual-stream retrieval, the reply prompt, online memory write-back.
+"""Nodes of the respond graph: ask the memory framework, answer in character, remember the exchange.
 
-Retrieved items travel through graph state as plain dicts
-(``{"item": MemoryItem JSON, "score": float}``) and come back as
-:class:`~dualmem.stores.dual.ScoredItem` for display.
+The graph never branches on which framework it talks to: ``retrieve`` asks the
+:class:`~dualmem.frameworks.base.MemoryFramework` named by the ``framework``
+setting (or the context's ``memory`` object) for ranked items, with the recent
+turns as context; ``reply`` renders them with the framework's own
+``memory_text`` (DualMem: facts, and insights followed by the facts they rest
+on) into the one reply prompt; ``remember`` hands the exchange to the
+framework's ``ingest``. Retrieved items travel through the state as plain
+dicts (:class:`~dualmem.frameworks.base.RetrievedItem` fields).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
 
-from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
-from dualmem.config import Settings
-from dualmem.nodes.chunking import chunk_sessions
-from dualmem.nodes.writer import ChunkRow, WriterResources, write_chunk
-from dualmem.prompts.respond import format_dual_memory, render_respond_messages
-from dualmem.retrieval.pipeline import Ranker
-from dualmem.schema import MemoryItem, Persona, Session, Turn, stable_id, utcnow
-from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
+from dualmem.context import Context, context_of
+from dualmem.errors import ConfigurationError
+from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
+from dualmem.prompts.respond import render_respond_messages
+from dualmem.retry import invoke_with_retry
+from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
 
-
-def retrieve_memory(
-    store: DualStore,
-    namespace: Namespace,
-    query: str,
-    *,
-    k: int = 10,
-    mode: str = "dual",
-    ranker: Ranker | None = None,
-    context: Sequence[Any] | None = None,
-) -> DualResult:
-    """Return ``k`` facts and ``k`` insights (``mode="dual"``) or one top-``k`` pool (``"merged"``), ranked by
-    ``ranker`` (default: the learned one) after the conversation ``context``; insights come with their cited facts."""
-    if mode not in ("dual", "merged"):
-        raise ValueError(f"retrieval mode {mode!r}: use dual or merged")
-    ranker = ranker or Ranker()
-    if mode == "merged":
-        pool = ranker.rank(store, namespace, query, k, context=context)
-        result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
-                            insights=[h for h in pool if h.item.kind == "insight"])
-    else:
-        per_kind = ranker.rank_kinds(store, namespace, query, k, context=context)
-        result = DualResult(facts=per_kind["fact"], insights=per_kind["insight"])
-    if result.insights:
-        result.grounding = store.grounding(namespace, [h.item for h in result.insights])
-    return result
+EARLIER_USER_MESSAGES = 4  # the guard reads this many of the user's earlier messages when an exchange is remembered
 
 
-def emotion_rerank(
-    store: DualStore,
-    namespace: Namespace,
-    query: str,
-    *,
-    strategy: str,
-    model: BaseChatModel,
-    embeddings: Embeddings,
-    k: int = 10,
-    mode: str = "dual",
-    search_mode: str = "hybrid",
-    retries: int = 2,
-    policy: Any = None,
-) -> DualResult:
-    """Retrieve a pool per stream, then rank it by meaning and emotion (Emotional RAG's C-A/C-M/S-S/S-E).
+class RespondInput(TypedDict, total=False):
+    """Input of the respond graph: persona, and a query or a last human message."""
 
-    Items written without an emotion vector count as emotionally neutral (similarity 0);
-    when the query's emotion cannot be scored the ranking falls back to meaning.
-    """
-    from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
-
-    check_strategy(strategy)
-    if store.count(namespace) == 0:
-        return DualResult()
-    size = max(DEFAULT_POOL, k)
-    pool = store.dual_search(namespace, query, k_facts=size, k_insights=size, mode=search_mode, expand=True)  # type: ignore[arg-type]
-    scored = score_emotion(model, query, retries=retries, policy=policy)
-    q_emotion = scored.value.vector() if scored.value is not None else None
-    q_vector = embeddings.embed_query(query)
-
-    def ranked(hits: Sequence[ScoredItem]) -> list[ScoredItem]:
-        if not hits:
-            return []
-        vectors = embeddings.embed_documents([h.item.text for h in hits])
-        order = rerank(strategy, q_vector, q_emotion, vectors, [h.item.emotion for h in hits], k=k)
-        return [ScoredItem(hits[i].item, score) for i, score in order]
-
-    if mode == "merged":
-        merged = ranked([*pool.facts, *pool.insights])
-        facts = [h for h in merged if h.item.kind == "fact"]
-        insights = [h for h in merged if h.item.kind == "insight"]
-    else:
-        merged, facts, insights = [], ranked(pool.facts), ranked(pool.insights)
-    grounding = {h.item.id: pool.grounding.get(h.item.id, []) for h in insights}
-    return DualResult(facts=facts, insights=insights, grounding=grounding, merged=merged)
+    persona: dict[str, Any]
+    query: str
+    messages: Annotated[list[AnyMessage], add_messages]
+    namespace: list[str]
+    k: int | None
+    mode: str | None
+    remember: bool
 
 
-def recall_memory(
-    res: WriterResources, namespace: Namespace, query: str, *, k: int, mode: str,
-    context: Sequence[Any] | None = None, ranker: Ranker | None = None,
-) -> DualResult:
-    """Retrieve with the settings' ranker (or ``ranker``), emotion-aware when ``emotion_strategy`` is set."""
-    s = res.settings
-    if s.emotion_strategy:
-        return emotion_rerank(
-            res.db(), namespace, query, strategy=s.emotion_strategy, model=res.chat(), embeddings=res.embedder(),
-            k=k, mode=mode, search_mode=s.search_mode, retries=s.max_retries, policy=s,
-        )
-    return retrieve_memory(res.db(), namespace, query, k=k, mode=mode, ranker=ranker or Ranker.from_settings(s), context=context)
+class RespondState(RespondInput, total=False):
+    """State of the respond graph: the input plus the retrieved items and the reply."""
 
-
-def dump_hits(hits: Sequence[ScoredItem]) -> list[dict[str, Any]]:
-    """Return hits as plain dicts for graph state."""
-    return [{"item": h.item.model_dump(mode="json"), "score": float(h.score)} for h in hits]
-
-
-def load_hits(rows: Sequence[dict[str, Any]] | None) -> list[ScoredItem]:
-    """Return hits from their state dicts."""
-    return [ScoredItem(MemoryItem.model_validate(r["item"]), float(r["score"])) for r in rows or []]
-
-
-def result_to_state(result: DualResult) -> dict[str, Any]:
-    """Return a retrieval result as state updates."""
-    return {
-        "facts": dump_hits(result.facts),
-        "insights": dump_hits(result.insights),
-        "merged": dump_hits(result.merged),
-        "grounding": {iid: [f.model_dump(mode="json") for f in facts] for iid, facts in result.grounding.items()},
-    }
-
-
-def result_from_state(state: dict[str, Any]) -> DualResult:
-    """Return the retrieval result held in a respond state."""
-    return DualResult(
-        facts=load_hits(state.get("facts")),
-        insights=load_hits(state.get("insights")),
-        merged=load_hits(state.get("merged")),
-        grounding={iid: [MemoryItem.model_validate(f) for f in facts] for iid, facts in (state.get("grounding") or {}).items()},
-    )
-
-
-def memory_text(result: DualResult) -> str:
-    """Render a retrieval result for the reply prompt (insights with their facts)."""
-    return format_dual_memory([h.item for h in result.facts], [h.item for h in result.insights], result.grounding)
-
-
-def reply_messages(persona: Persona | None, result: DualResult, query: str, history: Sequence[Any] | None = None) -> list[BaseMessage]:
-    """Return the in-character reply prompt for ``query`` with the retrieved memory."""
-    return render_respond_messages(persona, memory_text(result), query, history)
+    items: list[dict[str, Any]]
+    reply: str
+    written: list[dict[str, Any]]
 
 
 def message_text(message: Any) -> str:
@@ -159,8 +58,76 @@ def message_text(message: Any) -> str:
     return str(content).strip()
 
 
-def exchange_session(persona: Persona, query: str, reply: str, when: str | None = None) -> Session:
-    """Return one chat exchange as a session (unique id per exchange)."""
+def persona_of(state: RespondState) -> Persona:
+    """Return the persona of the graph input."""
+    if not state.get("persona"):
+        raise ConfigurationError("the respond graph needs `persona` in its input (a Persona as a dict)")
+    return Persona.model_validate(state["persona"])
+
+
+def query_and_history(state: RespondState) -> tuple[str, list[AnyMessage], bool]:
+    """Return (query, earlier turns, whether the query is already the last message)."""
+    messages = list(state.get("messages") or [])
+    if messages and isinstance(messages[-1], HumanMessage):
+        return message_text(messages[-1]), messages[:-1], True
+    if state.get("query"):
+        return state["query"], messages, False
+    raise ConfigurationError("the respond graph needs `query` or a last human message in `messages`")
+
+
+def memory_of(ctx: Context, runtime: Runtime[Context] | Any, namespace: tuple[str, ...], persona: Persona) -> MemoryFramework:
+    """Return the context's framework object, or open the ``framework`` setting's on the run's store."""
+    if ctx.memory is not None:
+        return ctx.memory
+    from dualmem.frameworks import open_framework
+
+    store = ctx.dual(getattr(runtime, "store", None))
+    ns = (namespace[0], namespace[1] if len(namespace) > 1 else ctx.user_id)
+    fctx = FrameworkContext(
+        namespace=ns, settings=ctx, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
+        embeddings=store.embeddings, store_uri=store.uri, store=store,
+    )  # fmt: skip
+    return open_framework(ctx.framework, fctx)
+
+
+def _namespace(state: RespondState, ctx: Context, persona: Persona) -> tuple[str, ...]:
+    return tuple(state.get("namespace") or (persona.id, ctx.user_id))
+
+
+def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Ask the memory framework for the items relevant to the user's message (recent turns as context)."""
+    ctx = context_of(runtime)
+    query, history, _ = query_and_history(state)
+    persona = persona_of(state)
+    namespace = _namespace(state, ctx, persona)
+    if state.get("mode"):
+        ctx = ctx.with_(retrieval_mode=state["mode"])
+    k = state.get("k") or ctx.retrieval_k
+    recent = history[-ctx.ranker_context_turns :] if ctx.ranker_context_turns else []  # messages: the ranker reads who said what
+    items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
+    return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
+
+
+def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Answer in character from the retrieved memory and the recent turns."""
+    ctx = context_of(runtime)
+    query, history, in_messages = query_and_history(state)
+    persona = persona_of(state)
+    items = [RetrievedItem(**i) for i in state.get("items") or []]
+    memory = memory_of(ctx, runtime, _namespace(state, ctx, persona), persona)
+    messages = render_respond_messages(persona, memory.memory_text(items), query, history)
+    answer = invoke_with_retry(ctx.llm("chat"), messages, policy=ctx)  # the node's config (callbacks, streaming) flows in implicitly
+    text = message_text(answer)
+    new = [] if in_messages else [HumanMessage(content=query)]
+    return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
+
+
+def exchange_session(persona: Persona, query: str, reply: str, earlier: list[str] | None = None, when: str | None = None) -> Session:
+    """Return one chat exchange as a session (unique id per exchange).
+
+    ``earlier``: the user's previous messages of the chat, kept in ``meta`` for the
+    memory-poisoning guard (a request announced there flags this message).
+    """
     stamp = utcnow()
     sid = stable_id("chat", persona.id, query, reply, stamp.isoformat(), prefix="chat-")
     return Session(
@@ -170,20 +137,20 @@ def exchange_session(persona: Persona, query: str, reply: str, when: str | None 
             Turn(id=f"{sid}-u", role="user", text=query),
             Turn(id=f"{sid}-a", role="assistant", speaker=persona.name, text=reply),
         ],
+        meta={"earlier": list(earlier or [])},
     )
 
 
-def remember_exchange(
-    res: WriterResources, namespace: Namespace, persona: Persona, query: str, reply: str, earlier: Sequence[str] = ()
-) -> list[ChunkRow]:
-    """Write one exchange back into memory through the writer (online memory).
+def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Hand the exchange to the memory framework's ``ingest`` (DualMem: the writer, through the persona)."""
+    ctx = context_of(runtime)
+    persona, namespace = persona_of(state), tuple(state["namespace"])
+    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
+    report = memory_of(ctx, runtime, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"], earlier))
+    return {"written": list(report.meta.get("rows") or [asdict(report)])}
 
-    ``earlier``: the user's previous messages of this chat, read by the
-    memory-poisoning guard only (a request announced there flags this message).
-    """
-    settings: Settings = res.settings
-    session = exchange_session(persona, query, reply)
-    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
-    writer = res.for_writing()
-    chunks = chunk_sessions([session], namespace, settings.chunk_tokens, context=context)
-    return [write_chunk(writer, namespace, persona, chunk) for chunk in chunks]
+
+def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:
+    """Remember the exchange when asked to."""
+    return "remember" if state.get("remember") else "__end__"

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
 from dualmem.nodes.checks import fragment_overlap, mentions_future
-from dualmem.nodes.weave_steps import GenResources
 from dualmem.prompts import simulate as P
 from dualmem.schema import Persona
 from dualmem.structured import Structured, invoke_structured
@@ -137,40 +137,29 @@ class SimulateOptions:
         return asdict(self)
 
 
-@dataclass
-class SimResources(GenResources):
-    """Generator resources plus the memory framework the assistant retrieves from."""
+def open_memory(ctx: Context, name: str, persona: Persona, store_uri: str | None = None) -> MemoryFramework:
+    """Return the context's memory framework object, or open framework ``name`` once per context.
 
-    framework: MemoryFramework | None = None
-    namespace: tuple[str, str] = ("simulate", "user")
-    _opened: dict[str, MemoryFramework] = field(default_factory=dict)
+    The assistant's memory lives in namespace ``(persona id, user_id)`` at ``store_uri``
+    (the run's store), else at the ``store_uri`` setting.
+    """
+    if ctx.memory is not None:
+        return ctx.memory
+    key = f"memory:{name}"
+    if key not in ctx._built:
+        from dualmem.frameworks import open_framework
 
-    def memory(self, name: str, persona: Persona) -> MemoryFramework:
-        """Return the injected framework, or open the registered one ``name`` (once per run)."""
-        if self.framework is not None:
-            return self.framework
-        if name not in self._opened:
-            from dualmem.frameworks import open_framework
-
-            context = FrameworkContext(
-                namespace=self.namespace, settings=self.settings, persona=persona, chat_model=self.chat(), embeddings=self.embedder(),
-            )
-            self._opened[name] = open_framework(name, context)
-        return self._opened[name]
+        context = FrameworkContext(
+            namespace=(persona.id, ctx.user_id), settings=ctx, persona=persona, chat_model=ctx.llm("chat"),
+            writer_model=ctx.llm("writer"), embeddings=ctx.load_embedder(), store_uri=store_uri,
+        )  # fmt: skip
+        ctx._built[key] = open_framework(name, context)
+    return ctx._built[key]
 
 
-def sim_resources(context: Any) -> SimResources:
-    """Return simulator resources from a graph context: SimResources, Settings, a dict or None."""
-    if isinstance(context, SimResources):
-        return context
-    from dualmem.config import Settings
-
-    return SimResources(settings=Settings.resolve(context if isinstance(context, (Settings, dict)) else None))
-
-
-def ask(res: GenResources, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
+def ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
     """Ask the generator (or judge) model for ``schema`` with repairs."""
-    return invoke_structured(res.judge() if judge else res.chat(), messages, schema, retries=res.settings.max_retries, policy=res.settings)
+    return invoke_structured(ctx.llm("judge") if judge else ctx.llm("chat"), messages, schema, retries=ctx.max_retries, policy=ctx)
 
 
 # --------------------------------------------------------------------------- scheduling (pure)
@@ -234,7 +223,7 @@ def render_dialogue(turns: Sequence[dict[str, Any]]) -> str:
 
 
 def user_message(
-    res: GenResources, persona: Persona, events: Sequence[dict[str, Any]], plans: Sequence[dict[str, Any]], index: int, turns: Sequence[dict[str, Any]]
+    ctx: Context, persona: Persona, events: Sequence[dict[str, Any]], plans: Sequence[dict[str, Any]], index: int, turns: Sequence[dict[str, Any]]
 ) -> tuple[str | None, str]:
     """Write the user's next message seeing only sessions ``<= index`` (time firewall); return (message, error)."""
     past = "\n".join(f"- {e['date']}: {event_text(e)} ({plans[e['index']]['summary']})" for e in events[:index]) or "(this is the first conversation)"
@@ -248,8 +237,8 @@ def user_message(
     later = [event_text(e) for e in events[index + 1 :]] + [p["summary"] for p in plans[index + 1 :]]
     known = [event_text(e) for e in events[: index + 1]] + [p["summary"] for p in plans[: index + 1]] + [persona.render()]
     feedback, leak = "", None
-    for _ in range(res.settings.max_retries + 1):
-        out = ask(res, [system, HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback))], UserTurn)
+    for _ in range(ctx.max_retries + 1):
+        out = ask(ctx, [system, HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback))], UserTurn)
         if out.value is None:
             return None, f"user agent: model output invalid after {out.attempts} attempt(s): {out.error}"
         leak = mentions_future(out.value.message, later, known)
@@ -260,7 +249,7 @@ def user_message(
 
 
 def assistant_reply(
-    res: GenResources, persona: Persona, memory: MemoryFramework, date: str, turns: Sequence[dict[str, Any]], k: int
+    ctx: Context, persona: Persona, memory: MemoryFramework, date: str, turns: Sequence[dict[str, Any]], k: int
 ) -> tuple[str | None, list[RetrievedItem], list[RetrievedItem], str]:
     """Retrieve memory for the last user message and answer; return (reply, retrieved, used, error)."""
     query = turns[-1]["text"]
@@ -268,16 +257,16 @@ def assistant_reply(
     listing = "\n".join(f"[{i + 1}] ({it.source_session or '?'}) {it.text}" for i, it in enumerate(retrieved)) or "(no memory yet)"
     system = SystemMessage(content=P.ASSISTANT_SYSTEM.format(name=persona.name, date=date, memory=listing))
     history = [HumanMessage(content=render_dialogue(turns))]
-    out = ask(res, [system, *history], AssistantTurn)
+    out = ask(ctx, [system, *history], AssistantTurn)
     if out.value is None:
         return None, retrieved, [], f"assistant: model output invalid after {out.attempts} attempt(s): {out.error}"
     used = [retrieved[i - 1] for i in dict.fromkeys(out.value.used_memory) if 1 <= i <= len(retrieved)]
     return out.value.reply, retrieved, used, ""
 
 
-def goal_met(res: GenResources, goal: str, turns: Sequence[dict[str, Any]]) -> tuple[bool, str]:
+def goal_met(ctx: Context, goal: str, turns: Sequence[dict[str, Any]]) -> tuple[bool, str]:
     """Ask the evaluator whether the session goal is met; an invalid answer counts as not met (with its reason)."""
-    out = ask(res, [HumanMessage(content=P.GOAL_USER.format(goal=goal, dialogue=render_dialogue(turns)))], GoalCheck, judge=True)
+    out = ask(ctx, [HumanMessage(content=P.GOAL_USER.format(goal=goal, dialogue=render_dialogue(turns)))], GoalCheck, judge=True)
     if out.value is None:
         return False, f"evaluator: model output invalid after {out.attempts} attempt(s): {out.error}"
     return out.value.goal_met, out.value.reason
@@ -298,10 +287,10 @@ def dedupe(points: Sequence[dict[str, Any]], known: Sequence[str], threshold: fl
     return kept, dupes
 
 
-def extract_memory(res: GenResources, persona: Persona, turns: Sequence[dict[str, Any]], known: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
+def extract_memory(ctx: Context, persona: Persona, turns: Sequence[dict[str, Any]], known: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
     """Extract the session's memory points (static, dynamic, schedule) with their source turn."""
     prompt = P.MEMORY_USER.format(name=persona.name, known="\n".join(f"- {k}" for k in known) or "(nothing)", dialogue=render_dialogue(turns))
-    out = ask(res, [HumanMessage(content=prompt)], ExtractedMemory)
+    out = ask(ctx, [HumanMessage(content=prompt)], ExtractedMemory)
     if out.value is None:
         return [], f"memory manager: model output invalid after {out.attempts} attempt(s): {out.error}"
     points = []

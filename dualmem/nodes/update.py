@@ -24,7 +24,6 @@ supersedes. The plan is plain data, checkpointed before it is applied.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +34,7 @@ from dualmem.nodes import guard
 from dualmem.nodes.chunking import Chunk
 from dualmem.nodes.recall import View, ViewEntry
 from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
+from dualmem.vectors import cosine
 
 
 class Plan(TypedDict):
@@ -45,12 +45,6 @@ class Plan(TypedDict):
     applied: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
     merged: list[dict[str, Any]]
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
 
 
 def _norm_label(label: str) -> str:
@@ -155,7 +149,7 @@ class _Planner:
             return
         flag = self.requests.get(label)
         if flag is None:
-            best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
+            best = max(((cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
         else:  # a request is never merged into an ordinary fact; one request fact per flagged turn
             best = (1.0, self.request_of_turn[flag["turn_id"]]) if flag["turn_id"] in self.request_of_turn else (0.0, "")
         if (vec or flag is not None) and best[0] >= self.threshold:
@@ -238,7 +232,7 @@ class _Planner:
                 continue
             seen.add(label)
             vec = add_vec[id(op)]
-            best = max(((_cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
+            best = max(((cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
             if vec and best[0] >= self.threshold:
                 self.plan["merged"].append(_record(op, "insight", into=best[1], similarity=round(best[0], 4)))
                 continue

@@ -9,17 +9,14 @@ runs one insight through all per-insight steps and returns one result row.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from dualmem.config import Settings
+from dualmem.context import Context
 from dualmem.errors import ConfigurationError, ModelCallError
-from dualmem.models import load_chat_model, load_embeddings
 from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap
 from dualmem.prompts import weave as P
 from dualmem.retry import invoke_with_retry
@@ -132,44 +129,9 @@ class WeaveOptions:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
-@dataclass
-class GenResources:
-    """Models and embedder of the generators (injected in tests, else built from settings)."""
-
-    settings: Settings = field(default_factory=Settings)
-    model: BaseChatModel | None = None
-    judge_model: BaseChatModel | None = None
-    embeddings: Embeddings | None = None
-
-    def chat(self) -> BaseChatModel:
-        """Return the generator model."""
-        if self.model is None:
-            self.model = load_chat_model(None, self.settings, role="chat")
-        return self.model
-
-    def judge(self) -> BaseChatModel:
-        """Return the judge model (the injected generator model when none is given)."""
-        if self.judge_model is None:
-            self.judge_model = self.model if self.model is not None and not self.settings.judge_model else load_chat_model(None, self.settings, role="judge")
-        return self.judge_model
-
-    def embedder(self) -> Embeddings:
-        """Return the embedder used by the difficulty check."""
-        if self.embeddings is None:
-            self.embeddings = load_embeddings(None, self.settings)
-        return self.embeddings
-
-
-def gen_resources(context: Any) -> GenResources:
-    """Return resources from a graph context: GenResources, Settings, a dict or None."""
-    if isinstance(context, GenResources):
-        return context
-    return GenResources(settings=Settings.resolve(context if isinstance(context, (Settings, dict)) else None))
-
-
-def _ask(res: GenResources, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
-    model = res.judge() if judge else res.chat()
-    return invoke_structured(model, messages, schema, retries=res.settings.max_retries, policy=res.settings)
+def _ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
+    model = ctx.llm("judge") if judge else ctx.llm("chat")
+    return invoke_structured(model, messages, schema, retries=ctx.max_retries, policy=ctx)
 
 
 def _failed(stage: str, out: Structured[Any]) -> str:
@@ -189,13 +151,13 @@ def user_profile(persona: Persona) -> str:
 # --------------------------------------------------------------------------- per persona
 
 
-def ideate(res: GenResources, persona: Persona, opts: WeaveOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def ideate(ctx: Context, persona: Persona, opts: WeaveOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Generate ``n_per_type`` insights per task type; return (insights, rejections)."""
     system = SystemMessage(content=P.IDEATE_SYSTEM.format(persona=persona.render(), user_profile=user_profile(persona)))
     insights, rejections = [], []
     for task_type in TASK_TYPES:
         prompt = P.IDEATE_USER.format(n=opts.n_per_type, task_type=task_type, guide=P.TASK_GUIDE[task_type])
-        out = _ask(res, [system, HumanMessage(content=prompt)], InsightBatch)
+        out = _ask(ctx, [system, HumanMessage(content=prompt)], InsightBatch)
         base = {"persona_id": persona.id, "task_type": task_type, "stage": "ideation"}
         if out.value is None:
             rejections.append({**base, "insight_id": None, "reason": _failed("ideation", out)})
@@ -219,20 +181,20 @@ def ideate(res: GenResources, persona: Persona, opts: WeaveOptions) -> tuple[lis
 # --------------------------------------------------------------------------- per insight
 
 
-def check_specificity(res: GenResources, persona: Persona, insight: dict[str, Any]) -> tuple[bool, str]:
+def check_specificity(ctx: Context, persona: Persona, insight: dict[str, Any]) -> tuple[bool, str]:
     """Run the four yes/no specificity checks; return (passed, reason)."""
     prompt = P.SPECIFICITY_USER.format(
         persona=persona.render(), task_type=insight["task_type"], insight=insight["text"],
         steps=" -> ".join(insight["reasoning_steps"]), kinds=", ".join(insight["fact_kinds"]),
     )
-    out = _ask(res, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
+    out = _ask(ctx, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
     if out.value is None:
         return False, _failed("specificity", out)
     failed = [c for c in SPECIFICITY_CHECKS if not getattr(out.value, c)]
     return (not failed), (f"failed {', '.join(failed)}: {out.value.reason}" if failed else "")
 
 
-def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any], max_concept_overlap: float = 0.4) -> tuple[QuerySeed | None, str]:
+def write_seed(ctx: Context, persona: Persona, insight: dict[str, Any], max_concept_overlap: float = 0.4) -> tuple[QuerySeed | None, str]:
     """Write the two fragments, the test question and the connector of one insight.
 
     A question sharing ``max_concept_overlap`` or more of the insight's content words is rejected.
@@ -241,7 +203,7 @@ def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any], max
         persona=persona.render(), user_profile=user_profile(persona), task_type=insight["task_type"],
         insight=insight["text"], steps=" -> ".join(insight["reasoning_steps"]),
     )
-    out = _ask(res, [HumanMessage(content=prompt)], QuerySeed)
+    out = _ask(ctx, [HumanMessage(content=prompt)], QuerySeed)
     if out.value is None:
         return None, _failed("fragments", out)
     seed = out.value
@@ -253,16 +215,16 @@ def write_seed(res: GenResources, persona: Persona, insight: dict[str, Any], max
     return seed, ""
 
 
-def check_necessity(res: GenResources, persona: Persona, insight: dict[str, Any], seed: QuerySeed) -> tuple[bool, str, str]:
+def check_necessity(ctx: Context, persona: Persona, insight: dict[str, Any], seed: QuerySeed) -> tuple[bool, str, str]:
     """Answer without history, then judge whether the gold insight needed memory; return (kept, reason, answer)."""
     system = SystemMessage(content=P.ANSWER_SYSTEM.format(name=persona.name, persona=persona.render()))
     try:
-        reply = invoke_with_retry(res.chat(), [system, HumanMessage(content=seed.question)], policy=res.settings)
+        reply = invoke_with_retry(ctx.llm("chat"), [system, HumanMessage(content=seed.question)], policy=ctx)
     except ModelCallError as exc:  # recorded as this insight's rejection reason; the run goes on
         return False, f"necessity: answer without history: {exc}", ""
     answer = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
     prompt = P.NECESSITY_USER.format(question=seed.question, answer=answer, insight=insight["text"])
-    out = _ask(res, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)
+    out = _ask(ctx, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)
     if out.value is None:
         return False, _failed("necessity", out), answer
     if not out.value.needs_memory:
@@ -282,7 +244,7 @@ def weave_parts(rounds: int, segment_rounds: int) -> list[int]:
     return [rounds // n + (1 if i < rounds % n else 0) for i in range(n)]
 
 
-def _write_dialogue(res: GenResources, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions, feedback: str) -> tuple[list[dict[str, Any]] | None, str]:
+def _write_dialogue(ctx: Context, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions, feedback: str) -> tuple[list[dict[str, Any]] | None, str]:
     """Write the dialogue part by part: fragment 1 in the first part, fragment 2 in the last."""
     parts = weave_parts(opts.rounds, opts.segment_rounds)
     facts: list[list[str]] = [[] for _ in parts]
@@ -297,18 +259,18 @@ def _write_dialogue(res: GenResources, persona: Persona, seed: QuerySeed, topic:
             so_far=P.WEAVE_SO_FAR.format(tail=tail) if turns else P.WEAVE_START, rounds=rounds, facts=fact_text,
             feedback=P.WEAVE_FEEDBACK.format(reason=feedback) if feedback else "",
         )
-        out = _ask(res, [HumanMessage(content=prompt)], WovenDialogue)
+        out = _ask(ctx, [HumanMessage(content=prompt)], WovenDialogue)
         if out.value is None:
             return None, _failed("weave", out) + f" (part {n + 1} of {len(parts)})"
         turns.extend({"role": _role(t.role, persona), "text": t.text} for t in out.value.turns if t.text.strip())
     return turns, ""
 
 
-def weave(res: GenResources, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions) -> dict[str, Any]:
+def weave(ctx: Context, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions) -> dict[str, Any]:
     """Weave the fragments into a dialogue and run the difficulty check, re-weaving with feedback once it fails."""
     reason, stage = "", "weave"
     for attempt in range(max(1, opts.weave_attempts)):
-        turns, error = _write_dialogue(res, persona, seed, topic, opts, reason)
+        turns, error = _write_dialogue(ctx, persona, seed, topic, opts, reason)
         if turns is None:
             return {"ok": False, "stage": "weave", "reason": error, "attempts": attempt + 1}
         users = sum(1 for t in turns if t["role"] == "user")
@@ -316,7 +278,7 @@ def weave(res: GenResources, persona: Persona, seed: QuerySeed, topic: str, opts
             reason, stage = f"only {users} rounds, expected about {opts.rounds}", "weave"
             continue
         check = difficulty_check(
-            turns, [seed.fragment_1, seed.fragment_2], embeddings=res.embedder(),
+            turns, [seed.fragment_1, seed.fragment_2], embeddings=ctx.load_embedder(),
             overlap_threshold=opts.overlap_threshold, similarity_threshold=opts.similarity_threshold,
         )
         if check.ok:
@@ -325,20 +287,20 @@ def weave(res: GenResources, persona: Persona, seed: QuerySeed, topic: str, opts
     return {"ok": False, "stage": stage, "reason": reason, "attempts": opts.weave_attempts}
 
 
-def check_safety(res: GenResources, turns: list[dict[str, Any]]) -> tuple[bool, str, list[dict[str, Any]]]:
+def check_safety(ctx: Context, turns: list[dict[str, Any]]) -> tuple[bool, str, list[dict[str, Any]]]:
     """Pattern pass over the turns, then an LLM review of what it flags; return (safe, reason, flags)."""
     flagged = flag_turns(turns)
     if not flagged:
         return True, "", []
     kinds = sorted({f["kind"] for row in flagged for f in row["flags"]})
     lines = "\n".join(f"[{row['turn']}] {row['role']}: {row['text']}" for row in flagged)
-    out = _ask(res, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
+    out = _ask(ctx, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
     if out.value is None:
         return False, _failed("safety", out), flagged
     return out.value.safe, ("" if out.value.safe else f"unsafe ({', '.join(kinds)}): {out.value.reason}"), flagged
 
 
-def build_query(res: GenResources, persona: Persona, insight: dict[str, Any], topic: str, opts: WeaveOptions) -> dict[str, Any]:
+def build_query(ctx: Context, persona: Persona, insight: dict[str, Any], topic: str, opts: WeaveOptions) -> dict[str, Any]:
     """Run one insight through specificity, fragments, necessity, weaving, difficulty and safety; return its row."""
     row: dict[str, Any] = {"insight_id": insight["id"], "persona_id": persona.id, "task_type": insight["task_type"], "checks": {}}
 
@@ -346,20 +308,20 @@ def build_query(res: GenResources, persona: Persona, insight: dict[str, Any], to
         row["checks"][stage] = False
         return {**row, "status": "rejected", "stage": stage, "reason": reason}
 
-    ok, reason = check_specificity(res, persona, insight)
+    ok, reason = check_specificity(ctx, persona, insight)
     if not ok:
         return reject("specificity", reason)
     row["checks"]["specificity"] = True
-    seed, reason = write_seed(res, persona, insight, opts.max_concept_overlap)
+    seed, reason = write_seed(ctx, persona, insight, opts.max_concept_overlap)
     if seed is None:
         return reject("fragments", reason)
     row["checks"]["fragments"] = True
-    ok, reason, answer = check_necessity(res, persona, insight, seed)
+    ok, reason, answer = check_necessity(ctx, persona, insight, seed)
     row["no_memory_answer"] = answer
     if not ok:
         return reject("necessity", reason)
     row["checks"]["necessity"] = True
-    woven = weave(res, persona, seed, topic, opts)
+    woven = weave(ctx, persona, seed, topic, opts)
     row["weave_attempts"] = woven["attempts"]
     if not woven["ok"]:
         if woven["stage"] == "difficulty":
@@ -367,7 +329,7 @@ def build_query(res: GenResources, persona: Persona, insight: dict[str, Any], to
         return reject(woven["stage"], woven["reason"])
     row["checks"]["weave"] = True
     row["checks"]["difficulty"] = True
-    safe, reason, flags = check_safety(res, [*woven["turns"], {"role": "user", "text": seed.question}])
+    safe, reason, flags = check_safety(ctx, [*woven["turns"], {"role": "user", "text": seed.question}])
     row["safety_flags"] = flags
     if not safe:
         return reject("safety", reason)

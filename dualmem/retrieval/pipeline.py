@@ -43,7 +43,7 @@ from dualmem.retrieval.lexical import query_terms
 from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights
 from dualmem.schema import MemoryKind
 from dualmem.stores._rows import row_to_item
-from dualmem.stores.dual import DualStore, Namespace, ScoredItem
+from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
@@ -160,6 +160,30 @@ class Ranker:
             picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session)] if len(rows) else rows
             out[kind] = [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
         return out
+
+    def dual(
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k_facts: int = 10,
+        k_insights: int = 10,
+        *,
+        merged: bool = False,
+        context: Sequence[Any] | None = None,
+        expand: bool = True,
+    ) -> DualResult:
+        """Return ``k_facts`` facts and ``k_insights`` insights (or one merged top-k pool), insights with their cited facts."""
+        if merged:
+            pool = self.rank(store, namespace, query, max(k_facts, k_insights), context=context)
+            result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
+                                insights=[h for h in pool if h.item.kind == "insight"])
+        else:
+            per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
+            result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
+        if expand and result.insights:
+            result.grounding = store.grounding(namespace, [h.item for h in result.insights])
+        return result
 
     async def arank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any) -> list[ScoredItem]:
         """Async :meth:`rank` (same core, in a worker thread)."""

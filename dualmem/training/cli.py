@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError, DatasetError
 from dualmem.training.grpo_trl import GRPORunConfig
 from dualmem.training.sft import SFTRunConfig
@@ -72,7 +73,7 @@ def export_sft_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder (train.jsonl, eval.jsonl, dataset_info.json)")] = Path("runs/sft"),
     data: Annotated[list[Path] | None, typer.Option("--data", "-d", help="RoleMemo file or folder (repeatable): targets from gold, no teacher")] = None,
     traces: Annotated[list[Path] | None, typer.Option("--traces", "-t", help="teacher trace JSONL (repeatable): {messages, output, persona_id, meta}")] = None,
-    chunk_tokens: Annotated[int, typer.Option(help="writer chunk size in tokens (use the writer's chunk_tokens)")] = 1024,
+    chunk_tokens: Annotated[int, typer.Option(help="writer chunk size in tokens (use the writer's chunk_tokens)")] = setting_default("chunk_tokens"),
     view_k: Annotated[int, typer.Option(help="relevant items per stream in the simulated working view")] = 8,
     view_recent: Annotated[int, typer.Option(help="newest items per stream always in the view")] = 4,
     keep_empty: Annotated[float, typer.Option(help="share of chunks with nothing to write that are kept (targets: empty update)")] = 0.2,

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dualmem.config import setting_default
 from dualmem.schema import DatasetItem, FactOp, InsightOp, MemoryUpdate, Persona, Query, Session, Turn, stable_id
 from dualmem.training.prompting import chunk_sessions, render_messages, view_text
 
@@ -240,7 +241,7 @@ def _locate(query: Query, index: int, fragment: str, turns: dict[str, Turn]) -> 
     return best.id if best is not None and overlap(fragment, best.text) > 0 else None
 
 
-def build_episode(item: DatasetItem, *, chunk_tokens: int = 1024) -> Episode:
+def build_episode(item: DatasetItem, *, chunk_tokens: int = setting_default("chunk_tokens")) -> Episode:
     """Cut ``item``'s history into writer chunks and locate each gold fragment's turn."""
     dialogue = item.dialogue
     persona = dialogue.persona or Persona(id=dialogue.id, name=dialogue.id)

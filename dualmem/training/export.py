@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dualmem.config import setting_default
 from dualmem.errors import DatasetError
 from dualmem.schema import Dataset, MemoryUpdate
 from dualmem.training.episode import build_episode, gold_steps
@@ -49,7 +50,7 @@ def _fraction(*parts: object) -> float:
 
 
 def gold_records(
-    dataset: Dataset, *, chunk_tokens: int = 1024, view_k: int = 8, view_recent: int = 4, keep_empty: float = 0.2, progress: bool = False
+    dataset: Dataset, *, chunk_tokens: int = setting_default("chunk_tokens"), view_k: int = 8, view_recent: int = 4, keep_empty: float = 0.2, progress: bool = False
 ) -> list[dict[str, Any]]:
     """Return SFT records whose targets come from RoleMemo gold (no teacher model)."""
     from tqdm.auto import tqdm
@@ -176,7 +177,7 @@ def export_sft(
     *,
     dataset: Dataset | None = None,
     traces: Sequence[str | Path] = (),
-    chunk_tokens: int = 1024,
+    chunk_tokens: int = setting_default("chunk_tokens"),
     view_k: int = 8,
     view_recent: int = 4,
     keep_empty: float = 0.2,

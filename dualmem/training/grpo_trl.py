@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Dataset
 from dualmem.training.episode import Episode, build_episode
@@ -70,7 +71,7 @@ class GRPORunConfig:
     report_to: str = _f("none", "tracker: none, wandb, tensorboard")
     judge_weight: float = _f(0.0, "weight of the persona judge in the reward")
     judge_model: str = _f("", "judge as provider:model")
-    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the recall protocol")
+    embedder: str = _f(setting_default("embedder"), "embedder of the recall protocol")
     disable_tqdm: bool = _f(False, "hide the progress bar")
 
     def reward_config(self) -> RewardConfig:

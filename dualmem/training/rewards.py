@@ -27,6 +27,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
+from dualmem.config import setting_default
 from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import MemoryUpdate, Persona
@@ -54,7 +55,7 @@ class RewardConfig:
     dense_weight: float = _f(1.0, "weight of the dense verifiable reward")
     judge_weight: float = _f(0.0, "weight of the persona judge (needs judge_model)")
     judge_model: str = _f("", "judge as provider:model (any OpenAI-compatible endpoint via OPENAI_BASE_URL)")
-    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the similarity protocol (hash:64 in tests)")
+    embedder: str = _f(setting_default("embedder"), "embedder of the similarity protocol (hash:64 in tests)")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> RewardConfig:
@@ -211,7 +212,7 @@ def answer_from_memory(persona: Persona, query: str, memory: list[str], model: A
 
 
 def persona_judge(
-    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = 2, embed: Embeddings | None = None
+    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = setting_default("max_retries"), embed: Embeddings | None = None
 ) -> tuple[float | None, str | None]:
     """Answer ``query`` from ``memory`` in character and judge it; return (score in [0,1], error)."""
     answer = answer_from_memory(persona, query["text"], memory, model, embed=embed)

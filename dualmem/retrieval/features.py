@@ -67,6 +67,10 @@ FEATURES: tuple[str, ...] = (
     "recent_3",
     "recent_30",
     "propagation",
+    "s_novelty",
+    "s_user_words",
+    "s_size",
+    "dense_rank",
 )
 SESSION_B = 0.3  # BM25 length normalisation of whole sessions (long sessions are not penalised much)
 PROPAGATION_TOP = 3
@@ -115,6 +119,24 @@ def _thread(c: Candidates, terms: np.ndarray) -> np.ndarray:
         return np.zeros(c.n_sessions)
     weights = idf[terms] / max(float(np.linalg.norm(idf[terms])), 1e-12)
     return neighbours @ np.asarray(weighted[:, terms] @ weights).ravel()
+
+
+def centroids_static(c: Candidates) -> np.ndarray:
+    """Return each session's unit centroid (cached per candidate set)."""
+    if "centroids" not in c.cache:
+        cen = np.asarray(c.members() @ c.vectors)
+        c.cache["centroids"] = cen / np.maximum(np.linalg.norm(cen, axis=1, keepdims=True), 1e-9)
+    return c.cache["centroids"]
+
+
+def _novelty(c: Candidates, centroids: np.ndarray) -> np.ndarray:
+    """Return 1 - the best centroid cosine of each session to an earlier one (a thread's first session is novel)."""
+    if "novelty" not in c.cache:
+        sims = centroids @ centroids.T
+        sims[np.triu_indices(len(sims))] = -1.0
+        c.cache["novelty"] = 1.0 - np.maximum(sims.max(axis=1), -1.0)
+        c.cache["novelty"][0] = c.cache["novelty"][1:].max(initial=0.0) if len(sims) > 1 else 0.0
+    return c.cache["novelty"]
 
 
 def features(c: Candidates, q: QueryInput) -> np.ndarray:
@@ -189,6 +211,14 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
         sims = centroids @ centroids[top].T
         sims[top, np.arange(len(top))] = 0.0  # a session does not propagate to itself
         per_session["propagation"] = zscore(sims.max(axis=1) * np.exp(-age / PROPAGATION_TAU))
+    if s_count > 1:
+        per_session["s_novelty"] = zscore(_novelty(c, centroids_static(c)))
+    user_words = members @ np.where(user, lengths, 0.0)
+    per_session["s_user_words"] = zscore(np.log1p(user_words))
+    per_session["s_size"] = zscore(np.log1p(sizes))
+    rank = np.empty(n)
+    rank[np.argsort(-dense, kind="stable")] = np.arange(n)
+    out[:, col["dense_rank"]] = 1.0 / (1.0 + rank / 5.0)
     for name, values in per_session.items():
         out[:, col[name]] = values[session]
     return out

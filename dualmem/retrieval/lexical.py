@@ -1,6 +1,7 @@
 """Term counts of memory texts and BM25 over any subset of them, for the ranker's lexical features.
 
-Texts are tokenized by :func:`dualmem.retrieval.bm25.tokenize` into term ids of
+Texts are tokenized by :func:`tokenize` (lower-cased content words, a light
+deterministic stemmer, English stopwords dropped) into term ids of
 one process-wide vocabulary (string interning: a term keeps its id for the
 life of the process), and each text's counts are memoised, so rebuilding the
 term matrix of a namespace that gained a session costs one concatenation.
@@ -16,6 +17,7 @@ the past never borrows statistics from the future.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -23,7 +25,36 @@ from functools import lru_cache
 import numpy as np
 from scipy import sparse
 
-from dualmem.retrieval.bm25 import tokenize
+TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her here
+    hers herself him himself his how i if in into is it its itself just let me more most my myself no nor not now
+    of off on once only or other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up very was we were what
+    when where which while who whom why will with would you your yours yourself yourselves i'm i've i'd i'll it's
+    that's don't can't im ive id ill also really just like get got go going want know think one s t""".split()
+)
+
+
+def stem(word: str) -> str:
+    """Strip common English suffixes (a light, deterministic stemmer)."""
+    if "'" in word:
+        word = word.split("'", 1)[0]
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("ly", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: len(word) - len(suffix)] + keep
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    """Return lower-cased, stemmed content words of ``text``.
+
+    >>> tokenize("I was Climbing, they climbed; the climbs!")
+    ['climb', 'climb', 'climb']
+    """
+    return [stem(w) for w in TOKEN.findall(text.lower()) if w not in STOPWORDS and len(w) > 1]
+
 
 _VOCAB: dict[str, int] = {}
 _VOCAB_LOCK = threading.Lock()

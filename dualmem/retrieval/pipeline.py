@@ -12,8 +12,9 @@ Every reader of memory ranks through :class:`Ranker` (``raw-turns``, ``dualmem``
    (the recent conversation) embedded once each and remembered by the ranker;
 3. **features** (:mod:`dualmem.retrieval.features`) fused by the weights
    (:mod:`dualmem.retrieval.weights`, shipped with the package);
-4. **order** — best first, at most ``max_per_session`` items of a session before
-   items of other sessions (0: no cap).
+4. **order** — best first; after the first ``cap_after`` items, at most
+   ``max_per_session`` items of a session before items of other sessions (0: no
+   cap) — both come with the weights (``ranker_max_per_session`` overrides the cap).
 
 ``ranker="vector" | "hybrid" | "fts"`` skips 2-4 and returns the store's own
 search. A namespace larger than the store holds in RAM (``flat_search_max_rows``)
@@ -47,6 +48,7 @@ from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
+ROLE_NAMES = frozenset({"user", "assistant", "system", "human", "ai"})
 
 
 def strip_names(text: str, names: Iterable[str]) -> str:
@@ -62,14 +64,24 @@ def strip_names(text: str, names: Iterable[str]) -> str:
     return out or text
 
 
-def order(scores: np.ndarray, session: np.ndarray, k: int, max_per_session: int = 0) -> np.ndarray:
-    """Return the indices of the ``k`` best scores, at most ``max_per_session`` per session before the rest (0: no cap)."""
+def order(scores: np.ndarray, session: np.ndarray, k: int, max_per_session: int = 0, cap_after: int = 0) -> np.ndarray:
+    """Return the indices of the ``k`` best scores: the first ``cap_after`` purely by score, then at most
+    ``max_per_session`` items of a session (counting those already taken) before the rest (0: no cap).
+
+    >>> order(np.array([0.9, 0.8, 0.7, 0.1]), np.array([0, 0, 0, 1]), 3, max_per_session=1).tolist()
+    [0, 3, 1]
+    >>> order(np.array([0.9, 0.8, 0.7, 0.1]), np.array([0, 0, 0, 1]), 3, max_per_session=1, cap_after=2).tolist()
+    [0, 1, 3]
+    """
     ranked = np.argsort(-scores, kind="stable")
-    if not max_per_session:
+    if not max_per_session or cap_after >= k:
         return ranked[:k]
+    head = ranked[:cap_after].tolist()
     taken: dict[int, int] = {}
-    first, later = [], []
-    for i in ranked.tolist():
+    for i in head:
+        taken[int(session[i])] = taken.get(int(session[i]), 0) + 1
+    first, later = list(head), []
+    for i in ranked[cap_after:].tolist():
         s = int(session[i])
         if taken.get(s, 0) < max_per_session:
             taken[s] = taken.get(s, 0) + 1
@@ -94,6 +106,7 @@ class Ranker:
         self.weights: RankerWeights | None = None if self.spec in PLAIN else load_weights(self.spec)
         cap = self.weights.max_per_session if self.weights is not None else 0
         self.max_per_session = cap if max_per_session is None or max_per_session < 0 else max_per_session
+        self.cap_after = self.weights.cap_after if self.weights is not None else 0
         self.context_turns = context_turns
         self._memo: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
         self._memo_size = memo
@@ -130,7 +143,7 @@ class Ranker:
         if not len(cands):
             return []
         scores = features(cands, q) @ self.weights.vector()
-        picked = order(scores, cands.session, k, self.max_per_session)
+        picked = order(scores, cands.session, k, self.max_per_session, self.cap_after)
         return [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
 
     def rank_kinds(
@@ -157,7 +170,7 @@ class Ranker:
         out: dict[str, list[ScoredItem]] = {}
         for kind in chosen:
             rows = np.flatnonzero(kind_of == kind)
-            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session)] if len(rows) else rows
+            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
             out[kind] = [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
         return out
 
@@ -206,7 +219,7 @@ class Ranker:
             return None
         cands = from_snapshots([s for s in snapshots if s is not None])
         turns = context_turns(context, self.context_turns)
-        names = {str(s) for s in cands.speakers if s}
+        names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
         texts = [strip_names(query, names), *(t.text for t in turns)]
         vectors = self._embed(store, texts)
         context_vector = None
@@ -216,7 +229,7 @@ class Ranker:
         q = QueryInput(
             vector=vectors[0],
             terms=query_terms(query),
-            words=frozenset(WORD.findall(query.lower().replace("'s", " "))),
+            words=frozenset(WORD.findall(query.lower().replace("'s", " "))) - ROLE_NAMES,
             context_terms=query_terms(" ".join(t.content for t in turns)),
             context_vector=context_vector,
         )

@@ -5,7 +5,8 @@ written by ``python benchmarks/fit_ranker.py`` with :func:`dualmem.retrieval.fit
 on every RealMem persona and LoCoMo conversation. A weights file names its
 features, so a file written for other features is refused with the fix, not
 misread. ``max_per_session`` caps how many items of one session the ranked list
-may hold before items of other sessions (0: no cap).
+may hold before items of other sessions (0: no cap), from position ``cap_after``
+on (the first ``cap_after`` items are the best, whatever their session).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class RankerWeights:
     features: tuple[str, ...]
     weights: tuple[float, ...]
     max_per_session: int = 0
+    cap_after: int = 0
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -46,8 +48,8 @@ class RankerWeights:
                 f"ranker weights use features {unknown} that this dualmem does not compute; "
                 "refit them with dualmem.retrieval.fit (or use ranker=learned)"
             )
-        if self.max_per_session < 0:
-            raise ConfigurationError(f"ranker max_per_session must be >= 0, got {self.max_per_session}")
+        if self.max_per_session < 0 or self.cap_after < 0:
+            raise ConfigurationError(f"ranker max_per_session and cap_after must be >= 0, got {self.max_per_session}, {self.cap_after}")
 
     def vector(self) -> np.ndarray:
         """Return the weights aligned with :data:`~dualmem.retrieval.features.FEATURES` (0 for features not named)."""
@@ -57,7 +59,7 @@ class RankerWeights:
     def to_json(self) -> dict[str, Any]:
         """Return the file's JSON object."""
         return {"format": FORMAT, "features": list(self.features), "weights": [float(w) for w in self.weights],
-                "max_per_session": self.max_per_session, "meta": self.meta}
+                "max_per_session": self.max_per_session, "cap_after": self.cap_after, "meta": self.meta}
 
     def save(self, path: str | Path) -> Path:
         """Write the weights to ``path`` (JSON); return it."""
@@ -72,7 +74,7 @@ class RankerWeights:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigurationError(f"{source} is not a dualmem ranker weights file (format {FORMAT}); write one with dualmem.retrieval.fit")
         return cls(tuple(data["features"]), tuple(float(w) for w in data["weights"]), int(data.get("max_per_session", 0)),
-                   dict(data.get("meta") or {}))
+                   int(data.get("cap_after", 0)), dict(data.get("meta") or {}))
 
 
 def shipped_path() -> Path:

@@ -47,7 +47,7 @@ def fold_paths(ids: Sequence[str], folder: Path = FOLDS) -> dict[str, Path]:
 
 def held_out_factory(paths: dict[str, Path]) -> Callable[..., Any]:
     """Return an eval framework factory: each persona's framework ranks with the weights fitted without it."""
-    from dualmem.graphs.evaluate import default_framework
+    from dualmem.evals.graph import default_framework
 
     def factory(name: str, item: Any, ctx: Any) -> Any:
         return default_framework(name, item, ctx.with_(ranker=str(paths[item.dialogue.id])))

@@ -3,7 +3,7 @@
 1. Every RealMem persona and LoCoMo conversation is ingested into a
    ``raw-turns`` store (every turn as "Speaker: text", the bundled MiniLM behind
    the embedding cache) and each of its queries is turned into features exactly
-   as ``dualmem eval`` asks it (:mod:`dualmem.retrieval.examples`: RealMem
+   as ``dualmem eval`` asks it (:mod:`dualmem.evals.ranker_examples`: RealMem
    queries see only earlier sessions and carry their own session's turns as
    context; LoCoMo questions see everything, without context);
 2. :func:`dualmem.retrieval.fit.leave_one_group_out` fits, for each persona and
@@ -44,9 +44,9 @@ def collect_all(realmem: Path | None, locomo: Path | None, workdir: Path, embedd
     """Return the collected features of every query of both datasets (group = persona / conversation id)."""
     from dualmem.config import Settings
     from dualmem.datasets import load_locomo, load_realmem
+    from dualmem.evals.ranker_examples import store_examples
     from dualmem.frameworks.base import FrameworkContext
     from dualmem.frameworks.raw_turns import turn_text
-    from dualmem.retrieval.examples import store_examples
     from dualmem.retrieval.fit import collect
     from dualmem.retrieval.pipeline import strip_names
 

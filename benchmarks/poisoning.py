@@ -10,7 +10,7 @@ by a neutral assistant turn, at a seeded position among the session's first
 ``--host-turns`` turns.
 
 The histories are written with the product's writer entry point
-(:func:`dualmem.graphs.write.write_history`: chunking, the guard, validation,
+(:func:`dualmem.writer.graph.write_history`: chunking, the guard, validation,
 the LanceDB store) and a scripted **obeying** writer that sees only the
 prompt and knows which turns are requests (the oracle a real model does not
 need to be told): for every user turn it writes a fact and an insight in the
@@ -63,12 +63,12 @@ sys.path.insert(0, str(REPO))
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_dataset  # noqa: E402
 from dualmem.datasets._validate import write_json_atomic  # noqa: E402
-from dualmem.graphs.write import write_history  # noqa: E402
-from dualmem.nodes.guard import flag_turns  # noqa: E402
-from dualmem.nodes.poisoning import STOP  # noqa: E402
 from dualmem.schema import Dialogue, Persona, Session, Turn  # noqa: E402
 from dualmem.stores import DualStore  # noqa: E402
 from dualmem.testing import FakeChatModel  # noqa: E402
+from dualmem.writer.graph import write_history  # noqa: E402
+from dualmem.writer.guard import flag_turns  # noqa: E402
+from dualmem.writer.poisoning import STOP  # noqa: E402
 
 SET = REPO / "dualmem" / "data" / "poisoning_set.json"
 DATA = REPO / ".." / "shared" / "data"

@@ -77,7 +77,7 @@ class Settings:
     view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
-    retrieval_mode: str = _setting("dual", "dual (k facts + k insights) or merged (one top-k pool)")
+    retrieval_mode: str = _setting("dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)")
     search_mode: str = _setting("hybrid", "store search of the writer's working view and of baselines: hybrid (vector + full text, RRF), vector or fts")
     ranker: str = _setting(
         "learned",
@@ -102,6 +102,13 @@ class Settings:
     local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
     concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
+    formation: str = _setting(
+        "auto", "where chat memory is formed: auto (scheduled write runs on the LangGraph server the chat runs on, else a background executor in this process), local or server"
+    )
+    formation_idle_s: float = _setting(
+        300.0, "seconds a chat thread stays quiet before its pending turns shorter than a chunk are written (each new message postpones it)", float
+    )
+    formation_url: str = _setting("", "LangGraph server whose write graph forms chat memory (formation=server or auto); empty = the server the chat runs on")
 
     def __post_init__(self) -> None:
         choices = {
@@ -109,6 +116,7 @@ class Settings:
             "search_mode": ("hybrid", "vector", "fts"),
             "emotion_strategy": ("", "C-A", "C-M", "S-S", "S-E"),
             "local_engine": ("auto", "llama.cpp", "transformers"),
+            "formation": ("auto", "local", "server"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -119,7 +127,8 @@ class Settings:
         for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "ranker_context_turns"):
+        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
+                     "ranker_context_turns"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:

@@ -44,6 +44,7 @@ class Context(Settings):
     store: Any = field(default=None, metadata={"help": "DualStore / LanceDBStore used when the graph has no runtime.store"})
     memory: Any = field(default=None, metadata={"help": "memory framework object used instead of the framework setting's"})
     run: Any = field(default=None, metadata={"help": "run resources of an evaluation (journal, judges, hooks)"})
+    memory_formation: Any = field(default=None, metadata={"help": "where chat exchanges are formed into memory (a dualmem.chat Formation object); None = by the formation setting"})
     _built: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, metadata={"help": "built objects"})
 
     @property

@@ -14,6 +14,9 @@ Every public entry point of DualMem also accepts a model object instead.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -158,8 +161,38 @@ class SentenceTransformerEmbeddings(Embeddings):
         return [v.tolist() for v in vecs]
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text."""
-        return self.embed_documents([text])[0]
+        """Embed one text on one CPU thread (a query is latency-bound: see :func:`_one_torch_thread`)."""
+        with _one_torch_thread():
+            vec = self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
+        return [float(x) for x in vec]
+
+
+_threads_lock = threading.Lock()
+_threads_state = {"users": 0, "saved": 0}
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread for the block (the last block to leave restores the count).
+
+    One short sequence gains little from intra-op parallelism, and when the CPU is shared its
+    threads wait on each other: a query took 33 ms (p50) on one thread against 85–186 ms on two,
+    on a 2-core machine running another job (``benchmarks/chat_latency.py`` measures the hot path).
+    """
+    import torch
+
+    with _threads_lock:
+        if _threads_state["users"] == 0:
+            _threads_state["saved"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_state["users"] += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_state["users"] -= 1
+            if _threads_state["users"] == 0:
+                torch.set_num_threads(_threads_state["saved"])
 
 
 def load_embeddings(embedder: str | Embeddings | None = None, settings: Settings | None = None) -> Embeddings:

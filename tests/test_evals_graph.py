@@ -13,11 +13,11 @@ from dualmem.context import Context
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
 from dualmem.evals.compare import compare_runs
 from dualmem.evals.fakes import TurnLogFramework
+from dualmem.evals.graph import EvalRun, builder, graph
 from dualmem.evals.journal import Journal
 from dualmem.evals.reports import read_records, read_summary
 from dualmem.evals.run import compare, run_eval
 from dualmem.frameworks import FrameworkContext
-from dualmem.graphs.evaluate import EvalRun, builder, graph
 from dualmem.schema import Dataset
 from dualmem.testing import FakeChatModel, HashEmbeddings
 

@@ -6,9 +6,9 @@ import pytest
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_rolememo, load_sample
+from dualmem.evals.graph import default_framework
 from dualmem.evals.run import run_eval
 from dualmem.frameworks import FrameworkContext, open_framework
-from dualmem.graphs.evaluate import default_framework
 from dualmem.schema import Dataset
 from dualmem.testing import HashEmbeddings, make_fake
 

@@ -60,8 +60,8 @@ def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     assert ingest["failed_chunks"] == 0 and not ingest["failed_sessions"] and not ingest["errors"], f"{name}: {ingest}"
     assert ingest["items_written"] > 0, f"{name}: nothing written"
     # reopen the framework on the run's store, as a later process would: the memory is there and from these sessions
+    from dualmem.evals.graph import persona_store
     from dualmem.frameworks import FrameworkContext, open_framework
-    from dualmem.graphs.evaluate import persona_store
 
     reopened = open_framework(name, FrameworkContext(
         namespace=(item.dialogue.id, item.dialogue.user_id or settings.user_id), settings=settings, persona=item.dialogue.persona,
@@ -72,3 +72,15 @@ def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     assert {sid for it in items for sid in it.sessions()} <= ingested, f"{name}: retrieved sessions never ingested"
     words = {w.lower().strip(".,!?") for s in item.dialogue.sessions for t in s.turns for w in t.text.split() if len(w) > 5}
     assert any(w in words for it in items for w in (x.lower().strip(".,!?") for x in it.text.split())), f"{name}: retrieved text shares nothing with the dialogue"
+    # the same session again, from a fresh instance (a resumed run in a new process): the framework's own
+    # ledger skips it — no model call, nothing added
+    model = make_fake("memory")
+    again = open_framework(name, FrameworkContext(
+        namespace=(item.dialogue.id, item.dialogue.user_id or settings.user_id), settings=settings, persona=item.dialogue.persona,
+        chat_model=model, writer_model=model, embeddings=settings_embedder(settings), store_uri=persona_store(settings.store_uri, item)))
+    before = {(it.id, it.text) for it in again.retrieve(item.queries[0].text, k=50)}
+    asked = len(model.calls)  # some frameworks ask the model at retrieval (query emotion, bookmarks)
+    report = again.ingest(item.dialogue.sessions[0])
+    assert len(model.calls) == asked, f"{name}: re-ingesting an ingested session called the model {len(model.calls) - asked} times"
+    assert report.items_written == 0 and not report.failed_chunks, f"{name}: {report}"
+    assert {(it.id, it.text) for it in again.retrieve(item.queries[0].text, k=50)} == before, f"{name}: memory changed"

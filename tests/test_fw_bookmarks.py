@@ -6,9 +6,9 @@ import re
 
 from dualmem.frameworks import FrameworkContext, open_framework
 from dualmem.frameworks.bookmarks import BookmarksFramework
-from dualmem.nodes.emotion import cosine
 from dualmem.schema import Session, Turn
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.emotion import cosine
 
 PET_Q = "What pet does the user have?"
 PET_Q2 = "What pet does the user have now?"

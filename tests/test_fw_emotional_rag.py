@@ -9,7 +9,9 @@ import pytest
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks import FrameworkContext, open_framework
 from dualmem.frameworks.emotional_rag import EmotionalRAGFramework
-from dualmem.nodes.emotion import (
+from dualmem.schema import EMOTIONS, Session, Turn
+from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.emotion import (
     EmotionScores,
     cosine,
     cosines,
@@ -18,8 +20,6 @@ from dualmem.nodes.emotion import (
     rerank,
     score_emotion,
 )
-from dualmem.schema import EMOTIONS, Session, Turn
-from dualmem.testing import FakeChatModel, HashEmbeddings
 
 # hand-made similarities to one query: (semantic, emotional)
 #   item  s     e     s+e   s*e

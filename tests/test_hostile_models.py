@@ -12,13 +12,13 @@ from langchain_core.messages import HumanMessage
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, ModelCallError
-from dualmem.graphs.write import write_history
 from dualmem.models import load_chat_model
 from dualmem.retry import RetryPolicy, invoke_with_retry, next_wait, retry_after
 from dualmem.schema import MemoryUpdate, Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.structured import invoke_structured
 from dualmem.testing import HashEmbeddings
+from dualmem.writer.graph import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dualmem.graphs.write import write_history
 from dualmem.schema import MemoryUpdate, Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.graph import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee")
 NS = ("dr-lee", "user")

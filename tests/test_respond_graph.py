@@ -8,13 +8,13 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 
 from dualmem.context import context_of
 from dualmem.frameworks import FrameworkContext, RetrievedItem, open_framework
+from dualmem.frameworks.base import answer_from_items
 from dualmem.frameworks.dualmem import DualMemFramework
-from dualmem.frameworks.respond import answer_from_items
 from dualmem.graphs.respond import arespond, builder, respond
-from dualmem.graphs.write import write_history
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.graph import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")
@@ -91,19 +91,26 @@ def test_history_and_empty_memory(tmp_settings, store):
     assert "nothing relevant remembered" in str(sent[0].content)
 
 
-def test_remember_writes_the_exchange_back(tmp_settings, store):
+def test_remember_hands_the_exchange_to_formation_which_writes_it_in_the_background(tmp_settings, store):
+    from dualmem.chat import FormationExecutor
+
     def both(messages, tool=None):
         if tool:  # the writer asks for a MemoryUpdate
             return {"facts": [{"op": "ADD", "id": "N1", "text": "plans to move to Lisbon next year", "turn_ids": []}], "insights": []}
         return "Lisbon will suit you."
 
     model = FakeChatModel(responses=[both], cycle=True)
-    reply = respond("I'm moving to Lisbon next year!", PERSONA, settings=tmp_settings, model=model, store=store, remember=True)
-    assert reply.text == "Lisbon will suit you."
-    assert [w["status"] for w in reply.written] == ["applied"]
+    with FormationExecutor() as formation:
+        reply = respond("I'm moving to Lisbon next year!", PERSONA, settings=tmp_settings, model=model, store=store, remember=True,
+                        thread_id="chat-1", formation=formation)
+        assert reply.text == "Lisbon will suit you." and reply.written == []
+        assert reply.pending["thread"] == "chat-1" and reply.pending["turns"] == 2 and reply.pending["flagged"] == []
+        assert store.list(NS) == []  # not written on the reply's path
+        (formed,) = formation.flush(timeout=60)
+    assert [r["status"] for r in formed.rows] == ["applied"] and formed.pending_turns == 0
     (fact,) = store.list(NS, kind="fact")
-    assert fact.text == "plans to move to Lisbon next year" and fact.source.session_id.startswith("chat-")
-    assert fact.source.turn_ids == [reply.written[0]["turn_ids"][0]]  # no turn ids given: the user's turn
+    assert fact.text == "plans to move to Lisbon next year" and fact.source.session_id == "chat-1"
+    assert fact.source.turn_ids == [formed.rows[0]["turn_ids"][0]]  # no turn ids given: the user's turn
 
 
 def test_graph_streams_reply_tokens(tmp_settings, filled):

@@ -160,8 +160,8 @@ def test_dualmem_framework_ranks_facts_and_insights_with_the_pipeline(tmp_path):
 
 
 def test_retriever_and_search_tool_rank_with_the_pipeline(tmp_path):
-    from dualmem.stores.retriever import DualMemRetriever
-    from dualmem.stores.tools import create_search_memory_tool
+    from dualmem.retrieval.retriever import DualMemRetriever
+    from dualmem.retrieval.tools import create_search_memory_tool
 
     store = _dual_store(tmp_path)
     recency = Ranker(only("recent_3", tmp_path))

@@ -218,6 +218,7 @@ def test_vector_index_search_agrees_with_flat(tmp_path):
     words = ["tea", "hiking", "cat", "chess", "piano", "garden", "coffee", "bike", "novel", "rain"]
     items = [fact(f"v{i}", f"{words[i % 10]} {words[(i // 10) % 10]} {words[(i // 100) % 10]} {i}") for i in range(400)]
     store.upsert(items)
+    assert not any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())  # never built inside a write
     store.optimize()
     assert any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())
     hits = store.search(NS, items[123].text, kind="fact", k=5, mode="vector")
@@ -295,3 +296,16 @@ def test_optimize_gathers_scattered_namespaces_without_changing_them(tmp_path):
     after = {ns: [(h.item.id, h.item.text, round(h.score, 5)) for h in store.search(ns, "note tea chess", k=6, mode="vector")] for ns in (a, b)}
     assert after == before and store.count(a) == store.count(b) == 6
     assert store.optimize() == {"fact": 0, "insight": 0}  # nothing left to gather
+
+
+def test_namespaces_that_join_to_the_same_string_stay_apart(store):
+    """("a", "b\\x1fc") and ("a\\x1fb", "c") — and ("a", "b/c") vs ("a/b", "c") — are different namespaces."""
+    pairs = [(("a", "b\x1fc"), ("a\x1fb", "c")), (("a", "b/c"), ("a/b", "c")), (("a", 'b","c'), ("a", "b", "c"))]
+    for left, right in pairs:
+        store.upsert([fact("same-id", "drinks tea at five", ns=left)])
+        store.upsert([fact("same-id", "drinks coffee at six", ns=right)])
+        assert [i.text for i in store.list(left)] == ["drinks tea at five"]
+        assert [i.text for i in store.list(right)] == ["drinks coffee at six"]
+        store.delete(left, ["same-id"])
+        assert store.count(left) == 0 and store.count(right) == 1
+        assert [h.item.text for h in store.search(right, "coffee", mode="hybrid")] == ["drinks coffee at six"]

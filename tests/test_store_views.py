@@ -12,11 +12,11 @@ from langgraph.store.memory import InMemoryStore
 from typing_extensions import TypedDict
 
 from dualmem.errors import ConfigurationError
+from dualmem.retrieval.retriever import DualMemRetriever
+from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool, resolve_namespace
 from dualmem.schema import Fact, Insight, SourceRef
 from dualmem.stores import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
-from dualmem.stores.retriever import DualMemRetriever
-from dualmem.stores.tools import create_manage_memory_tool, create_search_memory_tool, resolve_namespace
 from dualmem.testing import HashEmbeddings
 
 NS = ("coach", "user")
@@ -161,3 +161,17 @@ def test_tools_run_in_a_tool_node(tmp_path):
     call = {"name": "search_memory", "args": {"query": "jazz"}, "id": "call-2"}
     out = graph.invoke({"messages": [AIMessage(content="", tool_calls=[call])]}, config=CFG)
     assert json.loads(out["messages"][-1].content)[0]["content"] == "listens to jazz on sundays"
+
+
+def test_tools_write_dual_memory_facts_through_the_graph_store(tmp_path):
+    """LangMem-style tools (``content``) on the server's store, in the dual memory's namespace, write facts."""
+    uri = str(tmp_path / "g")
+    dual_store = DualStore(uri, HashEmbeddings(32))
+    store = LanceDBStore(uri, dual=dual_store)
+    manage = create_manage_memory_tool(("dualmem", "mara", "{user_id}", "fact"), store=store)
+    key = manage.invoke({"content": "Alice started night shifts"}, config=CFG).split()[-1]
+    [fact] = dual_store.get(("mara", "alice"), [key])
+    assert fact.kind == "fact" and fact.text == "Alice started night shifts"
+    hits = json.loads(create_search_memory_tool(("dualmem", "mara", "{user_id}", "fact"), store=store).invoke({"query": "night shifts"}, config=CFG))
+    assert key in (hits[0].get("key"), hits[0].get("id"))
+    assert dual_store.count(("mara", "bob")) == 0  # nothing reaches another user's namespace

@@ -7,10 +7,10 @@ import re
 import pytest
 
 from dualmem.context import context_of
-from dualmem.graphs.write import awrite_history, builder, retry_failed, write_history
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import DualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
+from dualmem.writer.graph import awrite_history, builder, retry_failed, write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")
@@ -276,8 +276,8 @@ async def test_async_write_history(tmp_settings, store):
 
 def test_exported_graph_with_a_settings_dict_context(tmp_settings):
     from dualmem.errors import ConfigurationError
-    from dualmem.graphs.write import graph
     from dualmem.stores import LanceDBStore
+    from dualmem.writer.graph import graph
 
     context = {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chat_model": "fake:memory", "chunk_tokens": 40}
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
@@ -312,7 +312,7 @@ def test_checkpoints_hold_one_batch_not_the_whole_history(tmp_settings, store):
 
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from dualmem.graphs.write import BATCH_CHUNKS
+    from dualmem.writer.graph import BATCH_CHUNKS
 
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
     report = _run(tmp_settings, model, store, _sessions(BATCH_CHUNKS * 2 + 3), thread_id="long")

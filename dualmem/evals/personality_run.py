@@ -39,6 +39,7 @@ from dualmem.config import Settings
 from dualmem.datasets import load_dataset
 from dualmem.errors import ConfigurationError
 from dualmem.evals import incharacter as ic
+from dualmem.evals.graph import persona_store
 from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.personality import assess, interview
 from dualmem.evals.progress import progress_bars
@@ -47,7 +48,6 @@ from dualmem.evals.run import run_store
 from dualmem.evals.runners import RunOptions, ingest_session
 from dualmem.evals.runspec import OPERATIONAL, claim, data_stamp, fingerprint, read_run, recorded_settings, spec_of
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
-from dualmem.graphs.evaluate import persona_store
 from dualmem.models import load_chat_model, model_name
 from dualmem.schema import Persona, Session
 

@@ -27,6 +27,7 @@ from dualmem.datasets import KINDS
 from dualmem.errors import ConfigurationError
 from dualmem.evals import langsmith_adapter as ls
 from dualmem.evals.compare import compare_runs, write_comparison
+from dualmem.evals.graph import EvalRun, EvalState, dataset, graph
 from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.judges import judges_for
 from dualmem.evals.metrics import load_ragas_id_metrics
@@ -35,7 +36,6 @@ from dualmem.evals.reports import RECORDS, read_summary, write_report
 from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
 from dualmem.evals.runspec import OPERATIONAL, RunSpec, claim, data_stamp, recorded_settings, spec_of, write_run
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.graphs.evaluate import EvalRun, EvalState, dataset, graph
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
 

@@ -33,7 +33,6 @@ from typing import Any
 
 from dualmem.evals import metrics as m
 from dualmem.evals.journal import PersonaJournal
-from dualmem.evals.summary import category_name
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
 from dualmem.schema import DatasetItem, Query, Session, Turn
 
@@ -61,6 +60,16 @@ class RunOptions:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+
+
+def category_name(protocol: str | None, category: str | None) -> str | None:
+    """Return a query category by name (LoCoMo's numbers become multi-hop, temporal, …; names stay)."""
+    if category is None:
+        return None
+    return LOCOMO_CATEGORIES.get(str(category), str(category)) if protocol == "locomo" else str(category)
 
 
 def item_turn_ids(item: RetrievedItem) -> list[str]:

@@ -16,18 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dualmem.evals import metrics as m
+from dualmem.evals.runners import category_name, ragas_ids
 
 ROLEMEMO_SCALARS = ("fact_recall@10", "insight_recall@10")
-LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
-
-
-def category_name(protocol: str | None, category: str | None) -> str | None:
-    """Return a query category by name (LoCoMo's numbers become multi-hop, temporal, …; names stay)."""
-    if category is None:
-        return None
-    return LOCOMO_CATEGORIES.get(str(category), str(category)) if protocol == "locomo" else str(category)
-
-
 def group_label(record: Mapping[str, Any]) -> str | None:
     """Return the group a record is reported under: its task type (RoleMemo) or its category by name."""
     if record.get("task_type"):
@@ -124,7 +115,6 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
 
 def ragas_crosscheck(records: Sequence[Mapping[str, Any]], recall_k: int = 10) -> dict[str, Any]:
     """Recompute ID-based context recall/precision with ragas itself (micro mean) and check agreement."""
-    from dualmem.evals.runners import ragas_ids
 
     pairs = [p for r in records if r.get("scored", True) and (p := ragas_ids(dict(r), recall_k))]
     scored = m.ragas_id_scores_batch(pairs)

@@ -93,28 +93,25 @@ class AMemFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Add the session as notes: annotate, link to nearest notes, evolve neighbours."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id, report) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            chunks = session_chunks(session, self.note_tokens)
-            seq = self.space.count()
-            for index, turns in enumerate(tqdm(chunks, desc=f"amem {session.id}", disable=len(chunks) < 4, leave=False)):
-                note_id = stable_id(session.id, index, prefix="n")
-                if self.space.get([note_id]):  # written by an earlier (maybe interrupted) run
-                    continue
-                note: dict[str, Any] = {
-                    "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                    "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
-                    "links": [], "seq": seq, "evolved": 0,
-                }
-                changed = self._add_note(note, report)
-                self.space.put([note], [embed_text(note)], vectors=[note.pop("vector")])
-                self.space.put(changed, [embed_text(n) for n in changed])  # the store re-embeds changed texts only
-                seq += 1
-                report.items_written += 1
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
+
+    def _ingest(self, session: Session, report: IngestReport) -> None:
+        chunks = session_chunks(session, self.note_tokens)
+        seq = self.space.count()
+        for index, turns in enumerate(tqdm(chunks, desc=f"amem {session.id}", disable=len(chunks) < 4, leave=False)):
+            note_id = stable_id(session.id, index, prefix="n")
+            if self.space.get([note_id]):  # written by an earlier (maybe interrupted) run
+                continue
+            note: dict[str, Any] = {
+                "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
+                "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
+                "links": [], "seq": seq, "evolved": 0,
+            }
+            changed = self._add_note(note, report)
+            self.space.put([note], [embed_text(note)], vectors=[note.pop("vector")])
+            self.space.put(changed, [embed_text(n) for n in changed])  # the store re-embeds changed texts only
+            seq += 1
+            report.items_written += 1
 
     def _add_note(self, note: dict[str, Any], report: IngestReport) -> list[dict[str, Any]]:
         """Annotate ``note``, link it to its nearest notes and evolve them; return the neighbours changed."""

@@ -18,6 +18,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from dualmem.config import Settings
+from dualmem.prompts.respond import format_memory_lines, message_text, render_respond_messages
+from dualmem.retry import invoke_with_retry
 from dualmem.schema import Persona, Session
 
 
@@ -107,6 +109,7 @@ class MemoryFramework(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    forms_in_background: ClassVar[bool] = False  # chat exchanges join pending turns, written a chunk at a time (dualmem.chat)
 
     def __init__(self, context: FrameworkContext) -> None:
         self.context = context
@@ -127,14 +130,10 @@ class MemoryFramework(ABC):
 
     def memory_text(self, items: Sequence[RetrievedItem]) -> str:
         """Render retrieved items as the memory block of the reply prompt."""
-        from dualmem.frameworks.respond import items_text
-
         return items_text(items)
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer ``query`` in character from retrieved memory."""
-        from dualmem.frameworks.respond import answer_from_memory
-
         return answer_from_memory(self.context, query, self.memory_text(self.retrieve(query, k)))
 
     def reset(self) -> None:
@@ -152,3 +151,24 @@ class MemoryFramework(ABC):
     async def arespond(self, query: str, k: int = 10) -> str:
         """Async ``respond`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.respond, query, k)
+
+
+# --------------------------------------------------------------------------- the generic in-character reader
+# One prompt (dualmem.prompts.respond) and one chat model for all frameworks' default
+# ``respond``, so an evaluation compares memories, not prompts.
+
+
+def items_text(items: Sequence[RetrievedItem]) -> str:
+    """Render retrieved items as the memory block of the reply prompt."""
+    return format_memory_lines([{"text": i.text, "kind": i.kind, "session": i.source_session} for i in items])
+
+
+def answer_from_memory(context: FrameworkContext, query: str, memory: str) -> str:
+    """Answer ``query`` in character (``context.persona``) from a rendered memory block with the shared chat model."""
+    messages = render_respond_messages(context.persona, memory, query)
+    return message_text(invoke_with_retry(context.chat(), messages, policy=context.settings))
+
+
+def answer_from_items(context: FrameworkContext, query: str, items: Sequence[RetrievedItem]) -> str:
+    """Answer ``query`` in character from retrieved items (rendered generically)."""
+    return answer_from_memory(context, query, items_text(items))

@@ -117,13 +117,7 @@ class BookmarksFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's chunks (embedded) and move the point of the story to its end (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, self.meta(), report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, self.meta(), report))
 
     def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         ordinal = len(meta["sessions"]) + 1

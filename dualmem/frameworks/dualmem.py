@@ -30,6 +30,7 @@ class DualMemFramework(MemoryFramework):
 
     name = "dualmem"
     description = "persona-driven dual memory: facts + the persona's own insights citing them (this project)"
+    forms_in_background = True  # a chat's exchanges are written by the write graph's pending mode, a chunk at a time
 
     def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] | None = None) -> None:
         super().__init__(context)
@@ -44,7 +45,7 @@ class DualMemFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
-        from dualmem.graphs.write import write_history
+        from dualmem.writer.graph import write_history
 
         report = write_history(
             [session], self.persona, settings=self.context.settings, model=self.context.writer(), store=self.store,
@@ -72,7 +73,7 @@ class DualMemFramework(MemoryFramework):
         return self._emotion_recall(query, k, context)
 
     def _emotion_recall(self, query: str, k: int, context: Sequence[Any] | None) -> DualResult:
-        from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
+        from dualmem.writer.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
 
         s = self.context.settings
         check_strategy(s.emotion_strategy)

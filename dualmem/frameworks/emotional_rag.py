@@ -6,7 +6,7 @@ an 8-dimension emotion vector (joy, acceptance, fear, surprise, sadness,
 disgust, anger, anticipation; 1–10) scored by the shared chat model through
 structured output. At retrieval the query's emotion is scored too and the
 fragments are ranked by one of the four strategies of
-:mod:`dualmem.nodes.emotion` — C-A, C-M, S-S, S-E (the ``strategy`` argument,
+:mod:`dualmem.writer.emotion` — C-A, C-M, S-S, S-E (the ``strategy`` argument,
 else ``Settings.emotion_strategy``, else C-A). S-S and S-E use a pool of 20.
 
 A fragment whose emotion could not be scored is kept (emotional similarity 0)
@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import Space, record_failure, render_turn, session_chunks
-from dualmem.nodes.emotion import DEFAULT_POOL, check_strategy, rerank_scored, score_emotion
 from dualmem.schema import EMOTIONS, Session, stable_id
+from dualmem.writer.emotion import DEFAULT_POOL, check_strategy, rerank_scored, score_emotion
 
 
 class EmotionalRAGFramework(MemoryFramework):
@@ -57,13 +57,7 @@ class EmotionalRAGFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's fragments with their embeddings and emotion vectors (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
 
     def _ingest(self, session: Session, report: IngestReport) -> None:
         done = {f["id"] for f in self.space.records()}

@@ -39,19 +39,19 @@ class FullContextFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's turns verbatim (once: re-ingesting a session does nothing)."""
-        with self.space.once(session.id) as todo:
-            if not todo:
-                return IngestReport(session_id=session.id, meta={"skipped": "session already ingested"})
-            lines = [render_turn(t, session.time) for t in session.turns]
-            sizes = count_tokens_batch(lines) if lines else []
-            start = self.space.count()
-            turns = [
-                {"id": f"{session.id}/{t.id}", "turn_id": t.id, "session": session.id, "time": session.time, "role": t.role,
-                 "line": line, "tokens": size, "seq": start + i}
-                for i, (t, line, size) in enumerate(zip(session.turns, lines, sizes, strict=True))
-            ]  # fmt: skip
-            self.space.put(turns, lines, embed=False)  # never searched by meaning
-        return IngestReport(session_id=session.id, items_written=len(turns))
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
+
+    def _ingest(self, session: Session, report: IngestReport) -> None:
+        lines = [render_turn(t, session.time) for t in session.turns]
+        sizes = count_tokens_batch(lines) if lines else []
+        start = self.space.count()
+        turns = [
+            {"id": f"{session.id}/{t.id}", "turn_id": t.id, "session": session.id, "time": session.time, "role": t.role,
+             "line": line, "tokens": size, "seq": start + i}
+            for i, (t, line, size) in enumerate(zip(session.turns, lines, sizes, strict=True))
+        ]  # fmt: skip
+        self.space.put(turns, lines, embed=False)  # never searched by meaning
+        report.items_written = len(turns)
 
     def window(self) -> list[RetrievedItem]:
         """Return the turns inside the token window, oldest first."""
@@ -81,7 +81,7 @@ class FullContextFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the whole window (oldest first), whatever ``k``."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         return answer_from_items(self.context, query, self.window())
 

@@ -7,7 +7,7 @@
   (summaries, clocks, counters) items of the LangGraph store at the same
   folder, and ``once(session)`` ingests a session exactly once across writers
   and restarts (write lease + ledger).
-- :func:`session_chunks` — the writer's chunker (:func:`dualmem.nodes.chunking.split_turns`):
+- :func:`session_chunks` — the writer's chunker (:func:`dualmem.writer.chunking.split_turns`):
   whole turns up to a token budget, never splitting a turn.
 - :func:`ask` — a structured question to the chat model with repairs; a failure is
   recorded in the ingest report one way (``failed_chunks`` plus its reason).
@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,10 +24,10 @@ from langgraph.store.base import PutOp
 from pydantic import BaseModel
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport
-from dualmem.nodes.chunking import split_turns
 from dualmem.schema import Fact, Session, SourceRef, Turn
 from dualmem.structured import invoke_structured
 from dualmem.tokens import count_tokens
+from dualmem.writer.chunking import split_turns
 
 RECORD = "records"
 
@@ -179,6 +179,19 @@ class Space:
             yield True
             if report is None or not report.failed_chunks:
                 self.store.ledger.mark(self.namespace, unit, "applied", "")
+
+    def ingest_once(self, session_id: str, work: Callable[[IngestReport], None]) -> IngestReport:
+        """Run ``work`` on the session's report unless the session was ingested before (by any process).
+
+        The session is marked done only when ``work`` records no failure (see :meth:`once`).
+        """
+        report = IngestReport(session_id=session_id)
+        with self.once(session_id, report) as todo:
+            if todo:
+                work(report)
+            else:
+                report.meta["skipped"] = "session already ingested"
+        return report
 
     def drop(self) -> None:
         """Forget every record, value and ledger row of this namespace."""

@@ -181,13 +181,7 @@ class Mem0ClassicFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Run extraction and update on every exchange of the session not yet applied (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id, report) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
 
     def _ingest(self, session: Session, report: IngestReport) -> None:
         from rich.progress import Progress

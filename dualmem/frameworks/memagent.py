@@ -129,13 +129,7 @@ class MemAgentFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Read the session chunk by chunk, rewriting the memory after each chunk (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id, report) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, report))
 
     def _ingest(self, session: Session, report: IngestReport) -> None:
         from rich.progress import Progress
@@ -202,7 +196,7 @@ class MemAgentFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the question-focused memory (or the whole memory without the pass)."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         text = self.focus(query) if self.question_pass and self.memory else ""
         unit = "focused-memory" if text else "memory"

@@ -116,13 +116,7 @@ class MemoryBankFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's pieces and event summaries; update the global summary and portrait (once per session)."""
-        report = IngestReport(session_id=session.id)
-        with self.space.once(session.id) as todo:
-            if not todo:
-                report.meta["skipped"] = "session already ingested"
-                return report
-            self._ingest(session, self.meta(), report)
-        return report
+        return self.space.ingest_once(session.id, lambda report: self._ingest(session, self.meta(), report))
 
     def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         clock = self._advance_clock(session, meta["clock"], first=not meta["sessions"])
@@ -207,7 +201,7 @@ class MemoryBankFramework(MemoryFramework):
 
     def respond(self, query: str, k: int = 10) -> str:
         """Answer from the portrait, the global summary and the ``k`` retrieved memories."""
-        from dualmem.frameworks.respond import answer_from_items
+        from dualmem.frameworks.base import answer_from_items
 
         return answer_from_items(self.context, query, self.profile() + self.retrieve(query, k))
 

@@ -64,9 +64,11 @@ class RawTurnsFramework(MemoryFramework):
             for index, turn in enumerate(session.turns)
             if turn.role in self.roles and turn.text.strip()
         ]
-        if items:
-            self.store.upsert(items)
-        return IngestReport(session_id=session.id, items_written=len(items), meta={"framework": self.name})
+        stored = {i.id for i in self.store.get(self.namespace, [i.id for i in items])} if items else set()
+        new = [i for i in items if i.id not in stored]  # a session ingested before (any process) is not embedded again
+        if new:
+            self.store.upsert(new)
+        return IngestReport(session_id=session.id, items_written=len(new), meta={"framework": self.name, "already_stored": len(stored)})
 
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` turns that best match ``query`` (after the conversation ``context``), best first."""

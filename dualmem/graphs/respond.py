@@ -6,7 +6,10 @@ persona's insights, each insight with the facts it cites) with the recent
 turns as context (DualMem and ``raw-turns`` rank with the ``ranker`` setting,
 :mod:`dualmem.retrieval`, which reads them); ``reply`` calls the chat model through LangChain, so
 ``graph.stream(..., stream_mode="messages")`` yields its tokens; with
-``remember`` the exchange goes to the framework's ``ingest``. The store is
+``remember`` the exchange is handed to memory formation: for DualMem it joins
+the run's thread's pending turns in the store and is written in the
+background, a chunk at a time (:mod:`dualmem.chat.formation`); other
+frameworks ``ingest`` it. The store is
 ``runtime.store``: the server's, or the one :func:`respond` compiles with.
 
 Input: ``persona`` (dict) and either ``query`` or a last human message in
@@ -22,19 +25,20 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from langchain_core.messages import HumanMessage
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import END, START, StateGraph
 
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.frameworks.base import RetrievedItem
-from dualmem.nodes.respond import RespondInput, RespondState, remember, reply, retrieve, route_after_reply
+from dualmem.nodes.respond import RespondInput, RespondState, aremember, remember, reply, retrieve, route_after_reply
 from dualmem.schema import MemoryItem, Persona
 from dualmem.stores.dual import DualStore, ScoredItem
 
 builder = StateGraph(RespondState, context_schema=Context, input_schema=RespondInput)
 builder.add_node("retrieve", retrieve)
 builder.add_node("reply", reply)
-builder.add_node("remember", remember)
+builder.add_node("remember", RunnableCallable(remember, aremember, trace=False))
 builder.add_edge(START, "retrieve")
 builder.add_edge("retrieve", "reply")
 builder.add_conditional_edges("reply", route_after_reply, ["remember", END])
@@ -58,6 +62,7 @@ class Reply:
     text: str
     items: list[RetrievedItem] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
+    pending: dict[str, Any] = field(default_factory=dict)  # with remember: the thread's pending turns, the guard's flags
 
     @property
     def merged(self) -> list[ScoredItem]:
@@ -83,7 +88,7 @@ class Reply:
 def _call(
     query: str, persona: Persona | dict[str, Any], settings: Settings | dict[str, Any] | None, model: Any, store: DualStore | None,
     embeddings: Any, k: int | None, mode: str | None, history: Sequence[Any] | None, remember: bool,
-    namespace: Iterable[str] | None, writer_model: Any,
+    namespace: Iterable[str] | None, writer_model: Any, formation: Any = None,
 ) -> tuple[dict[str, Any], Context, Any]:
     from dualmem.models import load_chat_model
     from dualmem.prompts.respond import history_messages
@@ -95,7 +100,8 @@ def _call(
         models["chat"] = load_chat_model(model, ctx.settings, role="chat")
     if writer_model is not None:
         models["writer"] = load_chat_model(writer_model, ctx.settings, role="writer")
-    ctx = ctx.with_(models=models or None, embeddings=embeddings) if models or embeddings is not None else ctx
+    changes = {k: v for k, v in {"models": {**(ctx.models or {}), **models} if models else None, "embeddings": embeddings, "memory_formation": formation}.items() if v is not None}
+    ctx = ctx.with_(**changes) if changes else ctx
     db = store if store is not None else DualStore.from_settings(ctx.settings, embeddings)
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
     inputs: dict[str, Any] = {
@@ -111,7 +117,12 @@ def _call(
 
 
 def _reply(out: dict[str, Any]) -> Reply:
-    return Reply(out.get("reply", ""), [RetrievedItem(**i) for i in out.get("items") or []], list(out.get("written") or []))
+    items = [RetrievedItem(**i) for i in out.get("items") or []]
+    return Reply(out.get("reply", ""), items, list(out.get("written") or []), dict(out.get("pending") or {}))
+
+
+def _config(thread_id: str | None) -> dict[str, Any] | None:
+    return {"configurable": {"thread_id": thread_id}} if thread_id else None
 
 
 def respond(
@@ -128,10 +139,16 @@ def respond(
     remember: bool = False,
     namespace: Iterable[str] | None = None,
     writer_model: Any = None,
+    thread_id: str | None = None,
+    formation: Any = None,
 ) -> Reply:
-    """Answer ``query`` in character from memory; ``remember`` writes the exchange back."""
-    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(runnable.invoke(cast(Any, inputs), context=ctx))
+    """Answer ``query`` in character from memory; ``remember`` hands the exchange to memory formation.
+
+    ``thread_id`` names the chat (its pending turns are written together, a chunk at a time);
+    ``formation``: where they are written (default: by ``settings.formation``, this process's executor).
+    """
+    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
+    return _reply(runnable.invoke(cast(Any, inputs), _config(thread_id), context=ctx))
 
 
 async def arespond(
@@ -148,7 +165,9 @@ async def arespond(
     remember: bool = False,
     namespace: Iterable[str] | None = None,
     writer_model: Any = None,
+    thread_id: str | None = None,
+    formation: Any = None,
 ) -> Reply:
     """Async :func:`respond` (same graph)."""
-    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model)
-    return _reply(await runnable.ainvoke(cast(Any, inputs), context=ctx))
+    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
+    return _reply(await runnable.ainvoke(cast(Any, inputs), _config(thread_id), context=ctx))

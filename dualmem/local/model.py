@@ -16,7 +16,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
-from dualmem.local import llamacpp
+import dualmem.local.llamacpp as llamacpp
 from dualmem.local.bundled import (
     CONTEXT_TOKENS,
     LOCAL_MODELS,

@@ -12,6 +12,7 @@ dicts (:class:`~dualmem.frameworks.base.RetrievedItem` fields).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
@@ -23,7 +24,7 @@ from typing_extensions import TypedDict
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
-from dualmem.prompts.respond import render_respond_messages
+from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
 
@@ -48,14 +49,7 @@ class RespondState(RespondInput, total=False):
     items: list[dict[str, Any]]
     reply: str
     written: list[dict[str, Any]]
-
-
-def message_text(message: Any) -> str:
-    """Return the text of a model answer (string content or content blocks)."""
-    content = getattr(message, "content", message)
-    if isinstance(content, list):
-        return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content).strip()
-    return str(content).strip()
+    pending: dict[str, Any]
 
 
 def persona_of(state: RespondState) -> Persona:
@@ -141,14 +135,59 @@ def exchange_session(persona: Persona, query: str, reply: str, earlier: list[str
     )
 
 
-def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Hand the exchange to the memory framework's ``ingest`` (DualMem: the writer, through the persona)."""
+def _exchange(state: RespondState) -> tuple[list[str], tuple[str | None, str | None]]:
+    """Return the user's messages before this exchange (the guard's context) and the exchange's message ids."""
+    messages = list(state.get("messages") or [])
+    said = [message_text(m) for m in messages if isinstance(m, HumanMessage)]
+    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
+    asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    answered = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
+    return earlier, (getattr(asked, "id", None), getattr(answered, "id", None))
+
+
+def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any] | None:
+    """Return the hand-over of a framework that forms memory in the background (None: it ingests the exchange)."""
+    from dualmem.chat.exchange import exchange_handover, formation_for
+
     ctx = context_of(runtime)
     persona, namespace = persona_of(state), tuple(state["namespace"])
-    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
-    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
+    if not memory_of(ctx, runtime, namespace, persona).forms_in_background:
+        return None
+    earlier, ids = _exchange(state)
+    request, turns, flags = exchange_handover(ctx, runtime, namespace, persona, (state["query"], state["reply"]), earlier, ids)
+    return request, turns, flags, ctx.memory_formation or formation_for(ctx.settings, runtime)
+
+
+def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = context_of(runtime)
+    persona, namespace = persona_of(state), tuple(state["namespace"])
+    earlier, _ = _exchange(state)
     report = memory_of(ctx, runtime, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"], earlier))
     return {"written": list(report.meta.get("rows") or [asdict(report)])}
+
+
+def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Hand the exchange to memory formation (DualMem: pending turns of the thread, written in the background), else ``ingest`` it."""
+    from dualmem.chat.exchange import pending_state
+    from dualmem.chat.formation import hand_over
+
+    handover = _handover(state, runtime)
+    if handover is None:
+        return _ingest(state, runtime)
+    request, turns, flags, formation = handover
+    return {"written": [], "pending": pending_state(request, hand_over(request, turns, formation), flags)}
+
+
+async def aremember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Async :func:`remember` (on the LangGraph server the write run is scheduled in process)."""
+    from dualmem.chat.exchange import pending_state
+    from dualmem.chat.formation import ahand_over
+
+    handover = await asyncio.to_thread(_handover, state, runtime)
+    if handover is None:
+        return await asyncio.to_thread(_ingest, state, runtime)
+    request, turns, flags, formation = handover
+    return {"written": [], "pending": pending_state(request, await ahand_over(request, turns, formation), flags)}
 
 
 def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:

@@ -36,6 +36,14 @@ MAX_WORDS = 150
 HISTORY_MESSAGES = 12
 
 
+def message_text(message: Any) -> str:
+    """Return the text of a model answer (string content or content blocks)."""
+    content = getattr(message, "content", message)
+    if isinstance(content, list):
+        return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content).strip()
+    return str(content).strip()
+
+
 def format_memory_lines(items: Sequence[Mapping[str, Any]]) -> str:
     """Render generic retrieved items (``text``, ``kind``, optional ``session``) as a list."""
     if not items:
@@ -89,6 +97,14 @@ def history_messages(history: Sequence[Any] | None, limit: int = HISTORY_MESSAGE
     return out[-limit:] if limit else []
 
 
+def render_respond_system(persona: Persona | None, memory_text: str, *, max_words: int = MAX_WORDS) -> str:
+    """Return the reply prompt's system text: who the persona is, what it remembers, how to answer."""
+    name = persona.name if persona else "the user's companion"
+    return RESPOND_SYSTEM.format(
+        name=name, persona=persona.render() if persona else NO_PERSONA, memory=memory_text or NO_MEMORY, max_words=max_words
+    )
+
+
 def render_respond_messages(
     persona: Persona | None,
     memory_text: str,
@@ -98,8 +114,5 @@ def render_respond_messages(
     max_words: int = MAX_WORDS,
 ) -> list[BaseMessage]:
     """Return the reply prompt: system (persona + memory), recent turns, the user's message."""
-    name = persona.name if persona else "the user's companion"
-    system = RESPOND_SYSTEM.format(
-        name=name, persona=persona.render() if persona else NO_PERSONA, memory=memory_text or NO_MEMORY, max_words=max_words
-    )
+    system = render_respond_system(persona, memory_text, max_words=max_words)
     return [SystemMessage(content=system), *history_messages(history), HumanMessage(content=query)]

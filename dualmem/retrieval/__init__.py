@@ -8,14 +8,31 @@
   :mod:`~dualmem.retrieval.lexical` — what the ranker reads;
 - :mod:`~dualmem.retrieval.context` — the recent turns a caller passes as ``context``;
 - :mod:`~dualmem.retrieval.weights` — the weights file (the shipped ``learned`` one or your own);
-- :mod:`~dualmem.retrieval.fit`, :mod:`~dualmem.retrieval.examples` — fitting
-  weights on RealMem / LoCoMo queries, leave one persona or conversation out;
+- :mod:`~dualmem.retrieval.fit` — fitting weights on labelled queries, leave one
+  persona or conversation out (:mod:`dualmem.evals.ranker_examples` builds them
+  from RealMem and LoCoMo);
+- :mod:`~dualmem.retrieval.retriever`, :mod:`~dualmem.retrieval.tools` — the
+  LangChain retriever and the memory tools (search ranks dual memory);
 - :mod:`~dualmem.retrieval.cache` — a disk cache of embeddings (benchmarks).
 """
 
 from dualmem.retrieval.cache import CachedEmbeddings, EmbeddingCache
 from dualmem.retrieval.context import ContextTurn, context_turns
 from dualmem.retrieval.pipeline import Ranker, rank
+from dualmem.retrieval.retriever import DualMemRetriever
+from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool
 from dualmem.retrieval.weights import RankerWeights, load_weights
 
-__all__ = ["CachedEmbeddings", "ContextTurn", "EmbeddingCache", "Ranker", "RankerWeights", "context_turns", "load_weights", "rank"]
+__all__ = [
+    "CachedEmbeddings",
+    "ContextTurn",
+    "DualMemRetriever",
+    "EmbeddingCache",
+    "Ranker",
+    "RankerWeights",
+    "context_turns",
+    "create_manage_memory_tool",
+    "create_search_memory_tool",
+    "load_weights",
+    "rank",
+]

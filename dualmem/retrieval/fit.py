@@ -4,7 +4,7 @@
    (:meth:`~dualmem.retrieval.pipeline.Ranker.prepare`) for each
    :class:`Example`: a query, its conversation context, what the store showed
    when it was asked (``filter``: e.g. only the sessions before it), and its
-   relevant item ids or sessions (:mod:`dualmem.retrieval.examples` builds them
+   relevant item ids or sessions (:mod:`dualmem.evals.ranker_examples` builds them
    from RealMem and LoCoMo);
 2. :func:`fit` learns one weight per feature with a listwise loss: a softmax
    over each query's candidates, ``-log`` of the probability mass on its
@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from dualmem.evals.metrics import dcg
 from dualmem.retrieval.features import FEATURES, features
 from dualmem.retrieval.pipeline import KINDS, Ranker, order
 from dualmem.retrieval.weights import RankerWeights
@@ -95,6 +94,12 @@ def collect(
         out.append(Collected(ex.group, ex.id, features(cands, q).astype(np.float32), y, cands.session.astype(np.int32),
                              unit, max(1, n_gold), dict(ex.meta)))
     return out
+
+
+def dcg(relevance: Sequence[float], k: int) -> float:
+    """Return DCG@k as RealMem computes it, and :func:`dualmem.evals.metrics.dcg`: rel_1 + sum_{i>=2} rel_i / log2(i)."""
+    rel = list(relevance)[:k]
+    return float(rel[0] + sum(r / np.log2(i) for i, r in enumerate(rel[1:], start=2))) if rel else 0.0
 
 
 def score(c: Collected, w: np.ndarray, max_per_session: int = 0, cap_after: int = 0) -> dict[str, float]:

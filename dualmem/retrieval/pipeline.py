@@ -29,8 +29,11 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +44,7 @@ from dualmem.retrieval.candidates import Candidates, from_snapshots
 from dualmem.retrieval.context import context_turns
 from dualmem.retrieval.features import QueryInput, features
 from dualmem.retrieval.lexical import query_terms
-from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights
+from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights, shipped_path
 from dualmem.schema import MemoryKind
 from dualmem.stores._rows import row_to_item
 from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
@@ -108,15 +111,18 @@ class Ranker:
         self.max_per_session = cap if max_per_session is None or max_per_session < 0 else max_per_session
         self.cap_after = self.weights.cap_after if self.weights is not None else 0
         self.context_turns = context_turns
-        self._memo: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+        self._memo: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
         self._memo_size = memo
         self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Ranker:
-        """Return the ranker the settings select (``ranker``, ``ranker_max_per_session``, ``ranker_context_turns``)."""
+        """Return the ranker the settings select (``ranker``, ``ranker_max_per_session``, ``ranker_context_turns``):
+        one instance per choice in the process, so the context turns it embedded are remembered across callers."""
         s = Settings.resolve(settings)
-        return cls(s.ranker, max_per_session=s.ranker_max_per_session, context_turns=s.ranker_context_turns)
+        path = shipped_path() if s.ranker == LEARNED else Path(s.ranker).expanduser()
+        stamp = path.stat().st_mtime_ns if s.ranker not in PLAIN and path.is_file() else 0
+        return _shared(s.ranker, s.ranker_max_per_session, s.ranker_context_turns, stamp)
 
     # ------------------------------------------------------------------ public
 
@@ -238,20 +244,23 @@ class Ranker:
     # ------------------------------------------------------------------ internals
 
     def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
-        """Return unit vectors of ``texts`` (the query first), embedding only those not remembered."""
-        owner = id(store.embeddings)
+        """Return unit vectors of ``texts`` (the query first), embedding only the context turns not remembered."""
+        embeddings = store.embeddings
         with self._lock:
-            known = {t: self._memo[(owner, t)] for t in texts[1:] if (owner, t) in self._memo}
+            try:
+                memo = self._memo.setdefault(embeddings, OrderedDict())
+            except TypeError:  # an embedder that cannot be weakly referenced: nothing remembered
+                memo = OrderedDict()
+            known = {t: memo[t] for t in texts[1:] if t in memo}
         todo = [texts[0]] + [t for t in dict.fromkeys(texts[1:]) if t not in known]
-        fresh = [store.embeddings.embed_query(todo[0])]
+        fresh = [embeddings.embed_query(todo[0])]
         if len(todo) > 1:
-            fresh += store.embeddings.embed_documents(todo[1:])
+            fresh += embeddings.embed_documents(todo[1:])
         vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo[1:], fresh[1:], strict=True)}
         with self._lock:
-            for t, v in vectors.items():
-                self._memo[(owner, t)] = v
-            while len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
+            memo.update(vectors)
+            while len(memo) > self._memo_size:
+                memo.popitem(last=False)
         return np.stack([_unit(np.asarray(fresh[0], dtype=np.float32)), *({**known, **vectors}[t] for t in texts[1:])])
 
     @staticmethod
@@ -280,6 +289,11 @@ def rank(
     """Return the ``k`` best items of ``namespace`` for ``query`` with ``ranker`` (default: the settings' ranker)."""
     chosen = ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings(settings)
     return chosen.rank(store, namespace, query, k, context=context, kinds=kinds, filter=filter)
+
+
+@lru_cache(maxsize=32)
+def _shared(spec: str, max_per_session: int, context_turns: int, stamp: int) -> Ranker:  # noqa: ARG001 - the file's stamp keys the cache
+    return Ranker(spec, max_per_session=max_per_session, context_turns=context_turns)
 
 
 def _check_kinds(kinds: Sequence[MemoryKind] | str) -> list[MemoryKind]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from dualmem.stores import _lance as L
+import dualmem.stores._lance as L
 from dualmem.stores._sql import ns_eq_sql, ns_parse
 
 MAX_RUNS = 4  # a namespace whose rows form more runs than this (and more than one run per 1,000 rows) is gathered

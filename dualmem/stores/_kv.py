@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import dualmem.stores._lance as L
 from dualmem.schema import stable_id
-from dualmem.stores import _lance as L
 from dualmem.stores._sql import and_all, ns_key, ns_parse, sql_in
 
 ITEMS, VECTORS = "lg_items", "lg_vectors"

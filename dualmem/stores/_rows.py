@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import dualmem.stores._lance as L
 from dualmem.schema import EMOTIONS, MemoryItem, SourceRef, utcnow
-from dualmem.stores import _lance as L
 from dualmem.stores._sql import ns_key, ns_parse, row_key
 
 TS = pa.timestamp("us", tz="UTC")

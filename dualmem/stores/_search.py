@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dualmem.stores import _lance as L
-from dualmem.stores import _vcache
+import dualmem.stores._lance as L
+import dualmem.stores._vcache as _vcache
 from dualmem.stores._rows import ITEM_COLUMNS
 from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, rrf_fuse
 

@@ -17,8 +17,9 @@ one namespace take turns through its write lease; the writer and the
 baselines apply each unit of work once through the ledger.
 
 Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``
-and ``status``, native full-text on ``text``, and an IVF vector index once a
-table holds ``vector_index_min_rows`` rows. Rows written after an index was
+and ``status``, native full-text on ``text``, and an IVF vector index built by
+``optimize()`` (``dualmem maintain``) once a table holds ``vector_index_min_rows``
+rows, never inside a write (at a million rows it takes minutes). Rows written after an index was
 built are still searched; ``optimize()`` folds them in (and runs by itself
 before a full-text search once enough accumulate). Hybrid search fuses the
 vector and full-text rankings by reciprocal rank (``1 / (60 + rank)``).
@@ -35,17 +36,16 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
 from langchain_core.embeddings import Embeddings
 
+import dualmem.stores._lance as L
+import dualmem.stores._vcache as _vcache
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind, utcnow
-from dualmem.stores import _lance as L
-from dualmem.stores import _vcache
 from dualmem.stores._rows import ITEM_COLUMNS, PK_SQL, item_schema, item_to_row, row_to_item
 from dualmem.stores._search import Snapshot, TableSearch
 from dualmem.stores._sql import (
@@ -62,6 +62,7 @@ from dualmem.stores._sql import (
 )
 from dualmem.stores.leases import Lease, Leases
 from dualmem.stores.ledger import Ledger
+from dualmem.stores.results import DualResult, ScoredItem
 
 SearchMode = Literal["hybrid", "vector", "fts"]
 Namespace = tuple[str, ...]
@@ -69,24 +70,6 @@ TABLES: dict[str, str] = {"fact": "facts", "insight": "insights"}
 INDEXES = {"pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "status": "BITMAP", "event_time": "BTREE", "text": "FTS"}
 # fields a structured ``filter`` may name (public key -> column)
 FILTERABLE = {"id": "id", "session_id": "session_id", "chunk_id": "chunk_id", "event_time": "event_time", "status": "status"}
-
-
-@dataclass
-class ScoredItem:
-    """A memory item with its search score (higher is better)."""
-
-    item: MemoryItem
-    score: float
-
-
-@dataclass
-class DualResult:
-    """Facts and insights for one query; each insight expanded with the facts it cites."""
-
-    facts: list[ScoredItem] = field(default_factory=list)
-    insights: list[ScoredItem] = field(default_factory=list)
-    grounding: dict[str, list[MemoryItem]] = field(default_factory=dict)
-    merged: list[ScoredItem] = field(default_factory=list)
 
 
 class DualStore:
@@ -233,8 +216,6 @@ class DualStore:
                 moved = sql_in("pk", [r["pk"] for r in mine])
                 if not as_given and self._tables[other].count_rows(moved):  # an id that changed kind leaves the other table
                     self._commit(other, nskey, lambda o=other, w=moved: self._tables[o].delete(w), {r["id"] for r in mine}, [])
-            if table.count_rows() >= self.vector_index_min_rows and not L.has_index(table, "vector"):
-                L.build_vector_index(table, table.count_rows())
 
     def supersede(self, namespace: Namespace, ids: Sequence[str], kind: MemoryKind | None = None) -> None:
         """Mark items of ``namespace`` (of ``kind``, when known) superseded (kept for history, hidden from search)."""
@@ -366,29 +347,15 @@ class DualStore:
         rows = self._searchers[self._kinds(kind)[0]].vector_rows(vector, k, scope, ["id"])
         return [(r["id"], 1.0 - r["_distance"]) for r in rows]
 
-    def snapshot(
-        self,
-        namespace: Namespace,
-        kind: MemoryKind,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002
-        since: str | None = None,
-        until: str | None = None,
-    ) -> Snapshot | None:
-        """Return the namespace's active ``kind`` items with their unit vectors at the table's latest version
-        (what rankers compute features from); None when it holds over ``flat_search_max_rows`` items."""
+    def snapshot(self, namespace: Namespace, kind: MemoryKind, filter: Mapping[str, Any] | None = None,  # noqa: A002
+                 since: str | None = None, until: str | None = None) -> Snapshot | None:
+        """Return the namespace's active ``kind`` items and unit vectors at the table's latest version (what rankers
+        compute features from); None when it holds over ``flat_search_max_rows`` items."""
         scope = Scope(tuple(namespace), "active", filter_sql(filter, FILTERABLE), since, until)
         return self._searchers[self._kinds(kind)[0]].snapshot(scope)
 
-    def dual_search(
-        self,
-        namespace: Namespace,
-        query: str,
-        k_facts: int = 10,
-        k_insights: int = 10,
-        mode: SearchMode = "hybrid",
-        merged: bool = False,
-        expand: bool = True,
-    ) -> DualResult:
+    def dual_search(self, namespace: Namespace, query: str, k_facts: int = 10, k_insights: int = 10, mode: SearchMode = "hybrid",
+                    merged: bool = False, expand: bool = True) -> DualResult:
         """Search facts and insights; expand insights with their cited facts (same namespace)."""
         vector = None if mode == "fts" else self.embeddings.embed_query(query)
         if merged:

@@ -53,9 +53,9 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
+import dualmem.stores._lance as L
 from dualmem.config import Settings
 from dualmem.schema import utcnow
-from dualmem.stores import _lance as L
 from dualmem.stores._coalesce import Coalescer
 from dualmem.stores._kv import KVTables, expiry, item_id, value_json
 from dualmem.stores._match import matches

@@ -28,8 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 
+import dualmem.stores._lance as L
 from dualmem.errors import DualMemError
-from dualmem.stores import _lance as L
 from dualmem.stores._sql import ns_key, sql_str
 
 TABLE = "write_leases"

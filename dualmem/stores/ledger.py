@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+import dualmem.stores._lance as L
 from dualmem.schema import stable_id, utcnow
-from dualmem.stores import _lance as L
 from dualmem.stores._sql import and_all, ns_eq_sql, ns_key, sql_str
 
 TABLE = "chunk_ledger"

@@ -17,6 +17,7 @@ one scale. Facts and insights do not expire: they are superseded instead.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -100,6 +101,8 @@ class MemoryView:
             value["text"] = text
         if not str(value.get("text") or "").strip():
             raise ConfigurationError(f"a memory item needs `text` (or `content`); got keys {sorted(op.value)}")
+        if op.ttl is not None:
+            _warn_ttl_once()
         old = self.dual.get(ns, [op.key])
         if old:
             merged = old[0].model_dump(mode="json", exclude={"namespace", "id", "kind"})
@@ -120,3 +123,19 @@ class MemoryView:
     def namespaces(self) -> list[tuple[str, ...]]:
         """Return the store namespaces of every memory namespace that holds items."""
         return [(self.label, *ns, kind) for kind in KINDS for ns in self.dual.namespaces(kind=kind) if len(ns) == 2]
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_ttl_once() -> None:
+    """Warn once per process that a TTL reached a memory item: facts and insights do not expire."""
+    if "ttl" in _WARNED:
+        return
+    _WARNED.add("ttl")
+    warnings.warn(
+        "TTL does not apply to DualMem facts and insights: they are kept until the writer supersedes or deletes "
+        "them (the store's key-value items do expire); the ttl of this put is ignored",
+        UserWarning,
+        stacklevel=5,
+    )

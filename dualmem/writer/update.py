@@ -11,7 +11,7 @@ Rules (each rejected op is recorded with its reason, never dropped silently):
   replayed plan writes the same rows;
 - at most ``max_ops`` operations per chunk, in answer order (facts first); the
   rest are rejected ("over the cap …");
-- the memory-poisoning guard (:func:`dualmem.nodes.guard.screen`) runs before
+- the memory-poisoning guard (:func:`dualmem.writer.guard.screen`) runs before
   the rules above: a fact drawn from a request to change the persona's memory
   is kept as a request fact (``meta.guard``), which no insight may cite (nor
   one of an earlier chunk, shown in the view); an insight repeating a request
@@ -30,11 +30,11 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from typing_extensions import TypedDict
 
-from dualmem.nodes import guard
-from dualmem.nodes.chunking import Chunk
-from dualmem.nodes.recall import View, ViewEntry
 from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
 from dualmem.vectors import cosine
+from dualmem.writer import guard
+from dualmem.writer.chunking import Chunk
+from dualmem.writer.recall import View, ViewEntry
 
 
 class Plan(TypedDict):

@@ -16,11 +16,11 @@ REALMEM_SOPHIE = Path("..") / "shared" / "data" / "realmem" / "Sophie_Dubois_dia
 
 def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2, console: Console | None = None) -> dict[str, Any]:
     """Ingest the sample (and a RealMem prefix when present), answer its queries, print everything."""
-    from dualmem.cli import _print_memory
+    from dualmem.cli.common import _print_memory
     from dualmem.datasets import load_dataset, load_sample
     from dualmem.graphs.respond import respond
-    from dualmem.graphs.write import write_history
     from dualmem.stores.personas import save_persona
+    from dualmem.writer.graph import write_history
 
     console = console or Console()
     root = Path(store)

@@ -1,9 +1,11 @@
 """The recurrent memory writer graph: history → chunks → write each chunk exactly once → report.
 
-Nodes live in :mod:`dualmem.nodes.write`: ``prepare`` cuts the sessions into
-chunks, ``write`` writes one chunk through the persona (under the namespace's
-write lease, with the pending-plan ledger) and loops. The graph reads its
-store from ``runtime.store`` — the server's (``langgraph.json``), or the one
+Nodes live in :mod:`dualmem.writer.nodes`: ``prepare`` cuts the sessions into
+chunks (or seals a chat thread's pending turns: ``pending``), ``write`` writes
+one chunk through the persona (under the namespace's write lease, with the
+pending-plan ledger) and loops, ``settle`` removes a chat thread's written
+turns (:mod:`dualmem.chat.formation`). The graph reads its store from
+``runtime.store`` — the server's (``langgraph.json``), or the one
 :func:`write_history` compiles it with — and its context is
 :class:`~dualmem.context.Context` (any setting per run; ``langgraph dev``
 passes a dict). A killed run, in any process, resumes where it stopped: applied
@@ -28,20 +30,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
-from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.nodes.write import WriteInput, WriteReport, WriteState, failed_rows, prepare, route, write
 from dualmem.preflight import check_file_path, check_model, needs_check
 from dualmem.resume import arun_resumable, run_resumable
 from dualmem.schema import Dialogue, Persona, Session, stable_id
 from dualmem.stores.dual import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
+from dualmem.writer.chunking import Chunk, as_sessions, chunk_sessions
+from dualmem.writer.nodes import WriteInput, WriteReport, WriteState, failed_rows, prepare, route, settle, write
 
 builder = StateGraph(WriteState, context_schema=Context, input_schema=WriteInput)
 builder.add_node("prepare", prepare)
 builder.add_node("write", write)
+builder.add_node("settle", settle)
 builder.add_edge(START, "prepare")
-builder.add_conditional_edges("prepare", route, ["write", END])
-builder.add_conditional_edges("write", route, ["write", END])
+builder.add_conditional_edges("prepare", route, ["write", "settle", END])
+builder.add_conditional_edges("write", route, ["write", "settle", END])
+builder.add_edge("settle", END)
 graph = builder.compile()
 graph.name = "write"
 

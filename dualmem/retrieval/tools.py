@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from langgraph.store.base import BaseStore
 
 from dualmem.errors import ConfigurationError
+from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import Fact, MemoryKind
 from dualmem.stores.dual import DualStore, ScoredItem
-
-if TYPE_CHECKING:
-    from dualmem.retrieval.pipeline import Ranker
+from dualmem.stores.langgraph_store import LanceDBStore
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 
@@ -105,8 +104,6 @@ def _dual_target(target: BaseStore | DualStore, ns: tuple[str, ...]) -> tuple[Du
     """Return (dual store, memory namespace, kinds) when ``ns`` names dual memory, else None."""
     if isinstance(target, DualStore):
         return target, ns, KINDS
-    from dualmem.stores.langgraph_store import LanceDBStore
-
     if isinstance(target, LanceDBStore) and len(ns) == 4 and ns[0] == target.memory_label and ns[3] in KINDS:
         return target.dual, ns[1:3], (ns[3],)  # type: ignore[return-value]
     return None
@@ -124,8 +121,6 @@ def create_search_memory_tool(
     chosen: list[Ranker] = []
 
     def _ranker() -> Ranker:
-        from dualmem.retrieval.pipeline import Ranker  # the retrieval package reads stores: imported on use
-
         if not chosen:
             chosen.append(ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings())
         return chosen[0]

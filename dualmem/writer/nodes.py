@@ -1,11 +1,14 @@
 """Nodes of the writer graph: cut the history into chunks, write them one by one exactly once.
 
 ``prepare`` chunks the sessions (or takes ready ``chunks``, or the failed ones
-with ``retry_failed``); ``write`` writes the chunk at ``cursor`` through
-:func:`dualmem.nodes.writer.write_chunk` (under the namespace's write lease, with
+with ``retry_failed``, or, with ``pending: {"thread", "flush"}``, seals a chat
+thread's pending turns into chunks: :mod:`dualmem.chat.formation`); ``write`` writes the chunk at ``cursor`` through
+:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease, with
 the pending-plan ledger) and records its report row; ``route`` loops. A chunk
 whose answer stays malformed after the repairs, or whose model call fails, is
-recorded in ``failed_chunks`` with its reason — never dropped.
+recorded in ``failed_chunks`` with its reason — never dropped. In pending mode
+``settle`` then removes the written turns from the thread and reports what is
+left (``formed``).
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from dualmem.context import Context, context_of
-from dualmem.nodes.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.nodes.writer import write_chunk
 from dualmem.schema import Persona
+from dualmem.writer.chunking import Chunk, as_sessions, chunk_sessions
+from dualmem.writer.core import write_chunk
+from dualmem.writer.sealing import settle_pending, take_pending
 
 
 def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -34,12 +38,20 @@ def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | 
     return list(rows.values())
 
 
+class PendingJob(TypedDict, total=False):
+    """A chat thread whose pending turns to write (``flush``: the last, unfinished chunk too)."""
+
+    thread: str
+    flush: bool
+
+
 class WriteInput(TypedDict, total=False):
-    """Input of the writer graph: persona, sessions (or ready chunks), optional namespace or ``retry_failed``."""
+    """Input of the writer graph: persona, sessions (or ready chunks, or a chat thread's pending turns), optional namespace or ``retry_failed``."""
 
     persona: dict[str, Any]
     sessions: list[dict[str, Any]]
     chunks: list[Chunk]
+    pending: PendingJob | None
     namespace: list[str]
     retry_failed: bool
 
@@ -50,6 +62,7 @@ class WriteState(WriteInput, total=False):
     cursor: int
     report: Annotated[list[dict[str, Any]], merge_rows]
     failed_chunks: Annotated[list[dict[str, Any]], merge_rows]
+    formed: dict[str, Any]
 
 
 def namespace_of(state: WriteState, ctx: Context) -> tuple[str, ...]:
@@ -60,7 +73,7 @@ def namespace_of(state: WriteState, ctx: Context) -> tuple[str, ...]:
 
 
 def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Chunk the sessions (or take the given chunks, or the failed ones when ``retry_failed``)."""
+    """Chunk the sessions (or take the given chunks, the failed ones when ``retry_failed``, or a chat thread's pending turns)."""
     ctx = context_of(runtime)
     namespace = namespace_of(state, ctx)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
@@ -69,6 +82,9 @@ def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
         failed = [f for f in state.get("failed_chunks") or [] if f.get("chunk")]
         drops = [{"chunk_id": f["chunk_id"], "drop": True} for f in failed]
         return {**update, "chunks": [f["chunk"] for f in failed], "retry_failed": False, "failed_chunks": drops}
+    if state.get("pending"):
+        return {**update, **take_pending(dict(state), runtime, namespace)}
+    update["pending"] = None
     if state.get("sessions"):
         return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.chunk_tokens)}
     return {**update, "chunks": list(state.get("chunks") or [])}
@@ -89,9 +105,16 @@ def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     return update
 
 
-def route(state: WriteState) -> Literal["write", "__end__"]:
-    """Go on with the next chunk, or end."""
-    return "write" if state.get("cursor", 0) < len(state.get("chunks") or []) else "__end__"
+def settle(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Remove the chat thread's turns whose chunks are applied; report what it still has pending."""
+    return settle_pending(dict(state), runtime)
+
+
+def route(state: WriteState) -> Literal["write", "settle", "__end__"]:
+    """Go on with the next chunk, or settle a chat thread's written turns, or end."""
+    if state.get("cursor", 0) < len(state.get("chunks") or []):
+        return "write"
+    return "settle" if state.get("pending") else "__end__"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""LangChain retriever over the dual store: facts and insights as ``Document``s, ranked by :mod:`dualmem.retrieval`."""
+"""LangChain retriever over the dual store: facts and insights as ``Document``s, ranked by the retrieval pipeline."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
+from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, MemoryKind
 from dualmem.stores.dual import DualStore, ScoredItem, SearchMode
 
@@ -42,9 +43,7 @@ class DualMemRetriever(BaseRetriever):
     merged: bool = False
     expand: bool = True
 
-    def _ranker(self) -> Any:
-        from dualmem.retrieval.pipeline import Ranker  # the retrieval package reads stores: imported on use
-
+    def _ranker(self) -> Ranker:
         if not isinstance(self.ranker, Ranker):
             spec = self.ranker or self.mode
             self.ranker = Ranker(spec) if spec else Ranker.from_settings()

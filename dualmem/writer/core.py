@@ -23,14 +23,14 @@ from langchain_core.messages import BaseMessage
 from typing_extensions import TypedDict
 
 from dualmem.context import Context
-from dualmem.nodes.chunking import Chunk
-from dualmem.nodes.recall import View, recall_view, view_text
-from dualmem.nodes.update import Plan, plan_update
 from dualmem.prompts.writer import render_writer_messages
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona
 from dualmem.stores.dual import DualStore, Namespace
 from dualmem.structured import Structured, invoke_structured
 from dualmem.tokens import count_tokens
+from dualmem.writer.chunking import Chunk
+from dualmem.writer.recall import View, recall_view, view_text
+from dualmem.writer.update import Plan, plan_update
 
 
 class MemoEmbeddings(Embeddings):
@@ -118,7 +118,7 @@ def score_emotions(ctx: Context, plan: Plan) -> list[str]:
 
     Returns the ids whose scoring failed after the repairs (kept without emotion, reported).
     """
-    from dualmem.nodes.emotion import score_emotion
+    from dualmem.writer.emotion import score_emotion
 
     failed = []
     for row in plan["upserts"]:

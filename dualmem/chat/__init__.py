@@ -1,0 +1,31 @@
+"""Memory while chatting: DualMem as the memory of a LangChain / LangGraph chat agent.
+
+- :class:`~dualmem.chat.middleware.DualMemMiddleware` — ``create_agent`` middleware: recall before the model,
+  hand each exchange to memory formation after the turn;
+- :mod:`~dualmem.writer.pending` — chat turns waiting in the store for the writer;
+- :mod:`~dualmem.chat.formation` — pending turns → sealed chunks → the write graph (exactly once);
+- :class:`~dualmem.chat.executor.FormationExecutor` — background, debounced formation in this process;
+- :class:`~dualmem.chat.server.ServerFormation` — scheduled ``write`` runs on a LangGraph server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DualMemMiddleware", "FormationExecutor", "ServerFormation", "default_executor"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: the write graph imports formation without LangChain's agents
+    if name == "DualMemMiddleware":
+        from dualmem.chat.middleware import DualMemMiddleware
+
+        return DualMemMiddleware
+    if name in ("FormationExecutor", "default_executor"):
+        from dualmem.chat import executor
+
+        return getattr(executor, name)
+    if name == "ServerFormation":
+        from dualmem.chat.server import ServerFormation
+
+        return ServerFormation
+    raise AttributeError(name)

@@ -1,0 +1,123 @@
+"""Memory formation from chat: pending turns → sealed chunks → the write graph → settled.
+
+A chat turn is *handed over* (:func:`hand_over`): its turns join the thread's
+pending turns in the store (:mod:`dualmem.writer.pending`) and a write of the
+thread is scheduled — at once when the pending turns reach ``chunk_tokens``,
+else once the thread has been quiet for ``formation_idle_s`` (each new message
+postpones it). Where the write runs is a :class:`Formation`: the background
+executor of this process (:mod:`dualmem.chat.executor`) or scheduled runs of
+the ``write`` graph on a LangGraph server (:mod:`dualmem.chat.server`). Both
+run the same graph, in its pending mode (input ``pending: {"thread", "flush"}``),
+which seals the thread's turns into chunks, writes them and settles them
+(:mod:`dualmem.writer.sealing`).
+
+A process killed anywhere in between loses nothing (the turns stay pending) and
+writes nothing twice (a sealed chunk already applied is skipped by the ledger).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from langgraph.store.base import BaseStore
+
+from dualmem.config import Settings
+from dualmem.context import context_of
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Persona
+from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot
+
+
+@dataclass
+class FormationRequest:
+    """Which thread to write, through which persona, into which namespace; in-process: with which store and writer."""
+
+    persona: dict[str, Any]
+    namespace: tuple[str, ...]
+    thread: str
+    settings: Settings
+    store: BaseStore | None = None  # the LangGraph store (a LanceDBStore) holding the pending turns and the memory
+    writer_model: Any = None  # a chat model object or spec; None = settings.writer
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...], str]:
+        """Return what identifies the thread across requests: store, namespace, thread."""
+        return (str(getattr(self.store, "uri", id(self.store))), self.namespace, self.thread)
+
+
+class Formation(Protocol):
+    """Where chat memory is formed: schedules writes of a thread's pending turns."""
+
+    def schedule(self, request: FormationRequest, *, now: bool) -> None:
+        """Write the thread's full chunks now (``now``) and the rest once it is quiet (postponing an earlier plan)."""
+
+    async def aschedule(self, request: FormationRequest, *, now: bool) -> None:
+        """Async :meth:`schedule`."""
+
+
+@dataclass
+class Formed:
+    """What one formation run of a thread did, and what is still pending."""
+
+    namespace: tuple[str, ...]
+    thread: str
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the writer's report rows, one per chunk
+    pending_turns: int = 0
+    pending_tokens: int = 0
+    newest_at: float | None = None
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- hand-over
+
+
+def hand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
+    """Add a chat exchange to its thread's pending turns and schedule the thread's write."""
+    snap = PendingThread(_store(request), request.namespace, request.thread).append(turns, request.persona)
+    formation.schedule(request, now=snap.unsealed_tokens >= request.settings.chunk_tokens)
+    return snap
+
+
+async def ahand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
+    """Async :func:`hand_over`."""
+    snap = await PendingThread(_store(request), request.namespace, request.thread).aappend(turns, request.persona)
+    await formation.aschedule(request, now=snap.unsealed_tokens >= request.settings.chunk_tokens)
+    return snap
+
+
+def _store(request: FormationRequest) -> BaseStore:
+    if request.store is None:
+        raise ConfigurationError("chat memory needs the store: compile the agent or graph with store=LanceDBStore.from_settings()")
+    return request.store
+
+
+# --------------------------------------------------------------------------- one run in this process
+
+
+def formation_input(request: FormationRequest, *, flush: bool = False) -> dict[str, Any]:
+    """Return the write graph's input that forms the thread's pending turns."""
+    return {"persona": request.persona, "namespace": list(request.namespace), "pending": {"thread": request.thread, "flush": flush}}
+
+
+def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
+    """Run the write graph on the thread's pending turns in this process (``flush``: write them all now)."""
+    from dualmem.models import load_chat_model
+    from dualmem.writer.graph import builder
+
+    store = _store(request)
+    model = None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
+    context = context_of(request.settings, models={"writer": model} if model is not None else None, store=store)
+    graph = builder.compile(store=store)
+    out = graph.invoke(formation_input(request, flush=flush), {"recursion_limit": 10_000}, context=context)  # type: ignore[call-overload]
+    formed = out.get("formed") or {}
+    return Formed(
+        request.namespace, request.thread, list(out.get("report") or []), int(formed.get("pending_turns") or 0),
+        int(formed.get("pending_tokens") or 0), formed.get("newest_at"),
+    )  # fmt: skip
+
+
+def persona_dict(persona: Persona | dict[str, Any]) -> dict[str, Any]:
+    """Return a persona as the JSON dict formation requests carry."""
+    return (persona if isinstance(persona, Persona) else Persona.model_validate(persona)).model_dump(mode="json")

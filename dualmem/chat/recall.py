@@ -1,0 +1,35 @@
+"""What a chat turn remembers: the one retrieval call of the chat path, and its prompt block.
+
+:func:`recall_for_chat` is the single place where chat (the middleware) asks
+for memory: the DualMem framework's ``retrieve`` on the agent's store — the
+product's ranked retrieval, with the recent turns as context — and its
+``memory_text`` (insights followed by the facts they cite), as in the respond
+graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dualmem.config import Settings
+from dualmem.frameworks.base import FrameworkContext
+from dualmem.frameworks.dualmem import DualMemFramework
+from dualmem.prompts.respond import render_respond_system
+from dualmem.schema import Persona
+from dualmem.stores.dual import DualStore
+
+RECENT_TURNS = 6  # recent messages handed to retrieval as context
+
+
+def recall_for_chat(
+    store: DualStore, namespace: tuple[str, ...], query: str, recent: Sequence[str], settings: Settings, persona: Persona | None = None
+) -> str:
+    """Return the memory block (facts and insights with their grounding) of ``namespace`` for the user's latest message."""
+    fctx = FrameworkContext(namespace=(namespace[0], namespace[1]), settings=settings, persona=persona, embeddings=store.embeddings, store_uri=store.uri, store=store)
+    memory = DualMemFramework(fctx)
+    return memory.memory_text(memory.retrieve(query, settings.retrieval_k, context=list(recent)))
+
+
+def memory_prompt(persona: Persona, memory_text: str) -> str:
+    """Return the persona's system prompt with the recalled memory, in the respond graph's format."""
+    return render_respond_system(persona, memory_text)

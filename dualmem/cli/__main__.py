@@ -1,0 +1,5 @@
+"""``python -m dualmem.cli``."""
+
+from dualmem.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""The write graph's pending mode: a chat thread's pending turns sealed into chunks, then settled.
+
+- :func:`take_pending` (the graph's ``prepare``) reads the thread's turns under
+  the namespace's write lease and *seals* the next chunks: the token-bounded
+  chunks that are full, and the last one too when the thread is quiet (or on
+  ``flush``). Each turn records its chunk id before the writer runs, so a chunk
+  is always made of the same turns (its stable id hashes namespace, thread and
+  turn ids) however many turns arrive later;
+- the writer drafts and applies each chunk exactly once (chunk ledger);
+- :func:`settle_pending` deletes the turns of applied chunks and reports what is left.
+
+How the turns get there and who runs the graph: :mod:`dualmem.chat.formation`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import BaseStore
+
+from dualmem.context import context_of
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Session, Turn
+from dualmem.writer.chunking import Chunk, chunk_sessions
+from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot, seal_ops, settle_ops
+
+IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early (clocks, whole-second server delays)
+
+
+def graph_store(store: Any) -> BaseStore:
+    """Return the LangGraph store view of a graph's store (a ``LanceDBStore``, or one over a ``DualStore``)."""
+    from dualmem.stores.dual import DualStore
+    from dualmem.stores.langgraph_store import LanceDBStore
+
+    if isinstance(store, DualStore):
+        return LanceDBStore(store.uri, dual=store)
+    if isinstance(store, BaseStore):
+        return store
+    raise ConfigurationError("chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()")
+
+
+def is_quiet(snap: Snapshot, idle_s: float, now: float | None = None) -> bool:
+    """Return True when the thread's newest pending turn is at least ``idle_s`` old."""
+    newest = snap.newest_at
+    return newest is not None and (now or time.time()) >= newest + idle_s - min(IDLE_SLACK_S, idle_s / 10)
+
+
+def _session(thread: str, turns: Sequence[PendingTurn]) -> tuple[Session, list[Turn]]:
+    """Return turns as one session of the thread (dated by its first turn) and the guard's earlier context."""
+    day = datetime.fromtimestamp(turns[0]["at"], UTC).date().isoformat()
+    session = Session(id=thread, time=day, turns=[Turn(id=t["id"], role=t["role"], speaker=t["speaker"], text=t["text"]) for t in turns])  # type: ignore[arg-type]
+    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
+    return session, context
+
+
+def plan_chunks(snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tokens: int, *, write_tail: bool) -> tuple[list[Chunk], dict[str, str]]:
+    """Return the chunks to write now (sealed ones first, in order) and the new seals (turn id → chunk id).
+
+    Unsealed turns are cut like any history (:func:`~dualmem.writer.chunking.chunk_sessions`);
+    every chunk but the last is full; the last is written when ``write_tail`` or when it is full.
+    """
+    chunks: list[Chunk] = []
+    groups: dict[str, list[PendingTurn]] = {}
+    for turn in snap.turns:
+        if turn["seal"]:
+            groups.setdefault(turn["seal"], []).append(turn)
+    for seal, group in groups.items():
+        session, context = _session(thread, group)
+        (chunk,) = chunk_sessions([session], namespace, 10**9, context=context)  # a sealed group is one chunk, as sealed
+        chunks.append(Chunk(**{**chunk, "id": seal}))  # type: ignore[typeddict-item]
+    seals: dict[str, str] = {}
+    unsealed = [t for t in snap.turns if not t["seal"]]
+    if unsealed:
+        session, context = _session(thread, unsealed)
+        cut = chunk_sessions([session], namespace, chunk_tokens, context=context)
+        take = cut if write_tail or cut[-1]["tokens"] >= chunk_tokens else cut[:-1]
+        for chunk in take:
+            seals.update({tid: chunk["id"] for tid in chunk["turn_ids"]})
+        chunks.extend(take)
+    return [Chunk(**{**c, "index": i}) for i, c in enumerate(chunks)], seals  # type: ignore[typeddict-item]
+
+
+def take_pending(state: dict[str, Any], runtime: Any, namespace: tuple[str, ...]) -> dict[str, Any]:
+    """Seal the thread's next chunks under the namespace's write lease; return them (and the thread's persona)."""
+    ctx = context_of(runtime)
+    job = state["pending"]
+    db = ctx.dual(getattr(runtime, "store", None))
+    thread = PendingThread(graph_store(getattr(runtime, "store", None) or db), namespace, job["thread"])
+    with db.exclusive(namespace) as lease:
+        snap = thread.read()
+        quiet = bool(job.get("flush")) or is_quiet(snap, ctx.formation_idle_s)
+        chunks, seals = plan_chunks(snap, namespace, job["thread"], ctx.chunk_tokens, write_tail=quiet)
+        if seals:
+            lease.check()  # type: ignore[union-attr]
+            thread.write(seal_ops(thread.ns, snap, seals))
+    persona = state.get("persona") or snap.persona
+    if chunks and not persona:
+        raise ConfigurationError(f"thread {job['thread']!r} has pending turns but no persona: pass `persona` in the write graph's input")
+    return {"chunks": chunks, "persona": persona}
+
+
+def settle_pending(state: dict[str, Any], runtime: Any) -> dict[str, Any]:
+    """Delete the pending turns whose chunks are applied; report what the thread still has pending."""
+    db = context_of(runtime).dual(getattr(runtime, "store", None))
+    namespace, job = tuple(state["namespace"]), state["pending"]
+    thread = PendingThread(graph_store(getattr(runtime, "store", None) or db), namespace, job["thread"])
+    applied = {r["chunk_id"] for r in state.get("report") or [] if r.get("status") in ("applied", "skipped")}
+    done = [tid for chunk in state.get("chunks") or [] if chunk["id"] in applied for tid in chunk["turn_ids"]]
+    with db.exclusive(namespace) as lease:
+        snap = thread.read()
+        ops = settle_ops(thread.ns, snap, done)
+        if ops:
+            lease.check()  # type: ignore[union-attr]
+            thread.write(ops)
+    left = [t for t in snap.turns if t["id"] not in set(done)]
+    formed = {
+        "thread": job["thread"], "written_turns": len(done), "pending_turns": len(left),
+        "pending_tokens": sum(t["tokens"] for t in left), "newest_at": max((t["at"] for t in left), default=None),
+    }  # fmt: skip
+    return {"formed": formed}
+
+

@@ -1,221 +1,161 @@
-"""RealMem session retrieval without any LLM: ``raw-turns`` and the best LLM-free ranker.
+"""RealMem session retrieval without any LLM, through ``dualmem eval --no-respond``: each framework and ranker.
 
-Replay protocol (RealMem's): sessions in file order; each ``is_query`` user turn
-retrieves only from the sessions *before* the one it is in; the session is
-added to memory after its queries; filler sessions stay in the haystack.
-Units are sessions: recall_any@k, recall_all@k and NDCG_any@k for k = 5, 10,
-20 (:func:`dualmem.evals.metrics.realmem_session_metrics`), per persona and
-macro-averaged over personas.
+Replay protocol (RealMem's, :func:`dualmem.evals.runners.run_realmem`):
+sessions in file order; each ``is_query`` user turn retrieves (20 items) only
+from the sessions *before* the one it is in, with the turns of its own session
+said before it as ``context``; the session is added to memory after its
+queries; filler sessions stay in the haystack. Units are sessions:
+recall_any@k and NDCG_any@k per persona, macro-averaged over personas.
 
-Variants:
+Variants (each one ``run_eval`` over the 9 personas, figures read from its summary):
 
-- ``raw-turns`` — the :class:`~dualmem.frameworks.raw_turns.RawTurnsFramework`
-  on a temporary LanceDB: every turn verbatim, dense retrieval with the
-  bundled embedder; sessions ranked by their best retrieved turn.
-- ``best`` — :class:`~dualmem.retrieval.sessions.SessionIndex`: dense
-  user- and assistant-turn max-pooling + BM25 over whole sessions + the
-  query's own-session context + tf-idf thread affinity + recency + thread
-  propagation. Only text and order are used:
-  never ``memory_used``, ``extracted_memory`` or ``session_identifier``.
+- ``raw-turns`` × ``vector`` / ``hybrid`` — every turn stored as "Speaker: text",
+  plain LanceDB search (the ``ranker`` setting ``vector`` / ``hybrid``);
+- ``raw-turns`` × ``learned`` — the shipped weights (fitted on every persona and
+  conversation: **in-sample**, labelled so);
+- ``raw-turns`` × ``learned`` **held out** — each persona ranked with the weights
+  fitted without any of its queries (``benchmarks/results/rankers/<persona>.json``,
+  ``python benchmarks/fit_ranker.py``): the ``held_out`` figures.
 
-Vectors come from the bundled all-MiniLM-L6-v2 through a disk cache
-(``.dualmem/embedding-cache``): each text is embedded once, ever.
+Latency: on the largest persona (all its sessions in one namespace), the
+p50 / p90 of ``retrieve(query, 20, context=...)`` with the learned ranker and
+with plain vector search, the real bundled embedder embedding every query (and
+the learned ranker's context turns), beside the same with query vectors cached
+(ranking alone).
 
-Run: ``python benchmarks/realmem_retrieval.py [--data ../shared/data/realmem]``
+Run: ``python benchmarks/realmem_retrieval.py [--data ../shared/data/realmem] [--variants vector,hybrid,learned,held-out]``
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from tqdm import tqdm
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from _retrieval_runs import (  # noqa: E402
+    DATA,
+    RESULTS,
+    RUNS,
+    cached_embeddings,
+    eval_run,
+    fold_paths,
+    held_out_factory,
+    machine,
+    merged,
+    pick,
+)
 
-from dualmem.config import Settings  # noqa: E402
-from dualmem.datasets import load_realmem  # noqa: E402
-from dualmem.datasets._validate import write_json_atomic  # noqa: E402
-from dualmem.evals.metrics import REALMEM_KS, average_metrics, macro_average, realmem_session_metrics  # noqa: E402
-from dualmem.frameworks import FrameworkContext  # noqa: E402
-from dualmem.frameworks.raw_turns import RawTurnsFramework  # noqa: E402
-from dualmem.models import BUNDLED_EMBEDDER, load_embeddings  # noqa: E402
-from dualmem.retrieval.cache import DEFAULT_FOLDER, CachedEmbeddings, EmbeddingCache  # noqa: E402
-from dualmem.retrieval.sessions import SessionIndex, SessionRankConfig, rank_by_best_item  # noqa: E402
-from dualmem.schema import DatasetItem  # noqa: E402
-
-DATA = REPO / ".." / "shared" / "data" / "realmem"
-OUT = REPO / "benchmarks" / "results" / "realmem_retrieval.json"
-RAW_TURNS_FETCH = 150  # turns fetched per query so that >= 20 distinct sessions can be ranked
-KEYS = [f"{m}@{k}" for k in REALMEM_KS for m in ("recall_any", "recall_all", "ndcg_any")]
+OUT = RESULTS / "realmem_retrieval.json"
+KEYS = ("ndcg_any@10", "recall_any@10", "recall_all@10", "ndcg_any@5", "recall_any@5", "ndcg_any@20", "recall_any@20")
+VARIANTS = ("vector", "hybrid", "learned", "held-out")
+TARGETS = {"ndcg_any@10": 0.70, "recall_any@10": 0.92}
 
 
-def _queries_by_session(item: DatasetItem) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for q in item.queries:
-        out.setdefault(q.session_id or "", []).append(q)
-    for qs in out.values():
-        qs.sort(key=lambda q: q.turn_index or 0)
+def _row(result: dict[str, Any]) -> dict[str, Any]:
+    s = result["summary"]
+    return {"macro": pick(s["overall"], KEYS),
+            "per_persona": {p: pick(m, KEYS) for p, m in s["per_persona"].items()},
+            "n_queries": s["n_queries"], "query_errors": s["n_query_errors"], "seconds": result["seconds"], "run": result["run"]}
+
+
+def latency(data: Path, persona: str | None, n_queries: int = 100) -> dict[str, Any]:
+    """Return p50/p90 retrieve latency on one whole persona: learned ranker vs plain vector search."""
+    from dualmem.config import Settings
+    from dualmem.datasets import load_realmem
+    from dualmem.evals.runners import query_context
+    from dualmem.frameworks.base import FrameworkContext
+    from dualmem.frameworks.raw_turns import RawTurnsFramework
+    from dualmem.models import BUNDLED_EMBEDDER, load_embeddings
+
+    items = [load_realmem(f).items[0] for f in sorted(data.glob("*.json"))]
+    item = next(i for i in items if i.dialogue.id == persona) if persona else max(items, key=lambda i: len(i.dialogue.sessions))
+    cached = cached_embeddings()
+    queries = [(q.text, query_context(q, item)) for q in item.queries[:n_queries]]
+    out: dict[str, Any] = {"persona": item.dialogue.id, "sessions": len(item.dialogue.sessions),
+                           "turns": sum(len(s.turns) for s in item.dialogue.sessions), "queries": len(queries)}
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = FrameworkContext(namespace=(item.dialogue.id, "user"), settings=Settings(store_uri=tmp), embeddings=cached)
+        loader = RawTurnsFramework(ctx, ranker="vector")
+        for session in item.dialogue.sessions:
+            loader.ingest(session)
+        real = load_embeddings(BUNDLED_EMBEDDER)
+        for embedder_name, embeddings in (("bundled embedder", real), ("cached query vectors", cached)):
+            if embedder_name == "cached query vectors":  # warm the cache so only ranking is timed
+                for fw_ranker in ("learned", "vector"):
+                    fw = RawTurnsFramework(FrameworkContext(namespace=ctx.namespace, settings=Settings(store_uri=tmp), embeddings=cached), ranker=fw_ranker)
+                    for text, context in queries:
+                        fw.retrieve(text, 20, context=context)
+            for fw_ranker in ("learned", "vector"):
+                fw = RawTurnsFramework(FrameworkContext(namespace=ctx.namespace, settings=Settings(store_uri=tmp), embeddings=embeddings),
+                                       ranker=fw_ranker)
+                fw.retrieve(queries[0][0], 20, context=queries[0][1])  # first call opens tables and builds the RAM view
+                times = []
+                for text, context in queries:
+                    started = time.perf_counter()
+                    fw.retrieve(text, 20, context=context if fw_ranker == "learned" else None)
+                    times.append((time.perf_counter() - started) * 1000)
+                times.sort()
+                out[f"{fw_ranker}, {embedder_name}"] = {"p50_ms": round(statistics.median(times), 1),
+                                                         "p90_ms": round(times[int(0.9 * (len(times) - 1))], 1)}
     return out
 
 
-def run_raw_turns(item: DatasetItem, embeddings: CachedEmbeddings, workdir: Path) -> list[dict[str, float]]:
-    """Replay one persona with the raw-turns framework (dense); return per-query metrics."""
-    settings = Settings(store_uri=str(workdir / item.dialogue.id), search_mode="vector", embedder=BUNDLED_EMBEDDER)
-    fw = RawTurnsFramework(FrameworkContext(namespace=(item.dialogue.id, "user"), settings=settings, embeddings=embeddings))
-    asked = _queries_by_session(item)
-    rows = []
-    for session in tqdm(item.dialogue.sessions, desc=f"raw-turns {item.dialogue.id}", unit="session", leave=False):
-        for q in asked.get(session.id, []):
-            hits = fw.retrieve(q.text, k=RAW_TURNS_FETCH) if fw.count() else []
-            ranked = rank_by_best_item([h.source_session for h in hits], [h.score for h in hits])
-            rows.append(realmem_session_metrics(ranked, q.gold.session_ids))
-        fw.ingest(session)
-    return [r for r in rows if r]
-
-
-def run_best(item: DatasetItem, cache: EmbeddingCache, config: SessionRankConfig) -> list[dict[str, float]]:
-    """Replay one persona with the LLM-free session ranker; return per-query metrics."""
-    index = SessionIndex(dims=cache.embed([item.dialogue.sessions[0].turns[0].text]).shape[1], config=config)
-    asked = _queries_by_session(item)
-    rows = []
-    for session in tqdm(item.dialogue.sessions, desc=f"best {item.dialogue.id}", unit="session", leave=False):
-        for q in asked.get(session.id, []):
-            before = session.turns[: q.turn_index or 0]
-            context = " ".join(t.text for t in before)
-            context_users = [t.text for t in before if t.role == "user"]
-            qv = cache.embed([q.text])[0]
-            cv = cache.embed(context_users) if context_users else None
-            ranked = [sid for sid, _ in index.rank(q.text, qv, context, cv)] if len(index) else []
-            rows.append(realmem_session_metrics(ranked, q.gold.session_ids))
-        users = [t.text for t in session.turns if t.role == "user"]
-        replies = [t.text for t in session.turns if t.role != "user"]
-        reply_vectors = cache.embed(replies) if replies else None
-        index.add(session.id, cache.embed(users), " ".join(t.text for t in session.turns), reply_vectors)
-    return [r for r in rows if r]
-
-
-def _summary(per_persona: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    personas = {p: {k: round(v, 4) for k, v in average_metrics(rows).items()} for p, rows in per_persona.items()}
-    macro = {k: round(v, 4) for k, v in macro_average(personas).items()}
-    return {
-        "macro": {k: macro[k] for k in KEYS if k in macro},
-        "per_persona": {p: {k: m[k] for k in KEYS if k in m} | {"n_queries": len(per_persona[p])} for p, m in personas.items()},
-        "n_queries": sum(len(r) for r in per_persona.values()),
-    }
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the benchmark, print its table and write the JSON results."""
+    """Run the variants, print the table, write the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA, help="folder of RealMem *_dialogues_*.json files")
-    parser.add_argument("--out", type=Path, default=OUT, help="JSON file written with the results")
-    parser.add_argument("--variants", default="raw-turns,best", help="comma-separated: raw-turns, best")
-    parser.add_argument("--personas", type=int, default=None, help="only the first N personas (quick runs)")
-    parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache folder")
-    parser.add_argument(
-        "--embedder",
-        default=BUNDLED_EMBEDDER,
-        help="embedder spec (a local sentence-transformers folder, ...); results of another embedder than the "
-        "bundled one go to <out stem>.<embedder folder name>.json",
-    )
-    parser.add_argument(
-        "--raw-turns-cached-only",
-        action="store_true",
-        help="run raw-turns only on personas whose every turn is already in the embedding cache (slow CPUs)",
-    )
+    parser.add_argument("--data", type=Path, default=DATA / "realmem", help="folder of RealMem *_dialogues_256k.json files")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--runs", type=Path, default=RUNS, help="where the eval run folders go")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--framework", default="raw-turns", help="memory framework evaluated (dualmem needs a writer model)")
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     args = parser.parse_args(argv)
-    if not args.data.exists():
+    if not args.data.is_dir():
         raise SystemExit(f"RealMem data not found at {args.data}; pass --data (see ../shared/data/README.md)")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from dualmem.datasets import load_realmem
 
-    started = time.perf_counter()
-    dataset = load_realmem(args.data)
-    items = dataset.items[: args.personas] if args.personas else dataset.items
-    cache = EmbeddingCache(load_embeddings(args.embedder), args.cache)
-    if args.embedder != BUNDLED_EMBEDDER and args.out == OUT:
-        args.out = OUT.with_name(f"{OUT.stem}.{Path(args.embedder).name}.json")
-    cached_before = len(cache)
-    t0 = time.perf_counter()
-    raw_items = items
-    if args.raw_turns_cached_only:
-        raw_items = [it for it in items if not cache.missing([t.text for s in it.dialogue.sessions for t in s.turns])]
-    texts = [t.text for it in items for s in it.dialogue.sessions for t in s.turns]
-    if "raw-turns" in variants:
-        texts += [t.text for it in raw_items for s in it.dialogue.sessions for t in s.turns]
-    cache.embed(texts, progress="embedding turns")
-    embed_s = time.perf_counter() - t0
-    config = SessionRankConfig()
-
-    results: dict[str, Any] = {
-        "benchmark": "realmem session retrieval (LLM-free)",
-        "protocol": "replay: queries see only earlier sessions; session added after its queries; filler kept",
-        "embedder": args.embedder,
-        "personas": [it.dialogue.id for it in items],
-        "variants": {},
-        "timing_s": {"embedding": round(embed_s, 1)},
-        "embedding_cache": {"texts_before": cached_before, "embedded_now": cache.misses},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "reference": {"realmem_paper_best_llm_memory": {"recall@10": 0.6344, "ndcg@10": 0.5654}},
+    personas = [load_realmem(f).items[0].dialogue.id for f in sorted(args.data.glob("*.json"))]
+    embeddings = cached_embeddings()
+    variants: dict[str, Any] = {}
+    for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        if name not in VARIANTS:
+            raise SystemExit(f"unknown variant {name!r}; use {', '.join(VARIANTS)}")
+        factory = held_out_factory(fold_paths(personas)) if name == "held-out" else None
+        result = eval_run("realmem", args.data, args.framework, "learned" if name == "held-out" else name, name,
+                          embeddings=embeddings, runs=args.runs, factory=factory)
+        variants[name] = _row(result) | {"ranker": "learned, weights fitted without the persona scored" if name == "held-out" else name}
+        print(f"{args.framework} × {name}: {variants[name]['macro']}  ({result['seconds']} s)", flush=True)
+    if "learned" in variants:
+        variants["learned"]["in_sample"] = True
+        variants["learned"]["note"] = "shipped weights, fitted on every persona and conversation (these queries included)"
+    out: dict[str, Any] = {
+        "benchmark": "realmem session retrieval through dualmem eval --no-respond (LLM-free)",
+        "protocol": "replay: queries see only earlier sessions, own-session turns before the query as context; "
+                    "20 items retrieved, ranked sessions deduplicated; macro over personas",
+        "framework": args.framework, "embedder": "bundled:all-MiniLM-L6-v2", "personas": personas,
+        "variants": variants, "targets": TARGETS, "machine": machine(),
     }
-    if "raw-turns" in variants:
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="realmem-raw-turns-") as tmp:
-            emb = CachedEmbeddings(cache)
-            per = {it.dialogue.id: run_raw_turns(it, emb, Path(tmp)) for it in tqdm(raw_items, desc="raw-turns")}
-        results["variants"]["raw-turns"] = _summary(per) | {
-            "description": "every turn verbatim in LanceDB (raw-turns framework), dense; session = best turn",
-            "personas": [it.dialogue.id for it in raw_items],
-        }
-        results["timing_s"]["raw-turns"] = round(time.perf_counter() - t0, 1)
-    if "best" in variants:
-        t0 = time.perf_counter()
-        per = {it.dialogue.id: run_best(it, cache, config) for it in tqdm(items, desc="best")}
-        results["variants"]["best"] = _summary(per) | {
-            "description": "dense user- and assistant-turn max-pooling + BM25 (whole session) + own-session "
-            "context + tf-idf thread affinity + recency + thread propagation; z-scored weighted sum "
-            "(weights tuned on these 9 personas: no held-out set)",
-            "config": asdict(config),
-        }
-        results["timing_s"]["best"] = round(time.perf_counter() - t0, 1)
-        raw = results["variants"].get("raw-turns")
-        if raw and len(raw["personas"]) < len(items):  # the same subset, for a like-for-like comparison
-            subset = {p: per[p] for p in raw["personas"]}
-            results["variants"]["best"]["macro_on_raw_turns_personas"] = _summary(subset)["macro"]
-    results["timing_s"]["total"] = round(time.perf_counter() - started, 1)
+    if "held-out" in variants:
+        held = variants["held-out"]
+        out["held_out"] = {"ndcg_any@10": held["macro"]["ndcg_any@10"], "recall_any@10": held["macro"]["recall_any@10"],
+                           "per_persona": {p: {k: m[k] for k in ("ndcg_any@10", "recall_any@10")} for p, m in held["per_persona"].items()},
+                           "protocol": "leave one persona out: each persona ranked with weights fitted on the other personas and the "
+                                       "LoCoMo conversations (benchmarks/results/rankers/<persona>.json)"}
+    if not args.no_latency:
+        out["latency"] = latency(args.data, None)
+        print("latency", out["latency"], flush=True)
+    from dualmem.datasets._validate import write_json_atomic
 
-    _print(results)
-    if not args.personas:
-        print(f"wrote {write_json_atomic(args.out, results)}")
-    return results
-
-
-def _print(results: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"RealMem session retrieval, macro over {len(results['personas'])} personas")
-    table.add_column("metric")
-    for name in results["variants"]:
-        table.add_column(name, justify="right")
-    for key in KEYS:
-        table.add_row(key, *[f"{res['macro'].get(key, float('nan')):.4f}" for res in results["variants"].values()])
-    Console().print(table)
-    print("timings (s):", results["timing_s"])
+    write_json_atomic(args.out, merged(args.out, out))
+    return out
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     main()

@@ -78,7 +78,14 @@ class Settings:
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
     retrieval_mode: str = _setting("dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)")
-    search_mode: str = _setting("hybrid", "hybrid (vector + full text, RRF), vector or fts")
+    search_mode: str = _setting("hybrid", "store search of the writer's working view and of baselines: hybrid (vector + full text, RRF), vector or fts")
+    ranker: str = _setting(
+        "learned",
+        "retrieval ranker of raw-turns, dualmem, the retriever, respond and the tools: learned (features fused by the "
+        "weights shipped with dualmem), vector, hybrid or fts (plain store search), or a weights file from dualmem.retrieval.fit",
+    )
+    ranker_max_per_session: int = _setting(-1, "items of one session the ranked list holds before other sessions' (0: no cap; -1: the ranker's own)", int)
+    ranker_context_turns: int = _setting(8, "recent conversation turns the learned ranker reads as the query's context", int)
     emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
     incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
@@ -120,9 +127,12 @@ class Settings:
         for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s"):
+        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
+                     "ranker_context_turns"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        if self.ranker_max_per_session < -1:
+            raise ConfigurationError(f"setting ranker_max_per_session must be >= -1, got {self.ranker_max_per_session}")
 
     @property
     def writer(self) -> str:

@@ -66,7 +66,7 @@ def test_realmem_limit_ingests_only_what_the_queries_need(sophie):
 class LeakyFramework(TurnLogFramework):
     """Pretends to remember a session it has not seen."""
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context=None) -> list[RetrievedItem]:
         return [RetrievedItem(text="future", kind="fact", score=1.0, source_session="from-the-future")]
 
 
@@ -106,7 +106,7 @@ def test_rolememo_runner_on_the_bundled_sample():
 
             return IngestReport(session_id=session.id)
 
-        def retrieve(self, query, k=10):
+        def retrieve(self, query, k=10, *, context=None):
             q = next(q for q in item.queries if q.text == query)
             facts = [RetrievedItem(text=f, kind="fact", score=1.0) for f in q.gold.facts]
             expansion = [RetrievedItem(text=q.gold.insight or "", kind="fact", score=1.0, meta={"expanded": True})]
@@ -136,7 +136,7 @@ def test_ingest_log_keeps_the_reason_of_each_failed_chunk(sophie):
             return IngestReport(session_id=session.id, items_written=1, failed_chunks=[f"{session.id}:1", f"{session.id}:2"],
                                 meta={"errors": {f"{session.id}:1": "ValidationError: facts"}})
 
-        def retrieve(self, query, k=10):
+        def retrieve(self, query, k=10, *, context=None):
             return []
 
     out = run_realmem(sophie, HalfFailing(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False, embed=HashEmbeddings(64), limit=1))

@@ -33,7 +33,7 @@ class ListMemory(MemoryFramework):
         self.sessions.append(session)
         return IngestReport(session_id=session.id, items_written=len(session.turns))
 
-    def retrieve(self, query: str, k: int = 10) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context=None) -> list[RetrievedItem]:
         items = [RetrievedItem(text=t.text, kind="turn", score=1.0, source_session=s.id) for s in self.sessions for t in s.turns if t.role == "user"]
         return items[::-1][:k]
 

@@ -8,7 +8,7 @@ from dualmem.config import Settings
 from dualmem.datasets import load_sample
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks import FrameworkContext, available, open_framework
-from dualmem.frameworks.raw_turns import RawTurnsFramework
+from dualmem.frameworks.raw_turns import RawTurnsFramework, turn_text
 from dualmem.testing import HashEmbeddings
 
 
@@ -26,7 +26,7 @@ def _ingest_sample(fw: RawTurnsFramework) -> int:
 def test_registered_and_opened_by_name(context):
     assert "raw-turns" in available()
     fw = open_framework("raw-turns", context)
-    assert isinstance(fw, RawTurnsFramework) and fw.mode == context.settings.search_mode
+    assert isinstance(fw, RawTurnsFramework) and fw.ranker.spec == context.settings.ranker == "learned"
 
 
 def test_every_turn_stored_once_in_its_own_folder(context, tmp_path):
@@ -39,15 +39,15 @@ def test_every_turn_stored_once_in_its_own_folder(context, tmp_path):
     assert (tmp_path / "lancedb" / "raw-turns").is_dir()
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "vector", "fts"])
-def test_retrieves_the_verbatim_turn(context, mode):
-    fw = RawTurnsFramework(context, mode=mode)
+@pytest.mark.parametrize("ranker", ["learned", "hybrid", "vector", "fts"])
+def test_retrieves_the_verbatim_turn(context, ranker):
+    fw = RawTurnsFramework(context, ranker=ranker)
     _ingest_sample(fw)
     item = load_sample()
     target = item.dialogue.sessions[3].turns[2]  # the red-light turn, searched by its own words
     hits = fw.retrieve(target.text, k=5)
     assert hits and len(hits) <= 5
-    assert hits[0].id == target.id and hits[0].text == target.text
+    assert hits[0].id == target.id and hits[0].text == turn_text(target) == f"{target.speaker}: {target.text}"
     assert hits[0].kind == "turn" and hits[0].source_session == "s4"
     assert hits[0].meta["role"] == "user" and hits[0].meta["time"] == item.dialogue.sessions[3].time
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -70,9 +70,9 @@ def test_user_only_indexing(context):
     assert {h.meta["role"] for h in fw.retrieve("weekend plans", k=10)} == {"user"}
 
 
-def test_bad_mode_names_the_fix(context):
-    with pytest.raises(ConfigurationError, match="hybrid, vector, fts"):
-        RawTurnsFramework(context, mode="bm25")  # type: ignore[arg-type]
+def test_bad_ranker_names_the_fix(context):
+    with pytest.raises(ConfigurationError, match="learned .*vector.*hybrid.*fts"):
+        RawTurnsFramework(context, ranker="bm25")
 
 
 async def test_async_shell_matches_sync(context):

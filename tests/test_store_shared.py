@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from dualmem.retrieval import DualMemRetriever, create_search_memory_tool
 from dualmem.schema import Fact, Insight
-from dualmem.stores import DualMemRetriever, DualStore, LanceDBStore, create_search_memory_tool
+from dualmem.stores import DualStore, LanceDBStore
 from dualmem.testing import HashEmbeddings
 
 WORKER = Path(__file__).parent / "fixtures" / "store_worker.py"
@@ -174,7 +175,7 @@ def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
 
 def test_nothing_crosses_namespaces(tmp_path):
     from dualmem.errors import ConfigurationError
-    from dualmem.stores import create_manage_memory_tool
+    from dualmem.retrieval import create_manage_memory_tool
 
     uri = str(tmp_path / "db")
     dual = DualStore(uri, HashEmbeddings(64))

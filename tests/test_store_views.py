@@ -12,11 +12,11 @@ from langgraph.store.memory import InMemoryStore
 from typing_extensions import TypedDict
 
 from dualmem.errors import ConfigurationError
+from dualmem.retrieval.retriever import DualMemRetriever
+from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool, resolve_namespace
 from dualmem.schema import Fact, Insight, SourceRef
 from dualmem.stores import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
-from dualmem.stores.retriever import DualMemRetriever
-from dualmem.stores.tools import create_manage_memory_tool, create_search_memory_tool, resolve_namespace
 from dualmem.testing import HashEmbeddings
 
 NS = ("coach", "user")

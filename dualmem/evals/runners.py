@@ -12,6 +12,10 @@ reads them back instead of asking the framework again, and replays the
 sessions in the same order, so RealMem's "memory holds only earlier sessions"
 holds across a resume.
 
+Each query is retrieved with its conversation context: the turns of its own
+session said before it (RealMem queries are user turns inside a session;
+LoCoMo and RoleMemo questions are asked from outside, without context).
+
 Retrieved items whose ``meta["expanded"]`` is true (grounding expansion:
 facts added because a retrieved insight cites them) are kept in the record
 but excluded from the recall metrics. Turn ids of an item are read from
@@ -30,7 +34,7 @@ from typing import Any
 from dualmem.evals import metrics as m
 from dualmem.evals.journal import PersonaJournal
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
-from dualmem.schema import DatasetItem, Query, Session
+from dualmem.schema import DatasetItem, Query, Session, Turn
 
 DIALOGUE_ID = re.compile(r"^D\d+:\d+$")
 LOCOMO_KS = (5, 10, 20)
@@ -105,6 +109,16 @@ def kept_queries(item: DatasetItem, limit: int | None) -> list[Query]:
     return list(item.queries if limit is None else item.queries[:limit])
 
 
+def query_context(query: Query, item: DatasetItem) -> list[Turn]:
+    """Return the turns of the query's own session said before it (empty when the query stands outside the dialogue)."""
+    if query.session_id is None or not query.turn_index:
+        return []
+    for session in item.dialogue.sessions:
+        if session.id == query.session_id:
+            return list(session.turns[: query.turn_index])
+    return []
+
+
 def _persona_text(item: DatasetItem) -> str:
     persona = item.dialogue.persona
     return persona.render() if persona else ""
@@ -131,7 +145,8 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     }
     started = time.perf_counter()
     try:
-        record["retrieved"] = [serialise_item(it) for it in framework.retrieve(query.text, opts.retrieve_k)]
+        found = framework.retrieve(query.text, opts.retrieve_k, context=query_context(query, item))
+        record["retrieved"] = [serialise_item(it) for it in found]
     except Exception as exc:  # noqa: BLE001 - recorded per query, the run goes on
         record["errors"].append(f"retrieve failed: {type(exc).__name__}: {exc}")
     record["retrieve_s"] = round(time.perf_counter() - started, 4)

@@ -119,11 +119,13 @@ class MemoryFramework(ABC):
         """Add one session to memory (sessions arrive in time order)."""
 
     @abstractmethod
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` best memory items for ``query``, best first.
 
         ``context``: the recent turns of the conversation the query comes from
-        (oldest first), for frameworks whose ranking uses them.
+        (oldest first; strings, dataset turns, LangChain messages or role/content
+        dicts, as :func:`dualmem.retrieval.context.context_turns` reads them), for
+        frameworks whose ranking uses them (``dualmem``, ``raw-turns``).
         """
 
     def memory_text(self, items: Sequence[RetrievedItem]) -> str:
@@ -142,7 +144,7 @@ class MemoryFramework(ABC):
         """Async ``ingest`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.ingest, session)
 
-    async def aretrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
+    async def aretrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Async ``retrieve`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.retrieve, query, k, context=context)
 

@@ -1,7 +1,10 @@
 """``dualmem``: persona-driven dual memory — facts plus the persona's insights grounded in them.
 
 ``ingest`` runs the recurrent writer on the session (exactly once: write lease
-and chunk ledger); ``retrieve`` follows ``settings.retrieval_mode``: ``dual``
+and chunk ledger); ``retrieve`` ranks with the ``ranker`` setting
+(:mod:`dualmem.retrieval`: facts and insights carry their session and time, so
+the learned ranker reads them as it reads turns, with the recent conversation as
+the query's context) and follows ``settings.retrieval_mode``: ``dual``
 returns ``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k
 pool of both (the paper's single top-10); with ``emotion_strategy`` the pools
 are re-ranked by meaning and emotion (Emotional RAG's C-A/C-M/S-S/S-E). Each
@@ -13,10 +16,11 @@ followed by those facts in the reply prompt.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.prompts.respond import format_dual_memory
+from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, Persona, Session
 from dualmem.stores.dual import DualResult, DualStore, ScoredItem
 
@@ -37,6 +41,7 @@ class DualMemFramework(MemoryFramework):
         self.namespace = tuple(context.namespace)
         self.persona = context.persona or Persona(id=self.namespace[0], name=self.namespace[0])
         self.store = context.store if context.store is not None else DualStore(context.uri, context.embedder())
+        self.ranker = Ranker.from_settings(context.settings)
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
@@ -58,22 +63,22 @@ class DualMemFramework(MemoryFramework):
             },
         )
 
-    def recall(self, query: str, k: int) -> DualResult:
-        """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded."""
+    def recall(self, query: str, k: int, *, context: Sequence[Any] | None = None) -> DualResult:
+        """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded,
+        ranked by the ``ranker`` setting after the conversation ``context``."""
         if self.store.count(self.namespace) == 0:
             return DualResult()
-        s = self.context.settings
-        if not s.emotion_strategy:
-            return self.store.dual_search(self.namespace, query, k_facts=k, k_insights=k, mode=s.search_mode, merged=self.mode == "merged")  # type: ignore[arg-type]
-        return self._emotion_recall(query, k)
+        if not self.context.settings.emotion_strategy:
+            return self.ranker.dual(self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context)
+        return self._emotion_recall(query, k, context)
 
-    def _emotion_recall(self, query: str, k: int) -> DualResult:
+    def _emotion_recall(self, query: str, k: int, context: Sequence[Any] | None) -> DualResult:
         from dualmem.writer.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
 
         s = self.context.settings
         check_strategy(s.emotion_strategy)
         size = max(DEFAULT_POOL, k)
-        pool = self.store.dual_search(self.namespace, query, k_facts=size, k_insights=size, mode=s.search_mode)  # type: ignore[arg-type]
+        pool = self.ranker.dual(self.store, self.namespace, query, size, size, context=context)
         scored = score_emotion(self.context.chat(), query, retries=s.max_retries, policy=s)
         q_emotion = scored.value.vector() if scored.value is not None else None
         embeddings = self.store.embeddings
@@ -94,13 +99,13 @@ class DualMemFramework(MemoryFramework):
         grounding = {h.item.id: pool.grounding.get(h.item.id, []) for h in insights}
         return DualResult(facts=facts, insights=insights, grounding=grounding, merged=merged)
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
-        """Return ``k`` items: the merged pool, or ``ceil(k/2)`` facts and ``floor(k/2)`` insights."""
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+        """Return ``k`` items: the merged pool, or ``ceil(k/2)`` facts and ``floor(k/2)`` insights (``context``: recent turns)."""
         if self.mode == "merged":
-            result = self.recall(query, k)
+            result = self.recall(query, k, context=context)
             hits = result.merged
         else:
-            result = self.recall(query, max(1, (k + 1) // 2))
+            result = self.recall(query, max(1, (k + 1) // 2), context=context)
             hits = sorted([*result.facts, *result.insights[: k // 2]], key=lambda h: -h.score)[:k]
         return [self._item(h, result.grounding.get(h.item.id, [])) for h in hits]
 

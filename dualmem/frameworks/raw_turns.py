@@ -3,45 +3,45 @@
 Each turn becomes one ``fact`` row of a :class:`~dualmem.stores.DualStore` in its
 own folder ``{uri}/raw-turns`` (so it never mixes with DualMem's memory), keyed
 by a stable id of (namespace, session, turn): re-ingesting a session replaces
-its rows instead of duplicating them. ``event_time`` is the session time and
-``source`` names the session and turn.
+its rows instead of duplicating them. The row's text — what is embedded and
+searched — is ``"Speaker: text"`` (the turn with who said it; questions name
+people). ``event_time`` is the session time, ``source`` names the session and
+turn, ``meta`` keeps role, speaker and the turn's position.
 
-``retrieve(query, k)`` searches with ``mode`` (``vector`` = dense only,
-``hybrid`` = dense + full text fused by RRF, ``fts``); by default the
-``search_mode`` setting. Items come back as kind ``"turn"``, ``id`` = the turn id,
-``source_session`` = its session, and ``meta`` with role, speaker, time.
+``retrieve(query, k, context=...)`` ranks with the ``ranker`` setting
+(:mod:`dualmem.retrieval`: the learned ranker by default, or a plain ``vector``,
+``hybrid`` or ``fts`` store search). Items come back as kind ``"turn"``, ``id`` =
+the turn id, ``source_session`` = its session, and ``meta`` with role, speaker, time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
-from dualmem.schema import Fact, Session, SourceRef, stable_id
-from dualmem.stores.dual import SearchMode
+from dualmem.retrieval.pipeline import Ranker
+from dualmem.schema import Fact, Session, SourceRef, Turn, stable_id
 
 SUBFOLDER = "raw-turns"
 
 
 class RawTurnsFramework(MemoryFramework):
-    """Store every turn verbatim in LanceDB; retrieve turns by dense or hybrid search."""
+    """Store every turn verbatim in LanceDB; retrieve turns with the ranker."""
 
     name: ClassVar[str] = "raw-turns"
-    description: ClassVar[str] = "every turn stored verbatim; dense or hybrid (vector + full-text) turn retrieval"
+    description: ClassVar[str] = "every turn stored verbatim (with its speaker); turns ranked by the learned ranker or a plain store search"
 
     def __init__(
         self,
         context: FrameworkContext,
         *,
-        mode: SearchMode | None = None,
+        ranker: Ranker | str | None = None,
         roles: tuple[str, ...] = ("user", "assistant"),
     ) -> None:
         super().__init__(context)
-        self.mode: SearchMode = mode or context.settings.search_mode  # type: ignore[assignment]
-        if self.mode not in ("hybrid", "vector", "fts"):
-            raise ConfigurationError(f"raw-turns search mode {self.mode!r} is not one of hybrid, vector, fts")
+        self.ranker = ranker if isinstance(ranker, Ranker) else Ranker.from_settings(
+            context.settings if ranker is None else context.settings.replace(ranker=ranker))
         self.roles = roles
         self.store = context.open_store(SUBFOLDER)
 
@@ -54,9 +54,9 @@ class RawTurnsFramework(MemoryFramework):
         """Store each turn of ``session`` verbatim (idempotent per session and turn)."""
         items = [
             Fact(
-                id=stable_id(*self.namespace, session.id, turn.id, prefix="turn-"),
+                id=turn_item_id(self.namespace, session.id, turn.id),
                 namespace=self.namespace,
-                text=turn.text,
+                text=turn_text(turn),
                 source=SourceRef(session_id=session.id, turn_ids=[turn.id]),
                 event_time=session.time,
                 meta={"role": turn.role, "speaker": turn.speaker, "turn_index": index, "turn_id": turn.id},
@@ -70,9 +70,9 @@ class RawTurnsFramework(MemoryFramework):
             self.store.upsert(new)
         return IngestReport(session_id=session.id, items_written=len(new), meta={"framework": self.name, "already_stored": len(stored)})
 
-    def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
-        """Return the ``k`` turns that best match ``query``, best first."""
-        hits = self.store.search(self.namespace, query, kind="fact", k=k, mode=self.mode)
+    def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
+        """Return the ``k`` turns that best match ``query`` (after the conversation ``context``), best first."""
+        hits = self.ranker.rank(self.store, self.namespace, query, k, context=context, kinds=("fact",))
         out = []
         for hit in hits:
             item = hit.item
@@ -100,3 +100,13 @@ class RawTurnsFramework(MemoryFramework):
     def reset(self) -> None:
         """Forget every stored turn of this namespace."""
         self.store.drop_namespace(self.namespace)
+
+
+def turn_item_id(namespace: Sequence[str], session_id: str, turn_id: str) -> str:
+    """Return the store id of a turn of ``session_id`` in ``namespace`` (stable: re-ingesting replaces the row)."""
+    return stable_id(*namespace, session_id, turn_id, prefix="turn-")
+
+
+def turn_text(turn: Turn) -> str:
+    """Return a turn as raw-turns stores it: ``"Speaker: text"`` (the text alone without a speaker)."""
+    return f"{turn.speaker}: {turn.text}" if turn.speaker else turn.text

@@ -3,7 +3,8 @@
 Nodes live in :mod:`dualmem.nodes.respond`. ``retrieve`` asks the memory
 framework (the ``framework`` setting, DualMem by default: facts and the
 persona's insights, each insight with the facts it cites) with the recent
-turns as context; ``reply`` calls the chat model through LangChain, so
+turns as context (DualMem and ``raw-turns`` rank with the ``ranker`` setting,
+:mod:`dualmem.retrieval`, which reads them); ``reply`` calls the chat model through LangChain, so
 ``graph.stream(..., stream_mode="messages")`` yields its tokens; with
 ``remember`` the exchange is handed to memory formation: for DualMem it joins
 the run's thread's pending turns in the store and is written in the

@@ -97,7 +97,7 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
     k = state.get("k") or ctx.retrieval_k
-    recent = [message_text(m) for m in history[-EARLIER_USER_MESSAGES * 2 :]]
+    recent = history[-ctx.ranker_context_turns :] if ctx.ranker_context_turns else []  # messages: the ranker reads who said what
     items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
     return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
 

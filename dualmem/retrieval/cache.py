@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,8 +41,15 @@ def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
 class EmbeddingCache:
     """Embed texts through a persistent per-embedder cache; return L2-normalised float32 rows."""
 
-    def __init__(self, embeddings: Embeddings, folder: str | Path = DEFAULT_FOLDER, name: str | None = None) -> None:
+    def __init__(
+        self, embeddings: Embeddings, folder: str | Path = DEFAULT_FOLDER, name: str | None = None, *, autosave: int = 1
+    ) -> None:
+        """``autosave``: write the cache once this many new texts are unsaved (1: after every call that embedded
+        something; a replay embedding one query at a time passes more and calls :meth:`save` at the end)."""
         self.embeddings = embeddings
+        self.autosave = max(1, autosave)
+        self._unsaved = 0
+        self._lock = threading.RLock()  # replays of several personas may share one cache
         key = name or _embedder_key(embeddings)
         self.folder = Path(folder) / key
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -61,7 +69,12 @@ class EmbeddingCache:
 
     def save(self) -> None:
         """Write the cache to disk (atomically)."""
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
         keys = sorted(self._index, key=self._index.__getitem__)
+        self._unsaved = 0
         _atomic_save(self.folder / "vectors.npy", self._write_vectors)
         _atomic_save(self.folder / "keys.json", lambda p: None if p.write_text(json.dumps(keys)) else None)
 
@@ -80,6 +93,10 @@ class EmbeddingCache:
         self, texts: Sequence[str], *, batch_size: int = 64, save_every: int = 20, progress: str | None = None
     ) -> np.ndarray:
         """Return one normalised row per text, embedding only the texts not cached yet."""
+        with self._lock:
+            return self._embed(texts, batch_size, save_every, progress)
+
+    def _embed(self, texts: Sequence[str], batch_size: int, save_every: int, progress: str | None) -> np.ndarray:
         todo = self.missing(texts)
         if todo:
             todo.sort(key=len)  # similar lengths batch with little padding
@@ -91,10 +108,12 @@ class EmbeddingCache:
                 iterator = tqdm(batches, desc=progress, unit="batch")
             for n, batch in enumerate(iterator, start=1):
                 self._add(batch, np.asarray(self.embeddings.embed_documents(list(batch)), dtype=np.float32))
-                if n % save_every == 0:
+                self._unsaved += len(batch)
+                if n % save_every == 0 and self._unsaved >= self.autosave:
                     self.save()
             self.misses += len(todo)
-            self.save()
+            if self._unsaved >= self.autosave:
+                self.save()
         if not texts:
             return np.zeros((0, self._vectors.shape[1] if self._vectors.size else 0), dtype=np.float32)
         return self._vectors[[self._index[text_key(t)] for t in texts]]
@@ -127,6 +146,7 @@ class CachedEmbeddings(Embeddings):
     def __init__(self, cache: EmbeddingCache) -> None:
         self.cache = cache
         self.dims = getattr(cache.embeddings, "dims", None)
+        self.path = getattr(cache.embeddings, "path", None)  # reports name the embedder behind the cache
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed several texts through the cache."""

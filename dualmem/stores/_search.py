@@ -9,9 +9,11 @@ is too large to scan.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 import dualmem.stores._lance as L
 import dualmem.stores._vcache as _vcache
@@ -19,6 +21,23 @@ from dualmem.stores._rows import ITEM_COLUMNS
 from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, rrf_fuse
 
 RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A namespace's active items of one kind at one table version, as held in RAM (``DualStore.snapshot``).
+
+    ``rows`` has the item columns (no vectors), ``vectors`` their unit-normalised float32 rows,
+    ``allowed`` marks the rows inside the caller's filter (None: all), and ``derived`` is where
+    readers keep what they compute from exactly these rows (shared until the namespace changes).
+    """
+
+    kind: str
+    version: int
+    rows: pa.Table
+    vectors: np.ndarray
+    allowed: np.ndarray | None
+    derived: dict[str, Any]
 
 
 class TableSearch:
@@ -60,14 +79,24 @@ class TableSearch:
             self.cache.put(key, entry)
         return entry if entry.matrix is not None else None
 
+    def snapshot(self, scope: Scope) -> Snapshot | None:
+        """Return the scope's rows from the namespace's RAM view (None: the namespace is too large to hold)."""
+        entry = self.view(scope)
+        if entry is None or entry.rows is None or entry.matrix is None:
+            return None
+        return Snapshot(self.kind, entry.version, entry.rows, entry.matrix, self.mask(entry, scope), entry.derived)
+
+    def mask(self, entry: _vcache.Entry, scope: Scope) -> np.ndarray | None:
+        """Return which rows of ``entry`` are in ``scope`` (None: all); a structured filter is resolved by LanceDB."""
+        ids = {r["id"] for r in L.query_rows(self.table, scope.sql(), ["id"])} if scope.filter else None
+        return entry.mask(since=scope.since, until=scope.until, ids=ids)
+
     def vector_rows(self, vector: Any, k: int, scope: Scope, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """Return the ``k`` nearest rows of ``scope`` (with ``_distance`` = 1 - cosine)."""
         columns = columns or ITEM_COLUMNS
         entry = self.view(scope)
-        if entry is not None:  # exact search in RAM; a structured filter is resolved by LanceDB
-            ids = {r["id"] for r in L.query_rows(self.table, scope.sql(), ["id"])} if scope.filter else None
-            mask = entry.mask(since=scope.since, until=scope.until, ids=ids)
-            return entry.top(np.asarray(vector, dtype=np.float32), k, mask, columns)
+        if entry is not None:  # exact search in RAM
+            return entry.top(np.asarray(vector, dtype=np.float32), k, self.mask(entry, scope), columns)
         query = self.table.search(list(vector), vector_column_name="vector").distance_type("cosine")
         query = query.where(scope.sql(), prefilter=True)
         if self._once_per_version("vector-index"):

@@ -62,10 +62,11 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 class Entry:
     """A namespace's active rows (without vectors), their unit-normalised vectors and the table version.
 
-    ``matrix`` is None when the namespace was too large to hold.
+    ``matrix`` is None when the namespace was too large to hold. ``derived`` holds what readers
+    compute from exactly these rows (a ranker's lexical index); a changed view starts without it.
     """
 
-    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps")
+    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps", "derived")
 
     def __init__(self, version: int, rows: pa.Table | None = None, matrix: np.ndarray | None = None) -> None:
         self.version, self.matrix, self.rows = version, matrix, rows
@@ -75,6 +76,7 @@ class Entry:
         times = rows.column("event_time").fill_null("").to_numpy(zero_copy_only=False) if has_time else []  # type: ignore[union-attr]
         self.event_time = np.asarray(times, dtype=str)
         self.stamps = _stamps(rows) if rows is not None else np.zeros(0, dtype=np.int64)
+        self.derived: dict[str, Any] = {}
 
     def __len__(self) -> int:
         return len(self.ids) if self.matrix is not None else 0

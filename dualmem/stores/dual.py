@@ -47,7 +47,7 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind, utcnow
 from dualmem.stores._rows import ITEM_COLUMNS, PK_SQL, item_schema, item_to_row, row_to_item
-from dualmem.stores._search import TableSearch
+from dualmem.stores._search import Snapshot, TableSearch
 from dualmem.stores._sql import (
     Scope,
     and_all,
@@ -86,6 +86,7 @@ class DualStore:
       since=None, until=None, vector=None)``; ``filter`` is a dict over ``FILTERABLE`` fields
       (``{"session_id": "s1"}``, ``{"event_time": {"$gte": "2024"}}``, ``{"chunk_id": {"$in": [...]}}``)
     - ``search_vectors(namespace, vector, k=10, kind="fact", filter=None)`` -> ``[(id, cosine)]``
+    - ``snapshot(namespace, kind, filter=None)`` -> the namespace's rows and unit vectors held in RAM (rankers)
     - ``dual_search(namespace, query, k_facts=10, k_insights=10, mode="hybrid", merged=False, expand=True)``
     - ``supersede(namespace, ids)``, ``delete(namespace, ids)``, ``drop_namespace(namespace)``, ``optimize()``
     - exactly-once writing: ``exclusive(namespace)`` (the namespace's write lease, a context
@@ -346,16 +347,15 @@ class DualStore:
         rows = self._searchers[self._kinds(kind)[0]].vector_rows(vector, k, scope, ["id"])
         return [(r["id"], 1.0 - r["_distance"]) for r in rows]
 
-    def dual_search(
-        self,
-        namespace: Namespace,
-        query: str,
-        k_facts: int = 10,
-        k_insights: int = 10,
-        mode: SearchMode = "hybrid",
-        merged: bool = False,
-        expand: bool = True,
-    ) -> DualResult:
+    def snapshot(self, namespace: Namespace, kind: MemoryKind, filter: Mapping[str, Any] | None = None,  # noqa: A002
+                 since: str | None = None, until: str | None = None) -> Snapshot | None:
+        """Return the namespace's active ``kind`` items and unit vectors at the table's latest version (what rankers
+        compute features from); None when it holds over ``flat_search_max_rows`` items."""
+        scope = Scope(tuple(namespace), "active", filter_sql(filter, FILTERABLE), since, until)
+        return self._searchers[self._kinds(kind)[0]].snapshot(scope)
+
+    def dual_search(self, namespace: Namespace, query: str, k_facts: int = 10, k_insights: int = 10, mode: SearchMode = "hybrid",
+                    merged: bool = False, expand: bool = True) -> DualResult:
         """Search facts and insights; expand insights with their cited facts (same namespace)."""
         vector = None if mode == "fts" else self.embeddings.embed_query(query)
         if merged:

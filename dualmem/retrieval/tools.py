@@ -6,6 +6,8 @@ may be any LangGraph ``BaseStore`` (values ``{"content": text}``, as langmem
 writes them; with a ``LanceDBStore`` and a namespace ``("dualmem", persona,
 user, "fact")`` the tools read and write the dual memory itself) or a
 ``DualStore`` (search returns facts and insights, manage writes facts).
+Searches of the dual memory rank with :mod:`dualmem.retrieval` (the ``ranker``
+setting, or the tool's ``ranker``); other namespaces use the store's search.
 Namespace parts like ``"{user_id}"`` are filled from the run's
 ``config["configurable"]`` (or its ``context``). ``update`` and ``delete``
 only reach memories of the tool's own namespace: another namespace's id is
@@ -23,8 +25,12 @@ from langchain_core.tools import StructuredTool
 from langgraph.store.base import BaseStore
 
 from dualmem.errors import ConfigurationError
-from dualmem.schema import Fact
-from dualmem.stores.dual import DualStore
+from dualmem.retrieval.pipeline import Ranker
+from dualmem.schema import Fact, MemoryKind
+from dualmem.stores.dual import DualStore, ScoredItem
+from dualmem.stores.langgraph_store import LanceDBStore
+
+KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 
 Action = Literal["create", "update", "delete"]
 SEARCH_DESCRIPTION = (
@@ -94,27 +100,45 @@ def _exists(target: BaseStore | DualStore, namespace: tuple[str, ...], key: str)
     return target.get(namespace, key) is not None
 
 
+def _dual_target(target: BaseStore | DualStore, ns: tuple[str, ...]) -> tuple[DualStore, tuple[str, ...], tuple[MemoryKind, ...]] | None:
+    """Return (dual store, memory namespace, kinds) when ``ns`` names dual memory, else None."""
+    if isinstance(target, DualStore):
+        return target, ns, KINDS
+    if isinstance(target, LanceDBStore) and len(ns) == 4 and ns[0] == target.memory_label and ns[3] in KINDS:
+        return target.dual, ns[1:3], (ns[3],)  # type: ignore[return-value]
+    return None
+
+
 def create_search_memory_tool(
     namespace: tuple[str, ...] | str = ("memories", "{user_id}"),
     *,
     store: BaseStore | DualStore | None = None,
     name: str = "search_memory",
     description: str = SEARCH_DESCRIPTION,
+    ranker: Ranker | str | None = None,
 ) -> StructuredTool:
-    """Return a tool that searches memories in ``namespace`` (JSON list of hits)."""
+    """Return a tool that searches memories in ``namespace`` (JSON list of hits); dual memory is ranked by ``ranker``."""
+    chosen: list[Ranker] = []
+
+    def _ranker() -> Ranker:
+        if not chosen:
+            chosen.append(ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings())
+        return chosen[0]
 
     def search_memory(query: str, limit: int = 10, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
         """Search long-term memory."""
         target = _store(store)
         ns = resolve_namespace(namespace, config)
-        if isinstance(target, DualStore):
-            res = target.dual_search(ns, query, k_facts=limit, k_insights=limit, merged=True, expand=False)
+        dual = _dual_target(target, ns)
+        if dual is not None:
+            db, memory_ns, kinds = dual
+            ranked: list[ScoredItem] = _ranker().rank(db, memory_ns, query, limit, kinds=kinds)
             hits: list[dict[str, Any]] = [
                 {"id": h.item.id, "kind": h.item.kind, "content": h.item.text, "grounding": h.item.grounding,
-                 "score": round(h.score, 6)}
-                for h in res.merged
+                 "session_id": h.item.source.session_id, "score": round(h.score, 6)}
+                for h in ranked
             ]  # fmt: skip
-        else:
+        elif isinstance(target, BaseStore):
             hits = [
                 {"id": i.key, "content": i.value.get("content", i.value.get("text", i.value)), "score": i.score}
                 for i in target.search(ns, query=query, limit=limit)

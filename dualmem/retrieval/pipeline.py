@@ -1,0 +1,313 @@
+"""The one retrieval pipeline: candidates from the store, features, the fitted ranker, a ranked list.
+
+Every reader of memory ranks through :class:`Ranker` (``raw-turns``, ``dualmem``,
+``DualMemRetriever``, the respond graph, the memory tools, the benchmarks):
+
+1. **candidates** — the namespace's active items of the asked kinds, with their
+   vectors, from the store's in-RAM snapshot (:meth:`DualStore.snapshot`, fresh
+   against the table version); a ``filter`` narrows them as in ``store.search``;
+2. **query** — the query embedded once by the store's embedder, without the
+   names of the namespace's speakers (people do not say their own names, so a
+   name pulls the query away from the turns it asks about); the context turns
+   (the recent conversation) embedded once each and remembered by the ranker;
+3. **features** (:mod:`dualmem.retrieval.features`) fused by the weights
+   (:mod:`dualmem.retrieval.weights`, shipped with the package);
+4. **order** — best first; after the first ``cap_after`` items, at most
+   ``max_per_session`` items of a session before items of other sessions (0: no
+   cap) — both come with the weights (``ranker_max_per_session`` overrides the cap).
+
+``ranker="vector" | "hybrid" | "fts"`` skips 2-4 and returns the store's own
+search. A namespace larger than the store holds in RAM (``flat_search_max_rows``)
+falls back to the store's hybrid search.
+
+>>> from dualmem.stores.dual import DualStore  # doctest: +SKIP
+>>> Ranker("learned").rank(store, ("sophie", "user"), "when is the exam?", k=5, context=["I start revising today"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.retrieval.candidates import Candidates, from_snapshots
+from dualmem.retrieval.context import context_turns
+from dualmem.retrieval.features import QueryInput, features
+from dualmem.retrieval.lexical import query_terms
+from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights, shipped_path
+from dualmem.schema import MemoryKind
+from dualmem.stores._rows import row_to_item
+from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
+
+KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
+WORD = re.compile(r"[a-z0-9]+")
+ROLE_NAMES = frozenset({"user", "assistant", "system", "human", "ai"})
+
+
+def strip_names(text: str, names: Iterable[str]) -> str:
+    """Return ``text`` without ``names`` (and their possessive), for the query's vector.
+
+    >>> strip_names("When did Caroline's sister visit Melanie?", ["Caroline", "Melanie"])
+    'When did sister visit ?'
+    """
+    out = text
+    for name in sorted({n for n in names if n}, key=len, reverse=True):
+        out = re.sub(rf"\b{re.escape(name)}(?:'s)?\b", "", out, flags=re.IGNORECASE)
+    out = re.sub(r"\s+", " ", out).strip()
+    return out or text
+
+
+def order(scores: np.ndarray, session: np.ndarray, k: int, max_per_session: int = 0, cap_after: int = 0) -> np.ndarray:
+    """Return the indices of the ``k`` best scores: the first ``cap_after`` purely by score, then at most
+    ``max_per_session`` items of a session (counting those already taken) before the rest (0: no cap).
+
+    >>> order(np.array([0.9, 0.8, 0.7, 0.1]), np.array([0, 0, 0, 1]), 3, max_per_session=1).tolist()
+    [0, 3, 1]
+    >>> order(np.array([0.9, 0.8, 0.7, 0.1]), np.array([0, 0, 0, 1]), 3, max_per_session=1, cap_after=2).tolist()
+    [0, 1, 3]
+    """
+    ranked = np.argsort(-scores, kind="stable")
+    if not max_per_session or cap_after >= k:
+        return ranked[:k]
+    head = ranked[:cap_after].tolist()
+    taken: dict[int, int] = {}
+    for i in head:
+        taken[int(session[i])] = taken.get(int(session[i]), 0) + 1
+    first, later = list(head), []
+    for i in ranked[cap_after:].tolist():
+        s = int(session[i])
+        if taken.get(s, 0) < max_per_session:
+            taken[s] = taken.get(s, 0) + 1
+            first.append(i)
+            if len(first) == k:
+                break
+        else:
+            later.append(i)
+    return np.asarray((first + later)[:k], dtype=np.int64)
+
+
+class Ranker:
+    """Rank one namespace's memory for a query (see the module docstring); thread-safe.
+
+    ``spec``: ``learned`` (the shipped weights), a weights file, or a plain store search
+    (``vector``, ``hybrid``, ``fts``). ``max_per_session`` overrides the weights' cap;
+    ``context_turns`` is how many recent turns of the conversation are read.
+    """
+
+    def __init__(self, spec: str = LEARNED, *, max_per_session: int | None = None, context_turns: int = 8, memo: int = 1024) -> None:
+        self.spec = str(spec)
+        self.weights: RankerWeights | None = None if self.spec in PLAIN else load_weights(self.spec)
+        cap = self.weights.max_per_session if self.weights is not None else 0
+        self.max_per_session = cap if max_per_session is None or max_per_session < 0 else max_per_session
+        self.cap_after = self.weights.cap_after if self.weights is not None else 0
+        self.context_turns = context_turns
+        self._memo: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+        self._memo_size = memo
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Ranker:
+        """Return the ranker the settings select (``ranker``, ``ranker_max_per_session``, ``ranker_context_turns``):
+        one instance per choice in the process, so the context turns it embedded are remembered across callers."""
+        s = Settings.resolve(settings)
+        path = shipped_path() if s.ranker == LEARNED else Path(s.ranker).expanduser()
+        stamp = path.stat().st_mtime_ns if s.ranker not in PLAIN and path.is_file() else 0
+        return _shared(s.ranker, s.ranker_max_per_session, s.ranker_context_turns, stamp)
+
+    # ------------------------------------------------------------------ public
+
+    def rank(
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k: int = 10,
+        *,
+        context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002 - the store's name for it
+    ) -> list[ScoredItem]:
+        """Return the ``k`` best items of ``kinds`` in ``namespace`` for ``query``, best first."""
+        if k <= 0:
+            return []
+        if self.weights is None:
+            return self._plain(store, namespace, query, k, kinds, filter, self.spec)
+        prepared = self.prepare(store, namespace, query, context=context, kinds=kinds, filter=filter)
+        if prepared is None:
+            return self._plain(store, namespace, query, k, kinds, filter, "hybrid")
+        cands, q = prepared
+        if not len(cands):
+            return []
+        scores = features(cands, q) @ self.weights.vector()
+        picked = order(scores, cands.session, k, self.max_per_session, self.cap_after)
+        return [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
+
+    def rank_kinds(
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k: int = 10,
+        *,
+        context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> dict[str, list[ScoredItem]]:
+        """Return the ``k`` best items of each kind, ranked together (one query embedding, one feature pass)."""
+        chosen = _check_kinds(kinds)
+        if self.weights is None:
+            return {kind: self._plain(store, namespace, query, k, [kind], filter, self.spec) for kind in chosen}
+        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
+        if prepared is None:
+            return {kind: self._plain(store, namespace, query, k, [kind], filter, "hybrid") for kind in chosen}
+        cands, q = prepared
+        scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
+        kind_of = np.asarray([snapshot.kind for snapshot, _ in cands.refs], dtype=object)
+        out: dict[str, list[ScoredItem]] = {}
+        for kind in chosen:
+            rows = np.flatnonzero(kind_of == kind)
+            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
+            out[kind] = [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
+        return out
+
+    def dual(
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k_facts: int = 10,
+        k_insights: int = 10,
+        *,
+        merged: bool = False,
+        context: Sequence[Any] | None = None,
+        expand: bool = True,
+    ) -> DualResult:
+        """Return ``k_facts`` facts and ``k_insights`` insights (or one merged top-k pool), insights with their cited facts."""
+        if merged:
+            pool = self.rank(store, namespace, query, max(k_facts, k_insights), context=context)
+            result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
+                                insights=[h for h in pool if h.item.kind == "insight"])
+        else:
+            per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
+            result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
+        if expand and result.insights:
+            result.grounding = store.grounding(namespace, [h.item for h in result.insights])
+        return result
+
+    async def arank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any) -> list[ScoredItem]:
+        """Async :meth:`rank` (same core, in a worker thread)."""
+        return await asyncio.to_thread(self.rank, store, namespace, query, k, **kwargs)
+
+    def prepare(
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        *,
+        context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> tuple[Candidates, QueryInput] | None:
+        """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
+        kinds = _check_kinds(kinds)
+        snapshots = [store.snapshot(namespace, kind, filter=filter) for kind in kinds]
+        if any(s is None for s in snapshots):
+            return None
+        cands = from_snapshots([s for s in snapshots if s is not None])
+        turns = context_turns(context, self.context_turns)
+        names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
+        texts = [strip_names(query, names), *(t.text for t in turns)]
+        vectors = self._embed(store, texts)
+        context_vector = None
+        if turns:
+            mean = vectors[1:].mean(axis=0)
+            context_vector = mean / max(float(np.linalg.norm(mean)), 1e-9)
+        q = QueryInput(
+            vector=vectors[0],
+            terms=query_terms(query),
+            words=frozenset(WORD.findall(query.lower().replace("'s", " "))) - ROLE_NAMES,
+            context_terms=query_terms(" ".join(t.content for t in turns)),
+            context_vector=context_vector,
+        )
+        return cands, q
+
+    # ------------------------------------------------------------------ internals
+
+    def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
+        """Return unit vectors of ``texts`` (the query first), embedding only the context turns not remembered."""
+        embeddings = store.embeddings
+        with self._lock:
+            try:
+                memo = self._memo.setdefault(embeddings, OrderedDict())
+            except TypeError:  # an embedder that cannot be weakly referenced: nothing remembered
+                memo = OrderedDict()
+            known = {t: memo[t] for t in texts[1:] if t in memo}
+        todo = [texts[0]] + [t for t in dict.fromkeys(texts[1:]) if t not in known]
+        fresh = [embeddings.embed_query(todo[0])]
+        if len(todo) > 1:
+            fresh += embeddings.embed_documents(todo[1:])
+        vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo[1:], fresh[1:], strict=True)}
+        with self._lock:
+            memo.update(vectors)
+            while len(memo) > self._memo_size:
+                memo.popitem(last=False)
+        return np.stack([_unit(np.asarray(fresh[0], dtype=np.float32)), *({**known, **vectors}[t] for t in texts[1:])])
+
+    @staticmethod
+    def _plain(
+        store: DualStore, namespace: Namespace, query: str, k: int, kinds: Sequence[MemoryKind],
+        filter: Mapping[str, Any] | None, mode: str,  # noqa: A002
+    ) -> list[ScoredItem]:
+        vector = None if mode == "fts" else store.embeddings.embed_query(query)
+        hits = [h for kind in _check_kinds(kinds)
+                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)]  # type: ignore[arg-type]
+        return sorted(hits, key=lambda h: -h.score)[:k]
+
+
+def rank(
+    store: DualStore,
+    namespace: Namespace,
+    query: str,
+    k: int = 10,
+    *,
+    context: Sequence[Any] | None = None,
+    kinds: Sequence[MemoryKind] = KINDS,
+    filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ranker: Ranker | str | None = None,
+    settings: Settings | None = None,
+) -> list[ScoredItem]:
+    """Return the ``k`` best items of ``namespace`` for ``query`` with ``ranker`` (default: the settings' ranker)."""
+    chosen = ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings(settings)
+    return chosen.rank(store, namespace, query, k, context=context, kinds=kinds, filter=filter)
+
+
+@lru_cache(maxsize=32)
+def _shared(spec: str, max_per_session: int, context_turns: int, stamp: int) -> Ranker:  # noqa: ARG001 - the file's stamp keys the cache
+    return Ranker(spec, max_per_session=max_per_session, context_turns=context_turns)
+
+
+def _check_kinds(kinds: Sequence[MemoryKind] | str) -> list[MemoryKind]:
+    chosen = [kinds] if isinstance(kinds, str) else list(kinds)
+    bad = [k for k in chosen if k not in KINDS]
+    if bad or not chosen:
+        raise ConfigurationError(f"kinds {bad or chosen} are not fact or insight; pass kinds=('fact',), ('insight',) or both")
+    return list(dict.fromkeys(chosen))  # type: ignore[arg-type]
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return vector / max(float(np.linalg.norm(vector)), 1e-9)
+
+
+def _item(cands: Candidates, i: int) -> Any:
+    snapshot, row = cands.refs[i]
+    return row_to_item(snapshot.rows.slice(row, 1).to_pylist()[0])

@@ -1,0 +1,93 @@
+"""LangChain retriever over the dual store: facts and insights as ``Document``s, ranked by the retrieval pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from dualmem.retrieval.pipeline import Ranker
+from dualmem.schema import MemoryItem, MemoryKind
+from dualmem.stores.dual import DualStore, ScoredItem, SearchMode
+
+
+class DualMemRetriever(BaseRetriever):
+    """Retrieve facts and insights of one namespace; insights carry the facts they cite.
+
+    Items are ranked by ``ranker`` (default: the ``ranker`` setting, the learned
+    ranker; ``"vector"``, ``"hybrid"`` or ``"fts"`` for a plain store search, or a
+    :class:`~dualmem.retrieval.Ranker`). The recent conversation can be passed as
+    ``retriever.invoke(query, context=[...turns or messages])``. ``mode`` (``vector``,
+    ``hybrid``, ``fts``) is a plain store search, as ``ranker=mode``. ``kind`` limits
+    the search to one stream; otherwise ``k`` facts then ``k`` insights are
+    returned, or with ``merged=True`` one top-``k`` pool over both.
+    Each document's metadata holds ``id``, ``kind``, ``namespace``, ``session_id``,
+    ``turn_ids``, ``chunk_id``, ``event_time``, ``grounding`` (cited fact ids),
+    ``grounding_facts`` (their texts, insights only, when ``expand``), ``status``
+    and ``score``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    store: DualStore
+    namespace: tuple[str, ...]
+    k: int = 10
+    ranker: Any = None  # a dualmem.retrieval.Ranker, a ranker spec, or None (the settings' ranker)
+    mode: SearchMode | None = None
+    kind: MemoryKind | None = None
+    merged: bool = False
+    expand: bool = True
+
+    def _ranker(self) -> Ranker:
+        if not isinstance(self.ranker, Ranker):
+            spec = self.ranker or self.mode
+            self.ranker = Ranker(spec) if spec else Ranker.from_settings()
+        return self.ranker
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
+    ) -> list[Document]:
+        ranker = self._ranker()
+        if self.kind is not None or self.merged:
+            kinds: tuple[MemoryKind, ...] = (self.kind,) if self.kind is not None else ("fact", "insight")
+            hits = ranker.rank(self.store, self.namespace, query, self.k, context=context, kinds=kinds)
+        else:
+            per_kind = ranker.rank_kinds(self.store, self.namespace, query, self.k, context=context)
+            hits = [*per_kind["fact"], *per_kind["insight"]]
+        grounding = self._grounding([h for h in hits if h.item.kind == "insight"]) if self.expand else {}
+        return [to_document(h, grounding.get(h.item.id)) for h in hits]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
+    ) -> list[Document]:
+        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), context=context)
+
+    def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
+        return self.store.grounding(self.namespace, [h.item for h in hits])
+
+
+def to_document(hit: ScoredItem, grounding: list[MemoryItem] | None = None) -> Document:
+    """Return a ``Document`` for a scored memory item (metadata: kind, id, source, grounding, score)."""
+    item = hit.item
+    metadata: dict[str, Any] = {
+        "id": item.id,
+        "kind": item.kind,
+        "namespace": list(item.namespace),
+        "session_id": item.source.session_id,
+        "turn_ids": list(item.source.turn_ids),
+        "chunk_id": item.source.chunk_id,
+        "event_time": item.event_time,
+        "grounding": list(item.grounding),
+        "status": item.status,
+        "score": hit.score,
+    }
+    if item.emotion is not None:
+        metadata["emotion"] = list(item.emotion)
+    if grounding is not None:
+        metadata["grounding_facts"] = [{"id": f.id, "text": f.text} for f in grounding]
+    return Document(page_content=item.text, metadata=metadata, id=item.id)

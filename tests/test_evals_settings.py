@@ -16,7 +16,8 @@ from dualmem.testing import HashEmbeddings, make_fake
 READS = [
     ("dualmem", "retrieval_mode", "merged", lambda fw: fw.mode),
     ("full-context", "context_tokens", 1234, lambda fw: fw.max_tokens),
-    ("raw-turns", "search_mode", "fts", lambda fw: fw.mode),
+    ("raw-turns", "ranker", "fts", lambda fw: fw.ranker.spec),
+    ("dualmem", "ranker", "hybrid", lambda fw: fw.ranker.spec),
     ("emotional-rag", "emotion_strategy", "S-E", lambda fw: fw.strategy),
     ("emotional-rag", "chunk_tokens", 300, lambda fw: fw.fragment_tokens),
     ("amem", "chunk_tokens", 300, lambda fw: fw.note_tokens),

@@ -166,9 +166,12 @@ REPO = PACKAGE.parents[2]  # the folder holding the dualmem package (VeRL import
 
 
 def verl_python(python: str = "") -> str:
-    """Return the interpreter of VeRL runs: ``python``, else ``.venv-verl/bin/python`` when present, else this one."""
-    local = Path(".venv-verl/bin/python")
-    return python or (str(local.resolve()) if local.exists() else sys.executable)
+    """Return the interpreter of VeRL runs: ``python``, else the repository's ``.venv-verl/bin/python`` when present, else this one.
+
+    The venv's path is kept as is (not symlink-resolved): resolving it lands on the base interpreter, outside the venv.
+    """
+    local = REPO / ".venv-verl" / "bin" / "python"
+    return python or (str(local.absolute()) if local.exists() else sys.executable)
 
 
 def launch_env(env: dict[str, str] | None = None) -> dict[str, str]:

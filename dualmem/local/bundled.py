@@ -20,6 +20,9 @@ from langchain_core.messages import BaseMessage
 from dualmem.errors import ConfigurationError
 
 LOCAL_MODELS = {"smollm2": "SmolLM2-135M-Instruct"}
+BASE = "smollm2"  # the base model of LoRA adapters
+# adapters shipped with the package: name -> folder under dualmem/data (a peft LoRA of BASE)
+ADAPTERS = {"smollm2-writer": "writer_lora"}
 ENGINES = ("auto", "llama.cpp", "transformers")
 CONTEXT_TOKENS = 8192
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "user"}
@@ -49,10 +52,25 @@ def bundled_embedder_path() -> Path:
     return folder
 
 
+def adapter_dir(name: str) -> Path | None:
+    """Return the LoRA adapter folder ``name`` stands for (a shipped adapter's name or a folder path), else None."""
+    if name in ADAPTERS:
+        return Path(__file__).resolve().parent.parent / "data" / ADAPTERS[name]
+    path = Path(name).expanduser()
+    return path if name not in LOCAL_MODELS and (path / "adapter_config.json").exists() else None
+
+
 def check_name(name: str) -> None:
-    """Raise a one-line error unless ``name`` is a bundled local model."""
-    if name not in LOCAL_MODELS:
-        raise ConfigurationError(f"unknown local model {name!r}; the bundled one is local:smollm2")
+    """Raise a one-line error unless ``name`` is a bundled local model, a shipped adapter or an adapter folder."""
+    if name in LOCAL_MODELS:
+        return
+    folder = adapter_dir(name)
+    if folder is None:
+        raise ConfigurationError(
+            f"unknown local model {name!r}; use local:smollm2, local:smollm2-writer or local:<folder of a LoRA adapter of SmolLM2>"
+        )
+    if not (folder / "adapter_config.json").exists():
+        raise ConfigurationError(f"local:{name}: no adapter_config.json in {folder}; reinstall dualmem or train one (docs/training.md)")
 
 
 def chat_dicts(messages: list[BaseMessage]) -> list[dict[str, str]]:
@@ -70,16 +88,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DUALMEM_CACHE", Path.home() / ".cache" / "dualmem"))
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=3)
 def load_transformers(name: str) -> tuple[Any, Any]:
-    """Return (model, tokenizer), de-quantising the GGUF once into the cache."""
+    """Return (model, tokenizer), de-quantising the GGUF once into the cache; an adapter is merged into its own copy of the base."""
+    check_name(name)
+    folder = adapter_dir(name)
+    model, tok = _load_base(BASE if folder else name)
+    if folder is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    model.eval()
+    return model, tok
+
+
+def _load_base(name: str) -> tuple[Any, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    check_name(name)
     target = cache_dir() / LOCAL_MODELS[name]
     if not (target / "config.json").exists():
         gguf = bundled_gguf_path()
@@ -98,7 +127,6 @@ def load_transformers(name: str) -> tuple[Any, Any]:
     else:
         tok = AutoTokenizer.from_pretrained(str(target))
         model = AutoModelForCausalLM.from_pretrained(str(target))
-    model.eval()
     return model, tok
 
 
@@ -113,10 +141,14 @@ def stop_ids(tok: Any) -> list[int]:
 
 
 
-def resolve_engine(engine: str) -> str:
-    """Return the engine ``engine`` names (``auto``: llama.cpp when installed, else transformers)."""
+def resolve_engine(engine: str, name: str = BASE) -> str:
+    """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers; adapters: transformers)."""
     if engine not in ENGINES:
         raise ConfigurationError(f"local engine {engine!r} is not one of {ENGINES}; set DUALMEM_LOCAL_ENGINE")
+    if name not in LOCAL_MODELS:  # a LoRA adapter is merged into the de-quantised weights: transformers only
+        if engine == "llama.cpp":
+            raise ConfigurationError(f"local:{name} is a LoRA adapter and runs on the transformers engine; set DUALMEM_LOCAL_ENGINE=transformers or auto")
+        return "transformers"
     has_llama = importlib.util.find_spec("llama_cpp") is not None
     if engine == "llama.cpp" and not has_llama:
         raise ConfigurationError(

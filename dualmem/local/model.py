@@ -46,7 +46,7 @@ class LocalChatModel(BaseChatModel):
     @property
     def model_name(self) -> str:
         """Return the model's human name."""
-        return f"local:{self.name_} ({LOCAL_MODELS.get(self.name_, self.name_)}, {self.engine})"
+        return f"local:{self.name_} ({LOCAL_MODELS.get(self.name_, 'SmolLM2-135M-Instruct + LoRA')}, {self.engine})"
 
     def _constrained(self) -> bool:
         """Whether structured answers are decoded under a grammar (else parsed loosely and repaired)."""
@@ -267,6 +267,9 @@ def _tool_request(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], Any] | 
 
 
 def load_local_chat_model(name: str, *, temperature: float = 0.0, max_new_tokens: int = 512, engine: str = "auto") -> LocalChatModel:
-    """Return the bundled local chat model ``name`` (``smollm2``) on ``engine`` (auto, llama.cpp, transformers)."""
+    """Return the bundled local chat model ``name`` on ``engine`` (auto, llama.cpp, transformers).
+
+    ``name``: ``smollm2``, ``smollm2-writer`` (SmolLM2 with the shipped writer LoRA) or the folder of a LoRA adapter of SmolLM2.
+    """
     check_name(name)
-    return LocalChatModel(name_=name, engine=resolve_engine(engine), temperature=temperature, max_new_tokens=max_new_tokens)
+    return LocalChatModel(name_=name, engine=resolve_engine(engine, name), temperature=temperature, max_new_tokens=max_new_tokens)

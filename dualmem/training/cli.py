@@ -54,13 +54,13 @@ def _parse(cls: type, args: list[str]) -> Any:
     return cfg
 
 
-def _load(paths: list[Path]) -> Any:
+def _load(paths: list[Path], kind: str = "rolememo") -> Any:
     from dualmem.datasets import load_dataset
     from dualmem.schema import Dataset
 
     items, names = [], []
     for path in paths:
-        ds = load_dataset("rolememo", path)
+        ds = load_dataset(kind, path)
         items += ds.items
         names.append(ds.name)
     return Dataset(name="+".join(names), source=",".join(map(str, paths)), items=items)
@@ -71,6 +71,8 @@ def export_sft_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder (train.jsonl, eval.jsonl, dataset_info.json)")] = Path("runs/sft"),
     data: Annotated[list[Path] | None, typer.Option("--data", "-d", help="RoleMemo file or folder (repeatable): targets from gold, no teacher")] = None,
     traces: Annotated[list[Path] | None, typer.Option("--traces", "-t", help="teacher trace JSONL (repeatable): {messages, output, persona_id, meta}")] = None,
+    realmem: Annotated[list[Path] | None, typer.Option("--realmem", "-r", help="RealMem file or folder (repeatable): its memory points as fact targets, insights out of the loss")] = None,
+    max_chunks: Annotated[int | None, typer.Option(help="RealMem: only the first N chunks of each history")] = None,
     chunk_tokens: Annotated[int, typer.Option(help="writer chunk size in tokens (use the writer's chunk_tokens)")] = setting_default("chunk_tokens"),
     view_k: Annotated[int, typer.Option(help="relevant items per stream in the simulated working view")] = 8,
     view_recent: Annotated[int, typer.Option(help="newest items per stream always in the view")] = 4,
@@ -82,13 +84,14 @@ def export_sft_cmd(
     """Build writer SFT data: chat JSONL with the writer's exact prompt, split by persona, plus LLaMA-Factory info."""
     from dualmem.training.export import export_sft
 
-    data, traces = data or [], traces or []
-    if not data and not traces:
-        _fail(ConfigurationError("nothing to export: pass --data (RoleMemo) and/or --traces (teacher JSONL)"))
+    data, traces, realmem = data or [], traces or [], realmem or []
+    if not data and not traces and not realmem:
+        _fail(ConfigurationError("nothing to export: pass --data (RoleMemo), --realmem (RealMem) and/or --traces (teacher JSONL)"))
     try:
         report = export_sft(
             out, dataset=_load(data) if data else None, traces=traces, chunk_tokens=chunk_tokens, view_k=view_k,
             view_recent=view_recent, keep_empty=keep_empty, eval_ratio=eval_ratio, seed=seed, strict=strict, progress=True,
+            realmem=_load(realmem, "realmem") if realmem else None, max_chunks=max_chunks,
         )
     except (ConfigurationError, DatasetError) as exc:
         _fail(exc)

@@ -185,13 +185,25 @@ def export_sft(
     seed: int = 0,
     strict: bool = True,
     progress: bool = False,
+    realmem: Dataset | None = None,
+    max_chunks: int | None = None,
 ) -> ExportReport:
-    """Build, validate, split and write SFT data (``train.jsonl``, ``eval.jsonl``, ``dataset_info.json``)."""
+    """Build, validate, split and write SFT data (``train.jsonl``, ``eval.jsonl``, ``dataset_info.json``).
+
+    ``dataset``: RoleMemo (fact and insight targets from its gold); ``realmem``: RealMem (memory points as fact
+    targets, the first ``max_chunks`` chunks of each history, insights out of the loss, see
+    :mod:`dualmem.training.realmem_gold`); ``traces``: teacher JSONL.
+    """
+    from dualmem.training.realmem_gold import realmem_records
+
     records = (
         gold_records(dataset, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty, progress=progress)
         if dataset
         else []
     )
+    if realmem:
+        records += realmem_records(realmem, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty,
+                                   max_chunks=max_chunks, progress=progress)
     for path in traces:
         records += load_traces(path)
     report = ExportReport(str(out_dir))

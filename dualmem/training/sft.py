@@ -12,11 +12,14 @@ Run as a script: ``python -m dualmem.training.sft --model_name_or_path Qwen/Qwen
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dualmem.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 
 def _f(default: Any, help: str) -> Any:
@@ -29,7 +32,7 @@ def _f(default: Any, help: str) -> Any:
 class SFTRunConfig:
     """Settings of one SFT run of the writer (paper defaults)."""
 
-    model_name_or_path: str = _f("", "any Hugging Face causal LM: hub id (needs network) or local folder")
+    model_name_or_path: str = _f("", "any Hugging Face causal LM: hub id (needs network), local folder, or local:smollm2 (the bundled model)")
     tokenizer_gguf_file: str = _f("", "load the tokenizer from this GGUF file inside model_name_or_path")
     train_file: str = _f("runs/sft/train.jsonl", "chat-format JSONL from `dualmem train export-sft`")
     eval_file: str = _f("", "held-out JSONL (personas unseen in training); empty = no evaluation")
@@ -61,18 +64,57 @@ class SFTRunConfig:
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Read chat-format JSONL records as TRL prompt/completion pairs (loss on the target only)."""
+    """Read chat-format JSONL records as TRL prompt/completion pairs (loss on the target only).
+
+    A record's ``loss_scope`` (``"facts"``: RealMem gold has no insights) is kept on the pair; see :func:`tokenize_pairs`.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigurationError(f"SFT data {path} does not exist; run `dualmem train export-sft` first")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
-            messages = json.loads(line)["messages"]
-            rows.append({"prompt": messages[:-1], "completion": messages[-1:]})
+            try:
+                record = json.loads(line)
+                messages = record["messages"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ConfigurationError(f"{path} line {n}: not an SFT record with `messages` ({exc}); re-run `dualmem train export-sft`") from None
+            rows.append({"prompt": messages[:-1], "completion": messages[-1:], "loss_scope": record.get("loss_scope") or "all"})
     if not rows:
         raise ConfigurationError(f"SFT data {path} is empty; check the export report")
     return rows
+
+
+def tokenize_pairs(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) -> list[dict[str, list[int]]]:
+    """Return pre-tokenized rows (``input_ids``, ``labels``): the chat template's prompt, then the target.
+
+    Labels are -100 on the prompt; with ``loss_scope == "facts"`` also on everything after the target's
+    facts part (the insights and the end of turn), so a target without gold insights teaches none.
+    """
+    from dualmem.training.realmem_gold import facts_prefix
+
+    out, long = [], 0
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        if not full.startswith(prompt):
+            raise ConfigurationError("the tokenizer's chat template renders the prompt differently inside the conversation; use loss_scope 'all'")
+        completion = full[len(prompt):]
+        content = row["completion"][-1]["content"]
+        start = completion.find(content)
+        cut = start + facts_prefix(content) if row["loss_scope"] == "facts" and start >= 0 else len(completion)
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+        labels = [tid if end <= cut else -100 for tid, (_, end) in zip(c["input_ids"], c["offset_mapping"], strict=True)]
+        if len(p_ids) + len(labels) > max_length:  # cutting would drop the target: the record is left out
+            long += 1
+            continue
+        out.append({"input_ids": p_ids + c["input_ids"], "labels": [-100] * len(p_ids) + labels})
+    if long:
+        logger.warning("%d of %d SFT records are longer than max_length %d and were left out", long, len(rows), max_length)
+    if not out:
+        raise ConfigurationError(f"every SFT record is longer than --max_length {max_length}; raise it")
+    return out
 
 
 def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
@@ -80,7 +122,14 @@ def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not cfg.model_name_or_path:
-        raise ConfigurationError("no model: pass --model_name_or_path (a hub id or a local folder)")
+        raise ConfigurationError("no model: pass --model_name_or_path (a hub id, a local folder or local:smollm2)")
+    if cfg.model_name_or_path.startswith("local:"):  # the bundled model, de-quantised from its GGUF (no hub)
+        from dualmem.local.bundled import LOCAL_MODELS, _load_base
+
+        name = cfg.model_name_or_path.removeprefix("local:")
+        if name not in LOCAL_MODELS:
+            raise ConfigurationError(f"--model_name_or_path {cfg.model_name_or_path}: the bundled base model is local:smollm2")
+        return _load_base(name)
     kw = {"gguf_file": cfg.tokenizer_gguf_file} if cfg.tokenizer_gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path, **kw)
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, **kw)
@@ -124,8 +173,14 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
         eval_steps=cfg.save_steps if cfg.eval_file else None,
         completion_only_loss=True,
     )
-    train = Dataset.from_list(read_records(cfg.train_file))
-    evals = Dataset.from_list(read_records(cfg.eval_file)) if cfg.eval_file else None
+    train_rows = read_records(cfg.train_file)
+    eval_rows = read_records(cfg.eval_file) if cfg.eval_file else []
+    if any(r["loss_scope"] != "all" for r in train_rows + eval_rows):  # a partial loss: tokenized here, labels set
+        train = Dataset.from_list(tokenize_pairs(train_rows, tokenizer, cfg.max_length))
+        evals = Dataset.from_list(tokenize_pairs(eval_rows, tokenizer, cfg.max_length)) if eval_rows else None
+    else:
+        train = Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in train_rows])
+        evals = Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in eval_rows]) if eval_rows else None
     return SFTTrainer(
         model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks
     )

@@ -1,0 +1,159 @@
+"""RealMem gold as writer SFT data: points at their source turn, insights out of the loss; LoRA adapters as local models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dualmem.datasets.realmem import parse_realmem
+from dualmem.errors import ConfigurationError
+from dualmem.schema import Dataset, MemoryUpdate
+from dualmem.training.export import export_sft, validate_record
+from dualmem.training.realmem_gold import facts_prefix, item_records, point_turns
+from dualmem.training.sft import read_records, tokenize_pairs
+
+FILLER = "We talked about the weather and nothing else at length. " * 6
+
+
+def _session(n: int, points: list[tuple[int, str]]) -> dict:
+    turns = []
+    for i in range(6):
+        speaker = "User" if i % 2 == 0 else "Assistant"
+        text = f"[s{n} turn {i}] " + (f"I mention detail {n}-{i} of my life. " if speaker == "User" else "Noted. ") + FILLER
+        turns.append({"speaker": speaker, "content": text, "is_query": False, "query_id": None})
+    memory = [{"index": f"S{n}-{k:02d}", "type": "Static", "content": text, "source_turn": turn, "session_uuid": f"u{n}"}
+              for k, (turn, text) in enumerate(points, 1)]
+    return {"session_identifier": f"Topic_1:S{n}_01", "session_uuid": f"u{n}", "current_time": f"2025-12-0{n} (Monday)",
+            "dialogue_turns": turns, "extracted_memory": memory}
+
+
+RAW = {
+    "_metadata": {"person_name": "Test_Person", "total_sessions": 3, "total_tokens": 1},
+    "dialogues": [
+        _session(1, [(1, "User is learning R for their thesis."), (3, "User prefers open-source tools."), (99, "User has a cat named Miso.")]),
+        _session(2, [(5, "User moved to Lyon in 2024.")]),
+        _session(3, []),
+    ],
+}
+
+
+@pytest.fixture
+def item():
+    return parse_realmem(RAW, "Test_Person_dialogues_256k.json")
+
+
+def test_each_point_is_written_in_the_chunk_holding_its_source_turn(item):
+    at = point_turns(item.dialogue.sessions)
+    assert at["u1:0"] == [("S1-01", "User is learning R for their thesis.")]  # source_turn is 1-based
+    assert at["u1:2"] == [("S1-02", "User prefers open-source tools.")]
+    assert at["u1:4"] == [("S1-03", "User has a cat named Miso.")]  # no such turn: the session's last user turn
+    records = item_records(item, chunk_tokens=120, keep_empty=1.0)
+    written = {}
+    for rec in records:
+        assert validate_record(rec) == [] and rec["loss_scope"] == "facts"
+        target = MemoryUpdate.model_validate_json(rec["messages"][-1]["content"])
+        assert target.insights == []
+        chunk = rec["messages"][-2]["content"].split("## CONVERSATION CHUNK")[-1]
+        for fact in target.facts:
+            assert fact.op == "ADD" and fact.turn_ids and all(f"[{t}]" in chunk for t in fact.turn_ids)
+            written[fact.text] = rec["chunk_id"]
+    assert set(written) == {p.content for s in item.dialogue.sessions for p in s.memory_points}
+    # later chunks show what was written before in their working view
+    last = records[-1]["messages"][-2]["content"].split("## CONVERSATION CHUNK")[0]
+    assert "User moved to Lyon in 2024." in last or "User is learning R" in last
+
+
+def test_max_chunks_and_empty_chunks(item):
+    every = item_records(item, chunk_tokens=120, keep_empty=1.0)
+    assert len(item_records(item, chunk_tokens=120, keep_empty=1.0, max_chunks=2)) == 2
+    assert all(json.loads(r["messages"][-1]["content"])["facts"] for r in item_records(item, chunk_tokens=120, keep_empty=0.0))
+    assert len(every) > len(item_records(item, chunk_tokens=120, keep_empty=0.0))
+
+
+def test_export_and_read_keep_the_loss_scope(item, tmp_path):
+    report = export_sft(tmp_path / "sft", realmem=Dataset(name="realmem", source="x", items=[item]), chunk_tokens=120, eval_ratio=0)
+    assert report.train > 0 and report.by_source == {"realmem-gold": report.train} and not report.invalid
+    rows = read_records(tmp_path / "sft" / "train.jsonl")
+    assert {r["loss_scope"] for r in rows} == {"facts"}
+
+
+def test_cli_exports_realmem(tmp_path):
+    from dualmem.cli import app
+
+    src = tmp_path / "Test_Person_dialogues_256k.json"
+    src.write_text(json.dumps(RAW))
+    res = CliRunner().invoke(app, ["train", "export-sft", "--realmem", str(src), "--out", str(tmp_path / "o"), "--eval-ratio", "0", "--chunk-tokens", "120"])
+    assert res.exit_code == 0, res.output
+    assert "realmem-gold" in res.output and (tmp_path / "o" / "train.jsonl").read_text().count("\n") > 0
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from dualmem.local.bundled import load_transformers
+
+    return load_transformers("smollm2")[1]
+
+
+def test_facts_scope_trains_on_the_facts_part_only(item, smol_tokenizer):
+    rec = next(r for r in item_records(item, chunk_tokens=120) if json.loads(r["messages"][-1]["content"])["facts"])
+    row = {"prompt": rec["messages"][:-1], "completion": rec["messages"][-1:]}
+    target = rec["messages"][-1]["content"]
+    (facts,) = tokenize_pairs([{**row, "loss_scope": "facts"}], smol_tokenizer, 4096)
+    (full,) = tokenize_pairs([{**row, "loss_scope": "all"}], smol_tokenizer, 4096)
+    assert facts["input_ids"] == full["input_ids"]
+    trained = smol_tokenizer.decode([t for t in facts["labels"] if t != -100])
+    assert trained == target[: facts_prefix(target)]  # up to and with the "insights": key, nothing of its value
+    everything = smol_tokenizer.decode([t for t in full["labels"] if t != -100])
+    assert everything.startswith(target) and len(everything) > len(target)  # "all": the whole answer and the end of turn
+    prompt_len = sum(1 for t in full["labels"] if t == -100)
+    assert smol_tokenizer.decode(full["input_ids"][:prompt_len]).endswith("assistant\n")  # the prompt is never trained on
+
+
+def test_records_longer_than_max_length_are_left_out(item, smol_tokenizer, caplog):
+    rows = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:], "loss_scope": "facts"} for r in item_records(item, chunk_tokens=120)]
+    lengths = [len(x["input_ids"]) for x in tokenize_pairs(rows, smol_tokenizer, 10_000)]
+    cut = sorted(lengths)[len(lengths) // 2]
+    kept = tokenize_pairs(rows, smol_tokenizer, cut)
+    assert len(kept) == sum(n <= cut for n in lengths) < len(rows) and "left out" in caplog.text
+    with pytest.raises(ConfigurationError, match="max_length"):
+        tokenize_pairs(rows, smol_tokenizer, 10)
+
+
+def test_a_lora_adapter_folder_is_a_local_model(tmp_path):
+    """local:<adapter folder> merges the adapter into its own copy of the base; the bundled base is untouched."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from dualmem.local.bundled import _load_base, load_transformers
+    from dualmem.local.model import load_local_chat_model
+
+    base, tok = _load_base("smollm2")
+    peft = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    peft.save_pretrained(tmp_path / "adapter")
+    model = load_local_chat_model(str(tmp_path / "adapter"), engine="auto", max_new_tokens=8)
+    assert model.engine == "transformers" and "LoRA" in model.model_name
+    ids = tok("User is learning R.", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        plain = load_transformers("smollm2")[0](ids).logits
+        tuned = load_transformers(str(tmp_path / "adapter"))[0](ids).logits
+        again = load_transformers("smollm2")[0](ids).logits
+    assert not torch.allclose(plain, tuned, atol=1e-3) and torch.equal(plain, again)
+    assert model.invoke("Say hi.").content is not None
+
+
+def test_bad_local_names_and_engines_are_one_line_errors(tmp_path):
+    from dualmem.local.model import load_local_chat_model
+
+    with pytest.raises(ConfigurationError, match="unknown local model 'gpt5'.*local:smollm2-writer"):
+        load_local_chat_model("gpt5")
+    with pytest.raises(ConfigurationError, match="unknown local model"):
+        load_local_chat_model(str(tmp_path))  # a folder without adapter_config.json
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ConfigurationError, match="transformers engine"):
+        load_local_chat_model(str(tmp_path), engine="llama.cpp")

@@ -10,6 +10,7 @@ share one notion of "the memory this writer wrote" without a database.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,12 @@ from dualmem.training.prompting import chunk_sessions, render_messages, view_tex
 from dualmem.training.targets import about_user
 
 WORD = re.compile(r"\w+")
+
+
+def fraction(*parts: object) -> float:
+    """Return a deterministic number in [0, 1] for ``parts`` (sampling and splits that do not depend on a seed's state)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) / 0xFFFFFFFF
 
 
 def _words(text: str) -> set[str]:

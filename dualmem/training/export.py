@@ -23,7 +23,6 @@ and the split is by persona: no persona is in both train and eval.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -38,15 +37,10 @@ from pydantic import ValidationError
 from dualmem.config import setting_default
 from dualmem.errors import DatasetError
 from dualmem.schema import Dataset, MemoryUpdate
-from dualmem.training.episode import build_episode, gold_steps
+from dualmem.training.episode import build_episode, fraction, gold_steps
 
 LLAMAFACTORY_NAME = "dualmem_writer"
 VIEW_ID = re.compile(r"\b([FI]\d+)\b")
-
-
-def _fraction(*parts: object) -> float:
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
-    return int(digest[:8], 16) / 0xFFFFFFFF
 
 
 def gold_records(
@@ -60,7 +54,7 @@ def gold_records(
         episode = build_episode(item, chunk_tokens=chunk_tokens)
         for step in gold_steps(episode, view_k=view_k, view_recent=view_recent):
             empty = not step.target.facts and not step.target.insights
-            if empty and _fraction("empty", step.chunk.id) >= keep_empty:
+            if empty and fraction("empty", step.chunk.id) >= keep_empty:
                 continue
             messages = episode.messages(step.view, step.chunk)
             messages.append({"role": "assistant", "content": step.target.model_dump_json()})
@@ -127,12 +121,12 @@ def validate_record(record: dict[str, Any]) -> list[str]:
 def split_by_persona(records: list[dict[str, Any]], eval_ratio: float = 0.1, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split records so that no persona is in both parts; with >= 2 personas each part gets one."""
     personas = sorted({r["persona_id"] for r in records})
-    held = {p for p in personas if _fraction(seed, p) < eval_ratio}
+    held = {p for p in personas if fraction(seed, p) < eval_ratio}
     if len(personas) >= 2 and eval_ratio > 0:
         if not held:
-            held = {min(personas, key=lambda p: _fraction(seed, p))}
+            held = {min(personas, key=lambda p: fraction(seed, p))}
         if held == set(personas):
-            held.discard(max(personas, key=lambda p: _fraction(seed, p)))
+            held.discard(max(personas, key=lambda p: fraction(seed, p)))
     return [r for r in records if r["persona_id"] not in held], [r for r in records if r["persona_id"] in held]
 
 

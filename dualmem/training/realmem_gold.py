@@ -20,7 +20,7 @@ from typing import Any
 
 from dualmem.config import setting_default
 from dualmem.schema import Dataset, DatasetItem, FactOp, MemoryUpdate, Persona, Session
-from dualmem.training.episode import Chunk, MemoryState
+from dualmem.training.episode import Chunk, MemoryState, fraction
 from dualmem.training.prompting import chunk_sessions, render_messages
 
 LOSS_SCOPE = "facts"  # the part of a target that is trained on when the gold has no insights
@@ -53,8 +53,6 @@ def item_records(
     keep_empty: float = 0.2,
 ) -> list[dict[str, Any]]:
     """Return one persona's SFT records (the first ``max_chunks`` chunks of its history)."""
-    from dualmem.training.export import _fraction
-
     dialogue = item.dialogue
     persona = dialogue.persona or Persona(id=dialogue.id, name=dialogue.id)
     sessions = list(dialogue.sessions)
@@ -71,7 +69,7 @@ def item_records(
         facts = [FactOp(op="ADD", id=f"N{i}", text=text[:300], turn_ids=turns) for i, (text, (_, turns)) in enumerate(points.items(), 1)]
         target = MemoryUpdate(facts=facts, insights=[])
         state.apply(target, view, chunk.id)
-        if not facts and _fraction("empty", chunk.id) >= keep_empty:
+        if not facts and fraction("empty", chunk.id) >= keep_empty:
             continue
         messages = render_messages(persona, view.text, chunk.text)
         messages.append({"role": "assistant", "content": target.model_dump_json()})

@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=3, help="queries per held-out persona (replay stops before the last one's session)")
     ap.add_argument("--max-new-tokens", type=int, default=384)
     ap.add_argument("--adapter", default="", help="skip training: evaluate this adapter folder")
+    ap.add_argument("--arms", default="zero-shot,sft", help="writers to evaluate; arms of an earlier result file are kept")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "writer_sft.json"))
     args = ap.parse_args()
     if not DATA.exists():
@@ -113,12 +114,20 @@ def main() -> None:
         result["sft_wall_s"] = time.time() - t
         result["sft_log"] = [ln for ln in (out / "sft.log").read_text().splitlines() if "'loss'" in ln or "train loss" in ln][-12:]
     arms = {"zero-shot": "local:smollm2", "sft": f"local:{Path(adapter).resolve()}"}
-    result["arms"] = {}
+    arms = {k: v for k, v in arms.items() if k in args.arms.split(",")}
+    earlier = json.loads(Path(args.result).read_text()) if Path(args.result).exists() else {}
+    if args.adapter and earlier:  # evaluating an adapter trained by an earlier run: keep that run's training record
+        result = {**earlier, **{k: v for k, v in result.items() if k != "args"}, "eval_args": vars(args)}
+    result["arms"] = {k: v for k, v in earlier.get("arms", {}).items() if k not in arms}
     for arm, writer in arms.items():
         result["arms"][arm] = {"writer": writer, "personas": {}}
         for persona in held:
             f = next(f for f in files if f.name.startswith(persona + "_dialogues"))
             run_dir = out / "eval" / arm / persona
+            if run_dir.exists():  # a fresh evaluation (dualmem eval would continue the earlier run)
+                import shutil
+
+                shutil.rmtree(run_dir)
             cmd = [str(BIN), "eval", "-d", "realmem", str(f), "-f", "dualmem", "--no-respond", "--limit", str(args.limit), "--personas", persona,
                    "--out", str(run_dir), "--set", f"writer_model={writer}", "--set", "local_engine=transformers",
                    "--set", f"max_new_tokens={args.max_new_tokens}"]

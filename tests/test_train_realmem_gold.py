@@ -157,3 +157,21 @@ def test_bad_local_names_and_engines_are_one_line_errors(tmp_path):
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(ConfigurationError, match="transformers engine"):
         load_local_chat_model(str(tmp_path), engine="llama.cpp")
+
+
+def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, monkeypatch):
+    """The base model's structured calls carry a schema hint; an adapter's do not (its SFT prompts had none)."""
+    from dualmem.local.bundled import usage
+    from dualmem.local.model import LocalChatModel
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    seen: list[str] = []
+
+    def fake_run(self, messages, stop=None, schema_json=None):  # noqa: ANN001
+        seen.append(messages[-1].content)
+        return '{"facts":[],"insights":[]}', usage(1, 1)
+
+    monkeypatch.setattr(LocalChatModel, "_run", fake_run)
+    for name in ("smollm2", str(tmp_path)):
+        assert LocalChatModel(name_=name).with_structured_output(MemoryUpdate).invoke("the chunk") == MemoryUpdate()
+    assert seen[0].startswith("the chunk\n\nAnswer with one JSON object matching this schema") and seen[1] == "the chunk"

@@ -48,6 +48,10 @@ class LocalChatModel(BaseChatModel):
         """Return the model's human name."""
         return f"local:{self.name_} ({LOCAL_MODELS.get(self.name_, 'SmolLM2-135M-Instruct + LoRA')}, {self.engine})"
 
+    def _adapter(self) -> bool:
+        """Whether this is a trained LoRA writer: it was trained on the plain prompt, so no schema hint and no repetition penalty."""
+        return self.name_ not in LOCAL_MODELS
+
     def _constrained(self) -> bool:
         """Whether structured answers are decoded under a grammar (else parsed loosely and repaired)."""
         return importlib.util.find_spec("xgrammar") is not None
@@ -70,7 +74,7 @@ class LocalChatModel(BaseChatModel):
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": tok.eos_token_id,
-            "repetition_penalty": 1.15,
+            "repetition_penalty": 1.0 if self._adapter() else 1.15,  # the penalty also hits the prompt: a trained writer copies from it
             "eos_token_id": stop_ids(tok),
         }
         if self.temperature > 0:
@@ -234,7 +238,8 @@ class LocalChatModel(BaseChatModel):
 
             messages = self._convert_input(value).to_messages()
             hint = "Answer with one JSON object matching this schema:\n" + json.dumps(json_schema)
-            messages = [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})] if messages else messages
+            if messages and not self._adapter():  # an adapter saw the writer's exact prompt in training, without the hint
+                messages = [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})]
             text, usage = self._run(messages, None, json.dumps(json_schema))
             raw = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
             parsed, error = None, None

@@ -175,3 +175,20 @@ def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, mo
     for name in ("smollm2", str(tmp_path)):
         assert LocalChatModel(name_=name).with_structured_output(MemoryUpdate).invoke("the chunk") == MemoryUpdate()
     assert seen[0].startswith("the chunk\n\nAnswer with one JSON object matching this schema") and seen[1] == "the chunk"
+
+
+def test_the_shipped_writer_adapter_loads_and_changes_the_model():
+    """local:smollm2-writer: the LoRA of benchmarks/writer_sft.py, shipped in dualmem/data/writer_lora (fp16)."""
+    import torch
+
+    from dualmem.local.bundled import adapter_dir, load_transformers
+    from dualmem.local.model import load_local_chat_model
+
+    folder = adapter_dir("smollm2-writer")
+    assert folder is not None and (folder / "adapter_model.safetensors").stat().st_size < 12_000_000
+    model = load_local_chat_model("smollm2-writer", max_new_tokens=8)
+    assert model.engine == "transformers"
+    base, tok = load_transformers("smollm2")
+    ids = tok("User is learning R.", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert not torch.allclose(base(ids).logits, load_transformers("smollm2-writer")[0](ids).logits, atol=1e-3)

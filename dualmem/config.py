@@ -20,6 +20,8 @@ from dualmem.errors import ConfigurationError
 
 ENV_PREFIX = "DUALMEM_"
 # fields read from a non-prefixed, conventional environment variable
+STORE_SCHEMES = ("file", "memory", "s3", "s3+ddb", "gs", "az", "abfs", "abfss", "oss", "cos", "hf", "db")
+"""URI schemes a ``store_uri`` may use (LanceDB's object stores); anything else is a local folder."""
 ENV_ALIASES = {"openai_base_url": "OPENAI_BASE_URL", "openai_api_key": "OPENAI_API_KEY"}
 
 

@@ -22,49 +22,12 @@ from rich.table import Table
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.datasets._validate import json_files, write_json_atomic
-from dualmem.errors import ConfigurationError, DatasetError
+from dualmem.datasets.personas import read_persona
+from dualmem.errors import ConfigurationError
 from dualmem.resume import run_resumable
-from dualmem.schema import Persona, stable_id
+from dualmem.schema import stable_id
 
 console = Console(stderr=True)
-
-ALIASES = {
-    "role": "description", "occupation": "description", "values": "core_values", "core_value": "core_values",
-    "personality": "traits", "personality_traits": "traits", "skills": "expertise", "user": "user_profile",
-    "user_persona": "user_profile", "persona_id": "id",
-}
-LIST_FIELDS = ("core_values", "traits", "expertise", "goals")
-
-
-def read_persona(path: str | Path) -> Persona:
-    """Read a free-form persona JSON file (keys like "core values" or "role" are normalised)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno}") from exc
-    if isinstance(data, dict) and isinstance(data.get("persona"), dict):
-        data = {**data["persona"], **({"user_profile": data["user_profile"]} if "user_profile" in data else {})}
-    if not isinstance(data, dict):
-        raise DatasetError(str(path), "$", "a JSON object with a persona", type(data).__name__)
-    norm: dict[str, Any] = {}
-    for key, value in data.items():
-        k = re.sub(r"[\s-]+", "_", str(key).strip().lower())
-        k = ALIASES.get(k, k)
-        if k == "description" and "description" in norm:
-            k = "role_description"
-        norm[k] = value
-    for k in LIST_FIELDS:  # a string is split on semicolons, new lines and bullets; commas stay ("check twice, sail once")
-        if isinstance(norm.get(k), str):
-            norm[k] = [v.strip(" \t-*•") for v in re.split(r"[;\n]", norm[k]) if v.strip(" \t-*•")]
-    if not isinstance(norm.get("name"), str) or not norm["name"].strip():
-        raise DatasetError(str(path), "$.name", "a non-empty string", repr(norm.get("name")))
-    norm.setdefault("id", re.sub(r"[^A-Za-z0-9]+", "-", path.stem).strip("-").lower() or norm["name"])
-    try:
-        return Persona.model_validate(norm)
-    except Exception as exc:  # noqa: BLE001 - reported as a dataset error
-        raise DatasetError(str(path), "$", "a persona object", str(exc).splitlines()[0]) from None
-
 
 def _context(settings: Settings, model: Any, judge_model: Any, embeddings: Any) -> Context:
     """Return the generators' context: the settings plus the given model, judge and embedder objects."""

@@ -246,9 +246,28 @@ def _build_embeddings(spec: str) -> Embeddings:
 
     _need_key(spec, provider)
     try:
-        return init_embeddings(spec)
+        return RemoteEmbeddings(init_embeddings(spec))
     except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration problem
         raise ConfigurationError(f"cannot build embeddings {spec!r}: {' '.join(str(exc).split())[:300]}; {EMBEDDER_FIX}") from None
+
+
+class RemoteEmbeddings(Embeddings):
+    """A provider's embedder whose calls follow the model-call retry policy (:mod:`dualmem.retry`)."""
+
+    def __init__(self, inner: Embeddings) -> None:
+        self.inner = inner
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts``, retrying transient failures."""
+        from dualmem.retry import invoke_with_retry
+
+        return invoke_with_retry(self.inner.embed_documents, texts, policy=Settings())
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query, retrying transient failures."""
+        from dualmem.retry import invoke_with_retry
+
+        return invoke_with_retry(self.inner.embed_query, text, policy=Settings())
 
 
 def embedding_dims(embeddings: Embeddings) -> int:

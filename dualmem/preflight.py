@@ -25,12 +25,11 @@ from typing import Any
 import httpx
 from langchain_core.language_models import BaseChatModel
 
-from dualmem.config import Settings
+from dualmem.config import STORE_SCHEMES, Settings
 from dualmem.errors import ConfigurationError, ModelCallError
 from dualmem.retry import RetryPolicy, invoke_with_retry
 
 # LanceDB's object stores (lance 0.40) plus LanceDB Cloud's db://
-STORE_SCHEMES = ("s3", "s3+ddb", "gs", "az", "abfss", "oss", "cos", "hf", "memory", "file", "db")
 CHECK_TIMEOUT = 10.0
 _PASSED: set[str] = set()
 _LOCK = threading.Lock()
@@ -208,3 +207,21 @@ def check_file_path(path: str, what: str = "checkpoint file", fix: str = "set DU
     _writable_folder(target.parent, f"the folder of the {what}", fix)
     if target.exists() and not os.access(target, os.W_OK):
         raise ConfigurationError(f"{what} {target} is not writable; {fix}")
+
+
+def check_embedder(settings: Settings, embeddings: Any = None) -> None:
+    """Build the settings' embedder (a bad spec is a one-line error) and embed one probe text with a remote one."""
+    from dualmem.models import RemoteEmbeddings, load_embeddings
+
+    built = load_embeddings(embeddings if embeddings is not None else settings.embedder, settings)
+    if not isinstance(built, RemoteEmbeddings):
+        return  # local embedders (and objects passed in): building them was the check
+    s = settings
+    policy = RetryPolicy(retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0))
+    try:
+        invoke_with_retry(built.inner.embed_query, "probe", policy=policy)
+    except ModelCallError as exc:
+        cause = exc.__cause__ or exc
+        reason = _connection_reason(cause) if exc.status is None else str(exc)
+        raise ConfigurationError(f"the embedder {s.embedder!r} cannot be used: {reason}; check its endpoint and key, "
+                                 "or set DUALMEM_EMBEDDER to a local one (bundled:all-MiniLM-L6-v2)") from None

@@ -251,3 +251,61 @@ def test_a_real_process_prints_one_line_and_exits_2(env):
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the model endpoint") and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- persona files, run folders, embedders
+
+
+@pytest.mark.parametrize("content, expect", [
+    ("[" * 200_000, "$: expected JSON nested less than ~1,000 levels deep"),
+    (b"\xff\xfe{", "$: expected UTF-8 text, found undecodable byte at offset 0"),
+    ('{"name": ', "$: expected valid JSON"),
+    ('{"name": "Ada", "core_values": 3}', "$.core_values: expected"),
+])
+@pytest.mark.parametrize("command", ["ask", "chat"])
+def test_broken_persona_files(env, command, content, expect):
+    path = env / "persona.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    args = ("ask", "hi", "--persona", str(path)) if command == "ask" else ("chat", "--persona", str(path))
+    line = one_line_error(run(*args, input="/quit\n"))
+    assert f"{path}: {expect}" in line
+
+
+def test_generate_with_a_broken_persona_file(env, tmp_path):
+    folder = tmp_path / "personas"
+    folder.mkdir()
+    (folder / "deep.json").write_text("[" * 5_000)
+    line = one_line_error(run("generate", "rolememo", "--personas", str(folder), "--out", str(tmp_path / "out"), "-m", "fake:weave"))
+    assert "deep.json: $: expected JSON nested less than" in line
+
+
+def test_eval_compare_and_resume_of_folders_that_are_not_runs(env, tmp_path):
+    (tmp_path / "notrun").mkdir()
+    assert "summary.json not found: pass a folder written by `dualmem eval`" in one_line_error(run("eval", "compare", str(tmp_path / "notrun")))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.json").write_text("{bad")
+    assert "run.json: $: expected valid JSON" in one_line_error(run("eval", "--resume", str(tmp_path / "broken")))
+
+
+def test_eval_checks_framework_and_embedder_before_claiming_a_run_folder(env, monkeypatch, tmp_path):
+    out = tmp_path / "run"
+    assert "unknown framework 'nope'" in one_line_error(run("eval", SAMPLE, "-f", "nope", "--out", str(out)))
+    monkeypatch.setenv("DUALMEM_EMBEDDER", "hash:abc")
+    assert "hash:DIMS needs a positive whole number" in one_line_error(run("eval", SAMPLE, "-f", "raw-turns", "--out", str(out)))
+    assert not out.exists()  # nothing claimed: the corrected command is not refused as "another run"
+
+
+def test_eval_checks_the_writer_endpoint_of_a_framework_that_writes(env, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", closed_port_url())
+    monkeypatch.setenv("DUALMEM_CALL_RETRIES", "0")
+    line = one_line_error(run("eval", SAMPLE, "-f", "dualmem", "--set", "writer_model=vllm:writer"))
+    assert "cannot reach the model endpoint" in line
+
+
+def test_a_remote_embedder_that_cannot_be_reached(env, monkeypatch):
+    monkeypatch.setenv("DUALMEM_EMBEDDER", "openai:text-embedding-3-small")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", closed_port_url())
+    monkeypatch.setenv("DUALMEM_CALL_RETRIES", "0")
+    line = one_line_error(run("ingest", SAMPLE))
+    assert "the embedder 'openai:text-embedding-3-small' cannot be used" in line and "DUALMEM_EMBEDDER" in line

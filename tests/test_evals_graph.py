@@ -11,6 +11,7 @@ from conftest import REALMEM_SOPHIE, need
 from dualmem.config import Settings
 from dualmem.context import Context
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
+from dualmem.errors import ConfigurationError
 from dualmem.evals.compare import compare_runs
 from dualmem.evals.fakes import TurnLogFramework
 from dualmem.evals.graph import EvalRun, builder, graph
@@ -109,8 +110,28 @@ def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
     assert table.flips["b"] == {"gained": 0, "lost": 0, "same": 4, "paired": 4}
     md = compare([a, b], out=tmp_path / "cmp")
     assert "recall_any@10" in md and (tmp_path / "cmp" / "comparison.html").exists()
-    with pytest.raises(FileNotFoundError, match="summary.json"):
+    with pytest.raises(ConfigurationError, match="summary.json"):
         compare([tmp_path])
+
+
+def test_answers_are_ranked_with_the_same_context_as_the_scored_retrieval(tmp_path):
+    """One retrieval path: the answer's memory is ranked with the query's own session turns, as the metrics' is."""
+    item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
+    path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
+    factory = Factory()
+    run_eval("realmem", path, "turn-log", out=tmp_path / "run", settings=Settings(embedder="hash:64"),
+             similarity=HashEmbeddings(64), framework_factory=factory, progress=False, respond=True, limit=3)
+    calls = [c for f in factory.made for c in f.contexts]
+    assert len(calls) == 2 * 3  # retrieve, then respond's own retrieve, per query
+    by_query: dict[str, list[list]] = {}
+    for query, context in calls:
+        by_query.setdefault(query, []).append([t.id for t in context])
+    queries = {q.text: q for q in item.queries[:3]}
+    for text, (scored, answered) in by_query.items():
+        q = queries[text]
+        session = next(s for s in item.dialogue.sessions if s.id == q.session_id)
+        assert scored == answered == [t.id for t in session.turns[: q.turn_index]]
+    assert any(scored for scored, _ in by_query.values())  # RealMem queries come after turns of their own session
 
 
 def test_graph_is_exported_and_runs_with_a_context(three_personas):
@@ -207,11 +228,11 @@ def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_
     attempts = {"respond": 0}
 
     class Flaky(TurnLogFramework):
-        def respond(self, query, k=10):
+        def respond(self, query, k=10, *, context=None):
             attempts["respond"] += 1
             if attempts["respond"] == 2:
                 raise ConnectionError("endpoint down")
-            return super().respond(query, k)
+            return super().respond(query, k, context=context)
 
     def factory(name, item, ctx):
         return Flaky(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")

@@ -65,11 +65,12 @@ def _settings(model: str | None = None, store: str | None = None, **extra: Any) 
 
 def _preflight(settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False) -> None:
     """Check the store (and the checkpoint file) and make one cheap call to each remote model, before any work."""
-    from dualmem.preflight import check_file_path, check_models, check_store_uri
+    from dualmem.preflight import check_embedder, check_file_path, check_models, check_store_uri
 
     check_store_uri(settings.store_uri)
     if checkpoints:
         check_file_path(settings.checkpoint_path)
+    check_embedder(settings)
     check_models(settings, roles)
 
 

@@ -116,9 +116,11 @@ def eval_(
         settings = _eval_settings(model, store, framework, judge, overrides)
         if store:
             _preflight(settings)
+        from dualmem.frameworks import framework_class
         from dualmem.preflight import check_models
 
-        check_models(settings, ("chat",) + (("judge",) if settings.judge_model else ()))
+        writer = ("writer",) if framework_class(settings.framework).uses_writer else ()
+        check_models(settings, ("chat", *writer) + (("judge",) if settings.judge_model else ()))
         run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge or settings.judge_model or None, limit=limit,
                            out=out, settings=settings, respond=not no_respond, personas=chosen, upload=upload)
     console.print(f"report: [bold]{run_dir}[/]")

@@ -40,6 +40,7 @@ class TurnLogFramework(MemoryFramework):
         self.turns: list[dict[str, Any]] = []
         self.ingested: list[str] = []
         self.queries: list[tuple[str, list[str]]] = []
+        self.contexts: list[tuple[str, list[Any]]] = []  # (query, the context turns it was ranked with), per retrieve
 
     @classmethod
     def standalone(cls, ranking: str = "recent", namespace: tuple[str, str] = ("persona", "user")) -> TurnLogFramework:
@@ -59,13 +60,14 @@ class TurnLogFramework(MemoryFramework):
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` best turns (see the class docstring for the ranking)."""
         self.queries.append((query, list(self.ingested)))
+        self.contexts.append((query, list(context or [])))
         ranked = sorted(self.turns, key=lambda t: (-self._score(query, t), -t["order"]))[:k]
         return [RetrievedItem(text=t["text"], kind="fact", score=self._score(query, t), source_session=t["session"],
                               id=t["id"], meta={"turn_ids": [t["id"]]}) for t in ranked]
 
-    def respond(self, query: str, k: int = 10) -> str:
+    def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Answer with the best turn's text (no model call)."""
-        items = self.retrieve(query, k)
+        items = self.retrieve(query, k, context=context)
         return f"From memory: {items[0].text}" if items else "I don't remember."
 
     def reset(self) -> None:

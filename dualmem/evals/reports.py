@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dualmem.datasets._validate import read_json
+from dualmem.errors import ConfigurationError, DatasetError
 from dualmem.evals import plots
 from dualmem.evals.drilldown import render_drilldown
 
@@ -68,8 +70,11 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """Read ``summary.json`` of a run folder (clear error when it is not one)."""
     path = Path(run_dir) / SUMMARY
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: pass a folder written by `dualmem eval` (it holds {SUMMARY})")
-    return json.loads(path.read_text(encoding="utf-8"))
+        raise ConfigurationError(f"{path} not found: pass a folder written by `dualmem eval` (it holds {SUMMARY})")
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DatasetError(str(path), "$", "a run summary (a JSON object)", type(data).__name__)
+    return data
 
 
 def fmt(value: Any) -> str:

@@ -113,6 +113,14 @@ def run_eval(
     if ragas:  # importing ragas takes seconds: do it while the evaluation waits on models
         threading.Thread(target=load_ragas_id_metrics, name="dualmem-warm-ragas", daemon=True).start()
     respond_and_judge = respond and judge is not None
+    if framework_factory is None:  # a wrong name or embedder fails before the run folder is claimed
+        from dualmem.frameworks import framework_class
+
+        framework_class(framework)
+    if embeddings is None:
+        from dualmem.preflight import check_embedder
+
+        check_embedder(settings)
     spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=framework, limit=limit, respond=respond,
                    personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,
                    judge_model=_name(judge) if respond_and_judge else None, settings=recorded_settings(settings),

@@ -144,8 +144,9 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
         "errors": [],
     }
     started = time.perf_counter()
+    context = query_context(query, item)
     try:
-        found = framework.retrieve(query.text, opts.retrieve_k, context=query_context(query, item))
+        found = framework.retrieve(query.text, opts.retrieve_k, context=context)
         record["retrieved"] = [serialise_item(it) for it in found]
     except Exception as exc:  # noqa: BLE001 - recorded per query, the run goes on
         record["errors"].append(f"retrieve failed: {type(exc).__name__}: {exc}")
@@ -153,7 +154,7 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     if opts.respond:
         started = time.perf_counter()
         try:
-            record["answer"] = framework.respond(query.text, opts.respond_k)
+            record["answer"] = framework.respond(query.text, opts.respond_k, context=context)
         except Exception as exc:  # noqa: BLE001
             record["errors"].append(f"respond failed: {type(exc).__name__}: {exc}")
         record["respond_s"] = round(time.perf_counter() - started, 4)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dualmem.config import Settings
-from dualmem.errors import ConfigurationError
+from dualmem.datasets._validate import read_json
+from dualmem.errors import ConfigurationError, DatasetError
 from dualmem.schema import stable_id
 
 RUN_FILE = "run.json"
@@ -96,7 +97,12 @@ def differences(new: Any, old: Any) -> list[str]:
 def read_run(run_dir: str | Path) -> dict[str, Any] | None:
     """Return the ``run.json`` of a folder, or None when it has none."""
     path = Path(run_dir) / RUN_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if not path.exists():
+        return None
+    data = read_json(path)  # a damaged file is a one-line DatasetError naming it
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        raise DatasetError(str(path), "$.spec", "the run's spec, as `dualmem eval` writes it", "something else")
+    return data
 
 
 def spec_of(run_dir: str | Path) -> RunSpec:

@@ -109,6 +109,7 @@ class MemoryFramework(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    uses_writer: ClassVar[bool] = False  # ingest calls the writer model (``writer_model``), not only the chat model
     forms_in_background: ClassVar[bool] = False  # chat exchanges join pending turns, written a chunk at a time (dualmem.chat)
 
     def __init__(self, context: FrameworkContext) -> None:
@@ -132,9 +133,9 @@ class MemoryFramework(ABC):
         """Render retrieved items as the memory block of the reply prompt."""
         return items_text(items)
 
-    def respond(self, query: str, k: int = 10) -> str:
-        """Answer ``query`` in character from retrieved memory."""
-        return answer_from_memory(self.context, query, self.memory_text(self.retrieve(query, k)))
+    def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
+        """Answer ``query`` in character from the memory ``retrieve`` ranks for it (with the same ``context``)."""
+        return answer_from_memory(self.context, query, self.memory_text(self.retrieve(query, k, context=context)))
 
     def reset(self) -> None:
         """Forget everything of this namespace (optional)."""
@@ -148,9 +149,9 @@ class MemoryFramework(ABC):
         """Async ``retrieve`` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.retrieve, query, k, context=context)
 
-    async def arespond(self, query: str, k: int = 10) -> str:
+    async def arespond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Async ``respond`` (same core, in a worker thread)."""
-        return await asyncio.to_thread(self.respond, query, k)
+        return await asyncio.to_thread(self.respond, query, k, context=context)
 
 
 # --------------------------------------------------------------------------- the generic in-character reader

@@ -30,6 +30,7 @@ class DualMemFramework(MemoryFramework):
 
     name = "dualmem"
     description = "persona-driven dual memory: facts + the persona's own insights citing them (this project)"
+    uses_writer = True
     forms_in_background = True  # a chat's exchanges are written by the write graph's pending mode, a chunk at a time
 
     def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] | None = None) -> None:

@@ -79,7 +79,7 @@ class FullContextFramework(MemoryFramework):
         """Return the ``k`` newest turns of the window, newest first (the query is ignored)."""
         return self.window()[::-1][:k]
 
-    def respond(self, query: str, k: int = 10) -> str:
+    def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Answer from the whole window (oldest first), whatever ``k``."""
         from dualmem.frameworks.base import answer_from_items
 

@@ -24,6 +24,7 @@ current memory are records (embedded once per version) that ``retrieve`` searche
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -194,7 +195,7 @@ class MemAgentFramework(MemoryFramework):
         answer = self._ask(messages)
         return truncate_tokens(answer, self.memory_tokens) if answer else ""
 
-    def respond(self, query: str, k: int = 10) -> str:
+    def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Answer from the question-focused memory (or the whole memory without the pass)."""
         from dualmem.frameworks.base import answer_from_items
 

@@ -199,11 +199,11 @@ class MemoryBankFramework(MemoryFramework):
                                          source_sessions=list(meta["sessions"]), meta={"unit": unit}))
         return out
 
-    def respond(self, query: str, k: int = 10) -> str:
+    def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Answer from the portrait, the global summary and the ``k`` retrieved memories."""
         from dualmem.frameworks.base import answer_from_items
 
-        return answer_from_items(self.context, query, self.profile() + self.retrieve(query, k))
+        return answer_from_items(self.context, query, self.profile() + self.retrieve(query, k, context=context))
 
     def reset(self) -> None:
         """Forget every memory, the summary and the portrait of this namespace."""

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from dualmem.config import STORE_SCHEMES as SCHEMES
 from dualmem.errors import ConfigurationError
 
 T = TypeVar("T")
 
-SCHEMES = ("file", "s3", "s3+ddb", "gs", "az", "abfs", "memory")
 _CONFLICT_MARKERS = (
     "commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction",
     "too many concurrent writers",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,24 +50,6 @@ def find_persona(uri: str, ref: str) -> Persona:
 
 def load_persona_file(path: str | Path) -> Persona:
     """Read a free-form persona JSON file (``name`` required; ``id`` defaults to it)."""
-    from pydantic import ValidationError
+    from dualmem.datasets.personas import read_persona
 
-    from dualmem.errors import DatasetError
-
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    if not isinstance(data, dict):
-        raise DatasetError(str(path), "$", "a JSON object with a persona", type(data).__name__)
-    data = data.get("persona", data) if isinstance(data.get("persona"), dict) else data
-    if not isinstance(data.get("name"), str) or not data["name"]:
-        raise DatasetError(str(path), "$.name", "a non-empty string", repr(data.get("name")))
-    data.setdefault("id", data["name"].replace(" ", "_"))
-    try:
-        return Persona.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        raise DatasetError(str(path), where, err["msg"].lower(), repr(err.get("input"))[:80]) from exc
+    return read_persona(path, default_id="name")

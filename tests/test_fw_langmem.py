@@ -125,3 +125,31 @@ def test_model_without_tool_calling_is_a_configuration_error(tmp_settings):
     )
     with pytest.raises(ConfigurationError, match="tool calling"):
         LangMemFramework(ctx).ingest(_session("s1", "hello"))
+
+
+def test_two_writers_of_one_namespace_apply_each_chunk_once(tmp_settings):
+    """Two framework instances (two handles on one LanceDB folder, as two processes hold) ingest the same session at
+    once: the write lease makes the second wait, then find the chunk in the ledger."""
+    import threading
+    import time
+
+    def slow_librarian(messages):
+        time.sleep(0.5)  # the first writer is still inside the chunk when the second one starts
+        return librarian(messages)
+
+    models, done = [], []
+
+    def writer() -> None:
+        model = ToolCallingFake(responses=[slow_librarian], cycle=True)
+        models.append(model)
+        ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings, chat_model=model, embeddings=HashEmbeddings())
+        done.append(LangMemFramework(ctx).ingest(_session("s1", "I do night shifts at the warehouse")))
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(r.llm_calls for r in done) == [0, 1] and sum(len(m.calls) for m in models) == 1
+    ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings, chat_model=models[0], embeddings=HashEmbeddings())
+    assert [i.text for i in LangMemFramework(ctx).retrieve("warehouse", k=5)] == ["User works night shifts at a warehouse"]

@@ -33,6 +33,33 @@ def test_expired_items_are_swept_and_unexpired_ones_stay(tmp_path):
     assert {i.key for i in store.search(("s",))} == {"long", "forever"}
 
 
+def test_a_sweep_keeps_an_item_put_again_after_it_looked_for_expired_ones(tmp_path, monkeypatch):
+    """Another worker re-puts an expired item between the sweeper's scan and its delete: the item and its vectors stay."""
+    import dualmem.stores._kv as kv
+
+    index = {"dims": DIMS, "embed": HashEmbeddings(DIMS), "fields": ["text"]}
+    store = _store(tmp_path, index=index)
+    other = _store(tmp_path, index=index)  # a second handle on the same tables, as another worker holds
+    store.put(("s",), "raced", {"text": "night shifts"}, ttl=SHORT)
+    store.put(("s",), "expired", {"text": "old plan"}, ttl=SHORT)
+    time.sleep(0.8)
+    scan = kv.L.query_rows
+
+    def scan_then_race(table, where, cols, *args, **kwargs):
+        rows = scan(table, where, cols, *args, **kwargs)
+        if where and "expires_at <=" in where and not getattr(scan_then_race, "done", False):
+            scan_then_race.done = True  # type: ignore[attr-defined]
+            other.put(("s",), "raced", {"text": "night shifts, again"})  # refreshed by a put with no TTL
+        return rows
+
+    monkeypatch.setattr(kv.L, "query_rows", scan_then_race)
+    assert store.sweep_ttl() == 1
+    monkeypatch.setattr(kv.L, "query_rows", scan)
+    assert store.get(("s",), "expired") is None
+    assert store.get(("s",), "raced").value == {"text": "night shifts, again"}
+    assert [i.key for i in store.search(("s",), query="night shifts")][:1] == ["raced"]  # its vectors stayed
+
+
 def test_a_read_with_refresh_extends_the_expiry_and_one_without_does_not(tmp_path):
     store = _store(tmp_path)
     store.put(("s",), "read", {"v": 1}, ttl=SHORT * 2)  # one second

@@ -309,3 +309,28 @@ def test_namespaces_that_join_to_the_same_string_stay_apart(store):
         store.delete(left, ["same-id"])
         assert store.count(left) == 0 and store.count(right) == 1
         assert [h.item.text for h in store.search(right, "coffee", mode="hybrid")] == ["drinks coffee at six"]
+
+
+def test_gathering_never_undoes_a_write_made_after_it_read_the_rows(tmp_path, monkeypatch):
+    """A store-API put (no write lease) lands between the gather's read and its commit: the put stays."""
+    import dualmem.stores._cluster as cluster
+
+    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32))
+    other = DualStore(str(tmp_path / "db"), HashEmbeddings(32))  # another worker
+    a, b = ("p", "a"), ("p", "b")
+    for i in range(6):
+        store.upsert([fact(f"x{i}", f"alpha note {i} about tea", ns=a)])
+        store.upsert([fact(f"x{i}", f"beta note {i} about chess", ns=b)])
+    commit = cluster.L.retry
+
+    def late_write_then_commit(fn, *args, **kwargs):
+        if fn.__code__.co_filename == cluster.__file__ and not getattr(late_write_then_commit, "done", False):
+            late_write_then_commit.done = True  # type: ignore[attr-defined]  # the gather's own commit, not the lease's
+            other.upsert([fact("x0", "alpha note 0, rewritten while maintenance ran", ns=a)])
+        return commit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(cluster.L, "retry", late_write_then_commit)
+    cluster.gather(store, store._tables["fact"], '["p", "a"]')
+    monkeypatch.setattr(cluster.L, "retry", commit)
+    assert {it.id: it.text for it in store.list(a)}["x0"] == "alpha note 0, rewritten while maintenance ran"
+    assert store.count(a) == 6

@@ -12,7 +12,8 @@ LangGraph ``BaseStore`` may be passed instead, e.g. ``InMemoryStore``).
 Beside the library's memories (namespace ``("langmem", *namespace)``) the
 framework keeps a chunk ledger and each memory's source sessions in two sibling
 namespaces, so ingest is idempotent, resumes after a restart and ``retrieve``
-reports where a memory came from. The library's own default instructions are
+reports where a memory came from; on the LanceDB store a session is ingested
+under the namespace's write lease, so two processes never apply a chunk twice. The library's own default instructions are
 used (that is the point of the baseline). The model must support tool calling
 (``bind_tools``): the bundled ``local:smollm2`` has one, decoding the calls
 under a grammar of the tools' schemas (:mod:`dualmem.local`).
@@ -21,6 +22,7 @@ under a grammar of the tools' schemas (:mod:`dualmem.local`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -102,7 +104,7 @@ class LangMemFramework(MemoryFramework):
         report = IngestReport(session_id=session.id)
         manager = self.manager()
         chunks = session_chunks(session, self.context.settings.chunk_tokens)
-        with Progress(transient=True, disable=len(chunks) < 4) as progress:
+        with self._exclusive(), Progress(transient=True, disable=len(chunks) < 4) as progress:
             task = progress.add_task(f"langmem {session.id}", total=len(chunks))
             for index, turns in enumerate(chunks):
                 progress.advance(task)
@@ -126,6 +128,16 @@ class LangMemFramework(MemoryFramework):
                 self.store.put(self.ledger_ns, chunk_id, {"session_id": session.id, "keys": [p["key"] for p in puts]})
                 report.items_written += len(puts)
         return report
+
+    def _exclusive(self) -> AbstractContextManager[Any]:
+        """Hold the namespace's write lease while ingesting (one writer at a time, any process), as every framework does.
+
+        On the LanceDB store the ledger check and the chunk's writes then happen under the lease; another
+        ``BaseStore`` given by the caller (e.g. ``InMemoryStore``) lives in one process and needs none.
+        """
+        from dualmem.stores.langgraph_store import LanceDBStore
+
+        return self.store.dual.exclusive(self.memories_ns) if isinstance(self.store, LanceDBStore) else nullcontext()
 
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories most similar to ``query`` (the store's semantic search)."""

@@ -5,7 +5,9 @@ namespaces; a namespace's prefiltered scan then reads thousands of scattered
 vectors. Gathering rewrites a scattered namespace's rows in one commit (an
 upsert of the same values: they move into one new fragment, and compaction
 keeps them adjacent). It runs under the namespace's write lease, so no writer
-of that namespace races it; readers see the rows before or after, never half.
+of that namespace races it, and rewrites only rows whose ``updated_at`` is still
+the one it read, so a write that takes no lease (the LangGraph store API, the
+memory tools) is never undone; readers see the rows before or after, never half.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def gather(store: Any, table: Any, ns_key: str) -> None:
     with store.exclusive(namespace):
         data = table.search().where(ns_eq_sql(namespace)).limit(None).to_arrow()
         if data.num_rows:
-            L.retry(lambda: table.merge_insert("pk").when_matched_update_all().execute(data))
+            # only rows unchanged since they were read are rewritten: a store-API put or a tool's write
+            # (which take no write lease) committed in between is never undone by these older values
+            unchanged = "target.updated_at = source.updated_at"
+            L.retry(lambda: table.merge_insert("pk").when_matched_update_all(where=unchanged).execute(data))
 
 
 def gather_scattered(store: Any, table: Any) -> int:

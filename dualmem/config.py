@@ -80,7 +80,7 @@ class Settings:
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
     retrieval_mode: str = _setting("dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)")
-    search_mode: str = _setting("hybrid", "store search of the writer's working view and of baselines: hybrid (vector + full text, RRF), vector or fts")
+    search_mode: str = _setting("hybrid", "store search of the writer's working view (what memory the writer sees beside a chunk): hybrid (vector + full text, RRF), vector or fts")
     ranker: str = _setting(
         "learned",
         "retrieval ranker of raw-turns, dualmem, the retriever, respond and the tools: learned (features fused by the "

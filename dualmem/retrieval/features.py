@@ -129,6 +129,25 @@ def centroids_static(c: Candidates) -> np.ndarray:
     return c.cache["centroids"]
 
 
+def _windows(c: Candidates) -> np.ndarray:
+    """Return each item's unit vector joined with its two neighbours of the session (cached per candidate set)."""
+    if "windows" not in c.cache:
+        has_prev, has_next = c.prev >= 0, c.next >= 0
+        window = c.vectors.copy()
+        window[has_prev] += c.vectors[c.prev[has_prev]]
+        window[has_next] += c.vectors[c.next[has_next]]
+        window /= np.maximum(np.linalg.norm(window, axis=1, keepdims=True), 1e-9)
+        c.cache["windows"] = window
+    return c.cache["windows"]
+
+
+def _sizes(c: Candidates) -> np.ndarray:
+    """Return how many items each session holds (cached per candidate set)."""
+    if "sizes" not in c.cache:
+        c.cache["sizes"] = np.asarray(c.members().sum(axis=1)).ravel()
+    return c.cache["sizes"]
+
+
 def _novelty(c: Candidates, centroids: np.ndarray) -> np.ndarray:
     """Return 1 - the best centroid cosine of each session to an earlier one (a thread's first session is novel)."""
     if "novelty" not in c.cache:
@@ -151,10 +170,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     counts, lengths = c.term_counts(q.terms), c.lengths()
     item_bm25 = bm25(counts, lengths)
     has_prev, has_next = c.prev >= 0, c.next >= 0
-    window = vectors.copy()
-    window[has_prev] += vectors[c.prev[has_prev]]
-    window[has_next] += vectors[c.next[has_next]]
-    window /= np.maximum(np.linalg.norm(window, axis=1, keepdims=True), 1e-9)
+    window = _windows(c)
     win_counts = counts + counts[np.maximum(c.prev, 0)] * has_prev[:, None] + counts[np.maximum(c.next, 0)] * has_next[:, None]
     win_lengths = lengths + _neighbour(lengths, c.prev, 0.0) + _neighbour(lengths, c.next, 0.0)
     low = float(dense.min())
@@ -171,7 +187,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     out[:, col["user"]] = c.roles == "user"
 
     members = c.members()
-    sizes = np.asarray(members.sum(axis=1)).ravel()
+    sizes = _sizes(c)
     best = np.full(s_count, -np.inf)
     np.maximum.at(best, session, dense)
     user = c.roles == "user"
@@ -179,8 +195,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     best_other = np.full(s_count, np.nan)
     np.fmax.at(best_user, session[user], dense[user])
     np.fmax.at(best_other, session[~user], dense[~user])
-    centroids = np.asarray(members @ vectors)
-    centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-9)
+    centroids = centroids_static(c)
     session_lengths = members @ lengths
     s_bm25 = zscore(bm25(np.asarray(members @ counts), session_lengths, b=SESSION_B))
     s_best = zscore(best)

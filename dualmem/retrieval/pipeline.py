@@ -150,7 +150,7 @@ class Ranker:
             return []
         scores = features(cands, q) @ self.weights.vector()
         picked = order(scores, cands.session, k, self.max_per_session, self.cap_after)
-        return [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
+        return [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
 
     def rank_kinds(
         self,
@@ -177,7 +177,7 @@ class Ranker:
         for kind in chosen:
             rows = np.flatnonzero(kind_of == kind)
             picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
-            out[kind] = [ScoredItem(_item(cands, int(i)), float(scores[i])) for i in picked]
+            out[kind] = [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
         return out
 
     def dual(
@@ -308,6 +308,16 @@ def _unit(vector: np.ndarray) -> np.ndarray:
     return vector / max(float(np.linalg.norm(vector)), 1e-9)
 
 
-def _item(cands: Candidates, i: int) -> Any:
-    snapshot, row = cands.refs[i]
-    return row_to_item(snapshot.rows.slice(row, 1).to_pylist()[0])
+def _items(cands: Candidates, picked: np.ndarray) -> list[Any]:
+    """Return the memory items of the ``picked`` candidates (one row take per snapshot)."""
+    out: list[Any] = [None] * len(picked)
+    by_snapshot: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for slot, i in enumerate(picked.tolist()):
+        snapshot, row = cands.refs[i]
+        by_snapshot.setdefault(id(snapshot), (snapshot, [], []))
+        by_snapshot[id(snapshot)][1].append(slot)
+        by_snapshot[id(snapshot)][2].append(row)
+    for snapshot, slots, rows in by_snapshot.values():
+        for slot, row in zip(slots, snapshot.rows.take(rows).to_pylist(), strict=True):
+            out[slot] = row_to_item(row)
+    return out

@@ -173,6 +173,28 @@ def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
     assert (persona, load_sample().dialogue.user_id) in dual.namespaces()
 
 
+def test_two_cli_ingests_of_one_history_into_one_store_write_each_chunk_once(tmp_path):
+    """The issue's own repro: two `dualmem ingest` of the same history at once, sharing the default checkpoint file."""
+    sample = Path(__file__).resolve().parents[1] / "dualmem" / "data" / "sample_dialogue.json"
+    env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_STORE_URI": str(tmp_path / "db"),
+           "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"), "DUALMEM_CHUNK_TOKENS": "200"}  # fmt: skip
+    from dualmem.datasets import load_sample
+    from dualmem.writer.chunking import chunk_sessions
+
+    item = load_sample()
+    cmd = [sys.executable, "-m", "dualmem.cli", "ingest", str(sample)]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    ns = (item.dialogue.persona.id, item.dialogue.user_id)
+    dual = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    chunks = chunk_sessions(item.dialogue, ns, 200, skip_queries=True)
+    facts, insights = dual.list(ns, kind="fact", status=None), dual.list(ns, kind="insight", status=None)
+    assert len(chunks) > 2 and len(facts) == len(insights) == len(chunks), "fake:memory writes one fact and one insight per chunk"
+    assert len({f.source.chunk_id for f in facts}) == len(chunks), "every chunk applied once"
+    assert len(dual.ledger.applied_ids(ns)) == len(chunks) and dual.ledger.pending(ns) == []
+
+
 def test_nothing_crosses_namespaces(tmp_path):
     from dualmem.errors import ConfigurationError
     from dualmem.retrieval import create_manage_memory_tool

@@ -26,19 +26,24 @@ def _plan(interrupted: bool, batches: Iterable[Any]) -> Iterator[Any]:
     yield from batches
 
 
+def _sqlite_file(path: str | None, given: Any) -> Path | None:
+    """Return the SQLite file to open (its folder created), or None when ``given`` or a missing path decides the saver."""
+    if given is not None or not path:
+        return None
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return file
+
+
 @contextmanager
 def sqlite_saver(path: str | None, given: Any = None) -> Iterator[Any]:
     """Yield ``given`` (a saver, or False for none) or a SQLite saver at ``path`` (None: none)."""
-    if given is not None:
+    if (file := _sqlite_file(path, given)) is None:
         yield given or None
-        return
-    if not path:
-        yield None
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(Path(path).expanduser()), check_same_thread=False)
+    conn = sqlite3.connect(str(file), check_same_thread=False)
     try:
         yield SqliteSaver(conn)
     finally:
@@ -48,17 +53,13 @@ def sqlite_saver(path: str | None, given: Any = None) -> Iterator[Any]:
 @asynccontextmanager
 async def async_sqlite_saver(path: str | None, given: Any = None) -> AsyncIterator[Any]:
     """Async :func:`sqlite_saver` (aiosqlite)."""
-    if given is not None:
+    if (file := _sqlite_file(path, given)) is None:
         yield given or None
-        return
-    if not path:
-        yield None
         return
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    conn = await aiosqlite.connect(str(Path(path).expanduser()))
+    conn = await aiosqlite.connect(str(file))
     try:
         yield AsyncSqliteSaver(conn)
     finally:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DualMemError, ModelCallError
@@ -167,12 +168,35 @@ def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
     return max(backoff, asked or 0.0)
 
 
-def _retrying(policy: RetryPolicy, attempt: int, exc: BaseException, on_retry: OnRetry | None) -> float:
-    wait = next_wait(policy, attempt, exc)
-    log.warning("model call failed (%s); retry %d of %d in %.1f s", describe_error(exc), attempt, policy.retries, wait)
-    if on_retry is not None:
-        on_retry(attempt, exc, wait)
-    return wait
+class RetryOptions(TypedDict, total=False):
+    """Keyword options of :func:`invoke_with_retry` and :func:`ainvoke_with_retry` (all optional)."""
+
+    policy: RetryPolicy | Settings | None  # a policy, or the settings it comes from (default: the environment's)
+    config: Any  # the RunnableConfig passed to ``invoke``
+    passthrough: tuple[type[BaseException], ...]  # re-raised untouched (a caller's own handling, e.g. structured repair)
+    on_retry: OnRetry | None  # hears of each retry (every retry is also logged on the ``dualmem.retry`` logger)
+
+
+class _Attempts:
+    """The attempts of one call: what to do after each failure (the core both shells share)."""
+
+    def __init__(
+        self, *, policy: RetryPolicy | Settings | None = None, config: Any = None,
+        passthrough: tuple[type[BaseException], ...] = (), on_retry: OnRetry | None = None,
+    ) -> None:
+        self.rules, self.config, self.passthrough, self.on_retry = as_policy(policy), config, passthrough, on_retry
+        self.attempt = 0
+
+    def wait_after(self, exc: Exception) -> float:
+        """Return the seconds to wait before the next attempt, or raise ``exc`` (passthrough) or what ends the call."""
+        if isinstance(exc, self.passthrough):
+            raise exc
+        self.attempt += 1
+        wait = next_wait(self.rules, self.attempt, exc)
+        log.warning("model call failed (%s); retry %d of %d in %.1f s", describe_error(exc), self.attempt, self.rules.retries, wait)
+        if self.on_retry is not None:
+            self.on_retry(self.attempt, exc, wait)
+        return wait
 
 
 def _call(runnable: Any, value: Any, config: Any) -> Any:
@@ -187,51 +211,21 @@ async def _acall(runnable: Any, value: Any, config: Any) -> Any:
     return await asyncio.to_thread(runnable, value)
 
 
-def invoke_with_retry(
-    runnable: Any,
-    value: Any,
-    *,
-    policy: RetryPolicy | Settings | None = None,
-    config: Any = None,
-    passthrough: tuple[type[BaseException], ...] = (),
-    on_retry: OnRetry | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Any:
-    """Invoke a runnable (or call a function) with ``value``; retry transient errors (see the module).
-
-    Exceptions of the ``passthrough`` types are re-raised untouched (a caller's
-    own handling, e.g. the structured-output repair loop); ``on_retry`` hears of
-    each retry (every retry is also logged on the ``dualmem.retry`` logger).
-    """
-    rules = as_policy(policy)
-    attempt = 0
+def invoke_with_retry(runnable: Any, value: Any, *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[RetryOptions]) -> Any:
+    """Invoke a runnable (or call a function) with ``value``; retry transient errors (see the module and :class:`RetryOptions`)."""
+    attempts = _Attempts(**options)
     while True:
-        attempt += 1
         try:
-            return _call(runnable, value, config)
-        except passthrough:
-            raise
-        except Exception as exc:  # noqa: BLE001 - classified by next_wait: retried, or raised as a DualMem error
-            sleep(_retrying(rules, attempt, exc, on_retry))
+            return _call(runnable, value, attempts.config)
+        except Exception as exc:  # noqa: BLE001 - passthrough re-raised; the rest classified by next_wait: retried, or raised as a DualMem error
+            sleep(attempts.wait_after(exc))
 
 
-async def ainvoke_with_retry(
-    runnable: Any,
-    value: Any,
-    *,
-    policy: RetryPolicy | Settings | None = None,
-    config: Any = None,
-    passthrough: tuple[type[BaseException], ...] = (),
-    on_retry: OnRetry | None = None,
-) -> Any:
-    """Async :func:`invoke_with_retry` (same :func:`next_wait`, ``asyncio.sleep``)."""
-    rules = as_policy(policy)
-    attempt = 0
+async def ainvoke_with_retry(runnable: Any, value: Any, **options: Unpack[RetryOptions]) -> Any:
+    """Async :func:`invoke_with_retry` (same :class:`_Attempts`, ``asyncio.sleep``)."""
+    attempts = _Attempts(**options)
     while True:
-        attempt += 1
         try:
-            return await _acall(runnable, value, config)
-        except passthrough:
-            raise
-        except Exception as exc:  # noqa: BLE001 - classified by next_wait
-            await asyncio.sleep(_retrying(rules, attempt, exc, on_retry))
+            return await _acall(runnable, value, attempts.config)
+        except Exception as exc:  # noqa: BLE001 - as in invoke_with_retry
+            await asyncio.sleep(attempts.wait_after(exc))

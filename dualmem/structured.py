@@ -20,15 +20,16 @@ import json
 import re
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings, setting_default
 from dualmem.errors import ModelCallError
-from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
+from dualmem.retry import RetryOptions, RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -190,53 +191,59 @@ def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) 
     return out
 
 
-def invoke_structured(
-    model: BaseChatModel,
-    messages: list[BaseMessage],
-    schema: type[T],
-    *,
-    retries: int = setting_default("max_retries"),
-    method: str | None = None,
-    config: Any = None,
-    policy: RetryPolicy | Settings | None = None,
-) -> Structured[T]:
+class StructuredOptions(TypedDict, total=False):
+    """Keyword options of :func:`invoke_structured` and :func:`ainvoke_structured` (all optional)."""
+
+    retries: int  # repairs of a bad answer (default: the ``max_retries`` setting)
+    method: str | None  # ``with_structured_output``'s method (default: the model's own)
+    config: Any  # the RunnableConfig of each call
+    policy: RetryPolicy | Settings | None  # transient-error retries (see :mod:`dualmem.retry`)
+
+
+class _Run(Generic[T]):
+    """One structured call: the requests ``_core`` makes and the options of each model call (shared by both shells)."""
+
+    def __init__(
+        self, model: BaseChatModel, messages: list[BaseMessage], schema: type[T], *, retries: int = setting_default("max_retries"),
+        method: str | None = None, config: Any = None, policy: RetryPolicy | Settings | None = None,
+    ) -> None:
+        self.runnable, msgs, native = _prepare(model, schema, messages, method)
+        self.core = _core(schema, native, msgs, retries)
+        self.request = next(self.core)
+        self.retried = _Counter()
+        self.call = RetryOptions(policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=self.retried)
+
+    def answer(self, result: Any) -> Structured[T] | None:
+        """Feed one call's answer (or its exception); return the result once the core is done."""
+        try:
+            self.request = self.core.send(result)
+        except StopIteration as stop:
+            stop.value.attempts += self.retried.n  # every call counts, transient retries included
+            return cast("Structured[T]", stop.value)
+        return None
+
+
+def invoke_structured(model: BaseChatModel, messages: list[BaseMessage], schema: type[T], **options: Unpack[StructuredOptions]) -> Structured[T]:
     """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output or a failed call."""
-    runnable, msgs, native = _prepare(model, schema, messages, method)
-    core = _core(schema, native, msgs, retries)
-    request, retried = next(core), _Counter()
+    run = _Run(model, messages, schema, **options)
     while True:
         try:
-            result: Any = invoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
+            result: Any = invoke_with_retry(run.runnable, run.request, **run.call)
         except ANSWER_OR_CALL_ERRORS as exc:  # parser and length errors raised by some providers
             result = exc
-        try:
-            request = core.send(result)
-        except StopIteration as stop:
-            stop.value.attempts += retried.n  # every call counts, transient retries included
-            return stop.value
+        if (done := run.answer(result)) is not None:
+            return done
 
 
 async def ainvoke_structured(
-    model: BaseChatModel,
-    messages: list[BaseMessage],
-    schema: type[T],
-    *,
-    retries: int = setting_default("max_retries"),
-    method: str | None = None,
-    config: Any = None,
-    policy: RetryPolicy | Settings | None = None,
+    model: BaseChatModel, messages: list[BaseMessage], schema: type[T], **options: Unpack[StructuredOptions]
 ) -> Structured[T]:
     """Async twin of :func:`invoke_structured`, driving the same ``_core``."""
-    runnable, msgs, native = _prepare(model, schema, messages, method)
-    core = _core(schema, native, msgs, retries)
-    request, retried = next(core), _Counter()
+    run = _Run(model, messages, schema, **options)
     while True:
         try:
-            result: Any = await ainvoke_with_retry(runnable, request, policy=policy, config=config, passthrough=OUTPUT_ERRORS, on_retry=retried)
+            result: Any = await ainvoke_with_retry(run.runnable, run.request, **run.call)
         except ANSWER_OR_CALL_ERRORS as exc:
             result = exc
-        try:
-            request = core.send(result)
-        except StopIteration as stop:
-            stop.value.attempts += retried.n  # every call counts, transient retries included
-            return stop.value
+        if (done := run.answer(result)) is not None:
+            return done

@@ -41,6 +41,7 @@ list is kept in ``Query.meta["evidence"]``), ``answer`` = reference answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,24 +113,23 @@ class RawRoleMemo(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
+def _new_id(value: str, seen: Container[str], file: str | Path, path: str, what: str) -> str:
+    """Return ``value``; raise when ``seen`` holds it already (a ``what`` id is unique in the file)."""
+    if value in seen:
+        raise DatasetError(str(file), path, f"a {what} id unique in the file", repr(value))
+    return value
+
+
 def _check_references(raw: RawRoleMemo, file: str | Path) -> None:
     where: dict[str, str] = {}
     sessions: set[str] = set()
     for s_i, s in enumerate(raw.history):
-        if s.session_id in sessions:
-            raise DatasetError(str(file), f"$.history[{s_i}].session_id", "a session id unique in the file", repr(s.session_id))
-        sessions.add(s.session_id)
+        sessions.add(_new_id(s.session_id, sessions, file, f"$.history[{s_i}].session_id", "session"))
         for t_i, t in enumerate(s.turns):
-            if t.turn_id in where:
-                raise DatasetError(
-                    str(file), f"$.history[{s_i}].turns[{t_i}].turn_id", "a turn id unique in the file", repr(t.turn_id)
-                )
-            where[t.turn_id] = s.session_id
+            where[_new_id(t.turn_id, where, file, f"$.history[{s_i}].turns[{t_i}].turn_id", "turn")] = s.session_id
     seen: set[str] = set()
     for q_i, q in enumerate(raw.queries):
-        if q.query_id in seen:
-            raise DatasetError(str(file), f"$.queries[{q_i}].query_id", "a query id unique in the file", repr(q.query_id))
-        seen.add(q.query_id)
+        seen.add(_new_id(q.query_id, seen, file, f"$.queries[{q_i}].query_id", "query"))
         for e_i, e in enumerate(q.evidence):
             if e.turn_id not in where:
                 raise DatasetError(

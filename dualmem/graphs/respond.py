@@ -27,6 +27,7 @@ from typing import Any, cast
 from langchain_core.messages import HumanMessage
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
@@ -85,11 +86,30 @@ class Reply:
         return {i.id or "": [MemoryItem.model_validate(f) for f in i.meta.get("cited") or []] for i in self.items if i.kind == "insight"}
 
 
+class RespondOptions(TypedDict, total=False):
+    """Keyword options of :func:`respond` and :func:`arespond` (all optional)."""
+
+    settings: Settings | dict[str, Any] | None  # per-run settings (over the environment's)
+    model: Any  # the chat model: a "provider:model" string or a model object
+    store: DualStore | None  # default: the store ``settings`` names
+    embeddings: Any
+    k: int | None  # how many items to retrieve
+    mode: str | None
+    history: Sequence[Any] | None  # the recent chat turns
+    remember: bool  # hand the exchange to memory formation
+    namespace: Iterable[str] | None
+    writer_model: Any
+    thread_id: str | None  # names the chat: its pending turns are written together, a chunk at a time
+    formation: Any  # where they are written (default: by ``settings.formation``, this process's executor)
+
+
 def _call(
-    query: str, persona: Persona | dict[str, Any], settings: Settings | dict[str, Any] | None, model: Any, store: DualStore | None,
-    embeddings: Any, k: int | None, mode: str | None, history: Sequence[Any] | None, remember: bool,
-    namespace: Iterable[str] | None, writer_model: Any, formation: Any = None,
-) -> tuple[dict[str, Any], Context, Any]:
+    query: str, persona: Persona | dict[str, Any], *, settings: Settings | dict[str, Any] | None = None, model: Any = None,
+    store: DualStore | None = None, embeddings: Any = None, k: int | None = None, mode: str | None = None,
+    history: Sequence[Any] | None = None, remember: bool = False, namespace: Iterable[str] | None = None,
+    writer_model: Any = None, thread_id: str | None = None, formation: Any = None,
+) -> tuple[dict[str, Any], Context, Any, dict[str, Any] | None]:
+    """Prepare one respond run: its input, context, compiled graph and config (the core both shells run)."""
     from dualmem.models import load_chat_model
     from dualmem.prompts.respond import history_messages
     from dualmem.stores.langgraph_store import LanceDBStore
@@ -113,7 +133,8 @@ def _call(
     }
     if namespace:
         inputs["namespace"] = list(namespace)
-    return inputs, ctx, builder.compile(store=LanceDBStore(db.uri, dual=db))
+    config = {"configurable": {"thread_id": thread_id}} if thread_id else None
+    return inputs, ctx, builder.compile(store=LanceDBStore(db.uri, dual=db)), config
 
 
 def _reply(out: dict[str, Any]) -> Reply:
@@ -121,53 +142,13 @@ def _reply(out: dict[str, Any]) -> Reply:
     return Reply(out.get("reply", ""), items, list(out.get("written") or []), dict(out.get("pending") or {}))
 
 
-def _config(thread_id: str | None) -> dict[str, Any] | None:
-    return {"configurable": {"thread_id": thread_id}} if thread_id else None
+def respond(query: str, persona: Persona | dict[str, Any], **options: Unpack[RespondOptions]) -> Reply:
+    """Answer ``query`` in character from memory; ``remember`` hands the exchange to memory formation (see :class:`RespondOptions`)."""
+    inputs, ctx, runnable, config = _call(query, persona, **options)
+    return _reply(runnable.invoke(cast(Any, inputs), config, context=ctx))
 
 
-def respond(
-    query: str,
-    persona: Persona | dict[str, Any],
-    *,
-    settings: Settings | dict[str, Any] | None = None,
-    model: Any = None,
-    store: DualStore | None = None,
-    embeddings: Any = None,
-    k: int | None = None,
-    mode: str | None = None,
-    history: Sequence[Any] | None = None,
-    remember: bool = False,
-    namespace: Iterable[str] | None = None,
-    writer_model: Any = None,
-    thread_id: str | None = None,
-    formation: Any = None,
-) -> Reply:
-    """Answer ``query`` in character from memory; ``remember`` hands the exchange to memory formation.
-
-    ``thread_id`` names the chat (its pending turns are written together, a chunk at a time);
-    ``formation``: where they are written (default: by ``settings.formation``, this process's executor).
-    """
-    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
-    return _reply(runnable.invoke(cast(Any, inputs), _config(thread_id), context=ctx))
-
-
-async def arespond(
-    query: str,
-    persona: Persona | dict[str, Any],
-    *,
-    settings: Settings | dict[str, Any] | None = None,
-    model: Any = None,
-    store: DualStore | None = None,
-    embeddings: Any = None,
-    k: int | None = None,
-    mode: str | None = None,
-    history: Sequence[Any] | None = None,
-    remember: bool = False,
-    namespace: Iterable[str] | None = None,
-    writer_model: Any = None,
-    thread_id: str | None = None,
-    formation: Any = None,
-) -> Reply:
+async def arespond(query: str, persona: Persona | dict[str, Any], **options: Unpack[RespondOptions]) -> Reply:
     """Async :func:`respond` (same graph)."""
-    inputs, ctx, runnable = _call(query, persona, settings, model, store, embeddings, k, mode, history, remember, namespace, writer_model, formation)
-    return _reply(await runnable.ainvoke(cast(Any, inputs), _config(thread_id), context=ctx))
+    inputs, ctx, runnable, config = _call(query, persona, **options)
+    return _reply(await runnable.ainvoke(cast(Any, inputs), config, context=ctx))

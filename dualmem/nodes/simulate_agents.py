@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -19,12 +19,11 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from dualmem.context import Context
-from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
 from dualmem.nodes.checks import fragment_overlap, mentions_future
+from dualmem.nodes.toolkit import ask, options_of
 from dualmem.prompts import simulate as P
 from dualmem.schema import Persona
-from dualmem.structured import Structured, invoke_structured
 
 # --------------------------------------------------------------------------- LLM output schemas
 
@@ -125,12 +124,7 @@ class SimulateOptions:
     @classmethod
     def of(cls, value: SimulateOptions | dict[str, Any] | None) -> SimulateOptions:
         """Return options from an object, a dict or None."""
-        if isinstance(value, SimulateOptions):
-            return value
-        unknown = set(value or {}) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigurationError(f"unknown simulate option(s) {sorted(unknown)}; valid: {', '.join(f.name for f in fields(cls))}")
-        return cls(**dict(value or {}))
+        return options_of(cls, value, "simulate")
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as a JSON-friendly dict."""
@@ -155,11 +149,6 @@ def open_memory(ctx: Context, name: str, persona: Persona, store_uri: str | None
         )  # fmt: skip
         ctx._built[key] = open_framework(name, context)
     return ctx._built[key]
-
-
-def ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
-    """Ask the generator (or judge) model for ``schema`` with repairs."""
-    return invoke_structured(ctx.llm("judge") if judge else ctx.llm("chat"), messages, schema, retries=ctx.max_retries, policy=ctx)
 
 
 # --------------------------------------------------------------------------- scheduling (pure)

@@ -9,19 +9,20 @@ runs one insight through all per-insight steps and returns one result row.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from dualmem.context import Context
-from dualmem.errors import ConfigurationError, ModelCallError
+from dualmem.errors import ModelCallError
 from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap
+from dualmem.nodes.toolkit import ask, options_of
 from dualmem.prompts import weave as P
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import TASK_TYPES, Persona, stable_id
-from dualmem.structured import Structured, invoke_structured
+from dualmem.structured import Structured
 
 # --------------------------------------------------------------------------- LLM output schemas
 
@@ -114,25 +115,11 @@ class WeaveOptions:
     @classmethod
     def of(cls, value: WeaveOptions | dict[str, Any] | None) -> WeaveOptions:
         """Return options from an object, a (JSON) dict or None."""
-        if isinstance(value, WeaveOptions):
-            return value
-        data = dict(value or {})
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigurationError(f"unknown weave option(s) {sorted(unknown)}; valid: {', '.join(f.name for f in fields(cls))}")
-        for key in ("lengths", "depths"):
-            if key in data:
-                data[key] = tuple(data[key])
-        return cls(**data)
+        return options_of(cls, value, "weave")
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as a JSON-friendly dict."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-
-def _ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
-    model = ctx.llm("judge") if judge else ctx.llm("chat")
-    return invoke_structured(model, messages, schema, retries=ctx.max_retries, policy=ctx)
 
 
 def _failed(stage: str, out: Structured[Any]) -> str:
@@ -158,7 +145,7 @@ def ideate(ctx: Context, persona: Persona, opts: WeaveOptions) -> tuple[list[dic
     insights, rejections = [], []
     for task_type in TASK_TYPES:
         prompt = P.IDEATE_USER.format(n=opts.n_per_type, task_type=task_type, guide=P.TASK_GUIDE[task_type])
-        out = _ask(ctx, [system, HumanMessage(content=prompt)], InsightBatch)
+        out = ask(ctx, [system, HumanMessage(content=prompt)], InsightBatch)
         base = {"persona_id": persona.id, "task_type": task_type, "stage": "ideation"}
         if out.value is None:
             rejections.append({**base, "insight_id": None, "reason": _failed("ideation", out)})
@@ -188,7 +175,7 @@ def check_specificity(ctx: Context, persona: Persona, insight: dict[str, Any]) -
         persona=persona.render(), task_type=insight["task_type"], insight=insight["text"],
         steps=" -> ".join(insight["reasoning_steps"]), kinds=", ".join(insight["fact_kinds"]),
     )
-    out = _ask(ctx, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
+    out = ask(ctx, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
     if out.value is None:
         return False, _failed("specificity", out)
     failed = [c for c in SPECIFICITY_CHECKS if not getattr(out.value, c)]
@@ -204,7 +191,7 @@ def write_seed(ctx: Context, persona: Persona, insight: dict[str, Any], max_conc
         persona=persona.render(), user_profile=user_profile(persona), task_type=insight["task_type"],
         insight=insight["text"], steps=" -> ".join(insight["reasoning_steps"]),
     )
-    out = _ask(ctx, [HumanMessage(content=prompt)], QuerySeed)
+    out = ask(ctx, [HumanMessage(content=prompt)], QuerySeed)
     if out.value is None:
         return None, _failed("fragments", out)
     seed = out.value
@@ -225,7 +212,7 @@ def check_necessity(ctx: Context, persona: Persona, insight: dict[str, Any], see
         return False, f"necessity: answer without history: {exc}", ""
     answer = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
     prompt = P.NECESSITY_USER.format(question=seed.question, answer=answer, insight=insight["text"])
-    out = _ask(ctx, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)
+    out = ask(ctx, [HumanMessage(content=prompt)], NecessityVerdict, judge=True)
     if out.value is None:
         return False, _failed("necessity", out), answer
     if not out.value.needs_memory:
@@ -260,7 +247,7 @@ def _write_dialogue(ctx: Context, persona: Persona, seed: QuerySeed, topic: str,
             so_far=P.WEAVE_SO_FAR.format(tail=tail) if turns else P.WEAVE_START, rounds=rounds, facts=fact_text,
             feedback=P.WEAVE_FEEDBACK.format(reason=feedback) if feedback else "",
         )
-        out = _ask(ctx, [HumanMessage(content=prompt)], WovenDialogue)
+        out = ask(ctx, [HumanMessage(content=prompt)], WovenDialogue)
         if out.value is None:
             return None, _failed("weave", out) + f" (part {n + 1} of {len(parts)})"
         turns.extend({"role": _role(t.role, persona), "text": t.text} for t in out.value.turns if t.text.strip())
@@ -295,7 +282,7 @@ def check_safety(ctx: Context, turns: list[dict[str, Any]]) -> tuple[bool, str, 
         return True, "", []
     kinds = sorted({f["kind"] for row in flagged for f in row["flags"]})
     lines = "\n".join(f"[{row['turn']}] {row['role']}: {row['text']}" for row in flagged)
-    out = _ask(ctx, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
+    out = ask(ctx, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
     if out.value is None:
         return False, _failed("safety", out), flagged
     return out.value.safe, ("" if out.value.safe else f"unsafe ({', '.join(kinds)}): {out.value.reason}"), flagged

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
@@ -96,6 +97,17 @@ def order(scores: np.ndarray, session: np.ndarray, k: int, max_per_session: int 
     return np.asarray((first + later)[:k], dtype=np.int64)
 
 
+POOLED = "pooled"  # the group of :meth:`Ranker.rank`: every kind asked for, ranked as one pool
+
+
+class RankOptions(TypedDict, total=False):
+    """Keyword options of the ``rank`` functions and :meth:`Ranker.rank_kinds` (all optional)."""
+
+    context: Sequence[Any] | None  # the conversation's recent turns (read by the learned ranker)
+    kinds: Sequence[MemoryKind]  # which kinds to rank (default: facts and insights)
+    filter: Mapping[str, Any] | None  # the store's metadata filter
+
+
 class Ranker:
     """Rank one namespace's memory for a query (see the module docstring); thread-safe.
 
@@ -126,59 +138,17 @@ class Ranker:
 
     # ------------------------------------------------------------------ public
 
-    def rank(
-        self,
-        store: DualStore,
-        namespace: Namespace,
-        query: str,
-        k: int = 10,
-        *,
-        context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002 - the store's name for it
-    ) -> list[ScoredItem]:
+    def rank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **options: Unpack[RankOptions]) -> list[ScoredItem]:
         """Return the ``k`` best items of ``kinds`` in ``namespace`` for ``query``, best first."""
         if k <= 0:
             return []
-        if self.weights is None:
-            return self._plain(store, namespace, query, k, kinds, filter, self.spec)
-        prepared = self.prepare(store, namespace, query, context=context, kinds=kinds, filter=filter)
-        if prepared is None:
-            return self._plain(store, namespace, query, k, kinds, filter, "hybrid")
-        cands, q = prepared
-        if not len(cands):
-            return []
-        scores = features(cands, q) @ self.weights.vector()
-        picked = order(scores, cands.session, k, self.max_per_session, self.cap_after)
-        return [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
+        return self._ranked(store, namespace, query, k, pooled=True, **options)[POOLED]
 
     def rank_kinds(
-        self,
-        store: DualStore,
-        namespace: Namespace,
-        query: str,
-        k: int = 10,
-        *,
-        context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **options: Unpack[RankOptions]
     ) -> dict[str, list[ScoredItem]]:
         """Return the ``k`` best items of each kind, ranked together (one query embedding, one feature pass)."""
-        chosen = _check_kinds(kinds)
-        if self.weights is None:
-            return {kind: self._plain(store, namespace, query, k, [kind], filter, self.spec) for kind in chosen}
-        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
-        if prepared is None:
-            return {kind: self._plain(store, namespace, query, k, [kind], filter, "hybrid") for kind in chosen}
-        cands, q = prepared
-        scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
-        kind_of = np.asarray([snapshot.kind for snapshot, _ in cands.refs], dtype=object)
-        out: dict[str, list[ScoredItem]] = {}
-        for kind in chosen:
-            rows = np.flatnonzero(kind_of == kind)
-            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
-            out[kind] = [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
-        return out
+        return self._ranked(store, namespace, query, k, pooled=False, **options)
 
     def dual(
         self,
@@ -209,14 +179,8 @@ class Ranker:
         return await asyncio.to_thread(self.rank, store, namespace, query, k, **kwargs)
 
     def prepare(
-        self,
-        store: DualStore,
-        namespace: Namespace,
-        query: str,
-        *,
-        context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        self, store: DualStore, namespace: Namespace, query: str, *, context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,  # noqa: A002
     ) -> tuple[Candidates, QueryInput] | None:
         """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
         kinds = _check_kinds(kinds)
@@ -242,6 +206,28 @@ class Ranker:
         return cands, q
 
     # ------------------------------------------------------------------ internals
+
+    def _ranked(
+        self, store: DualStore, namespace: Namespace, query: str, k: int, *, pooled: bool, context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> dict[str, list[ScoredItem]]:
+        """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own."""
+        chosen = _check_kinds(kinds)
+        groups: dict[str, list[MemoryKind]] = {POOLED: chosen} if pooled else {kind: [kind] for kind in chosen}
+        if self.weights is None:
+            return {name: self._plain(store, namespace, query, k, group, filter, self.spec) for name, group in groups.items()}
+        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
+        if prepared is None:
+            return {name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()}
+        cands, q = prepared
+        scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
+        kind_of = None if pooled else np.asarray([snapshot.kind for snapshot, _ in cands.refs], dtype=object)
+        out: dict[str, list[ScoredItem]] = {}
+        for name, group in groups.items():
+            rows = np.arange(len(cands)) if kind_of is None else np.flatnonzero(np.isin(kind_of, group))
+            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
+            out[name] = [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
+        return out
 
     def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
         """Return unit vectors of ``texts`` (the query first), embedding only the context turns not remembered."""
@@ -275,20 +261,12 @@ class Ranker:
 
 
 def rank(
-    store: DualStore,
-    namespace: Namespace,
-    query: str,
-    k: int = 10,
-    *,
-    context: Sequence[Any] | None = None,
-    kinds: Sequence[MemoryKind] = KINDS,
-    filter: Mapping[str, Any] | None = None,  # noqa: A002
-    ranker: Ranker | str | None = None,
-    settings: Settings | None = None,
+    store: DualStore, namespace: Namespace, query: str, k: int = 10, *, ranker: Ranker | str | None = None,
+    settings: Settings | None = None, **options: Unpack[RankOptions],
 ) -> list[ScoredItem]:
     """Return the ``k`` best items of ``namespace`` for ``query`` with ``ranker`` (default: the settings' ranker)."""
     chosen = ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings(settings)
-    return chosen.rank(store, namespace, query, k, context=context, kinds=kinds, filter=filter)
+    return chosen.rank(store, namespace, query, k, **options)
 
 
 @lru_cache(maxsize=32)

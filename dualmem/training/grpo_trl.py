@@ -28,52 +28,38 @@ Recall terms are logged as zero-weight reward functions (``rewards/fact_recall``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Dataset
 from dualmem.training.episode import Episode, build_episode
 from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory, TrajectoryPool
-
-
-def _f(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+from dualmem.training.run_config import JudgeFields, TrainerFields, help_field
 
 
 @dataclass
-class GRPORunConfig:
-    """Settings of one TRL GRPO run of the writer."""
+class GRPORunConfig(TrainerFields, JudgeFields):
+    """Settings of one TRL GRPO run of the writer (shared fields: :class:`TrainerFields`, :class:`JudgeFields`)."""
 
-    model_name_or_path: str = _f("", "policy: a Hugging Face causal LM (usually the SFT output)")
-    tokenizer_gguf_file: str = _f("", "load the tokenizer from this GGUF file inside model_name_or_path")
-    data: str = _f("", "RoleMemo file or folder (dualmem.datasets.load_dataset('rolememo', ...))")
-    output_dir: str = _f("runs/grpo/model", "where checkpoints and the final model are written")
-    num_generations: int = _f(8, "rollouts per group (paper: n = 8)")
-    episodes_per_step: int = _f(1, "groups per optimizer step (rows per device batch = this x num_generations)")
-    learning_rate: float = _f(1e-6, "learning rate (paper: 1e-6)")
-    beta: float = _f(0.001, "KL coefficient against the reference model (paper: 0.001)")
-    max_completion_length: int = _f(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
-    chunk_tokens: int = _f(4000, "history chunk size in tokens (paper: 4,000)")
-    view_k: int = _f(8, "relevant facts/insights shown in the working view")
-    view_recent: int = _f(4, "newest facts/insights always shown")
-    temperature: float = _f(1.0, "sampling temperature of rollouts")
-    max_steps: int = _f(200, "optimizer steps")
-    logging_steps: int = _f(1, "log every N steps")
-    save_steps: int = _f(50, "save every N steps")
-    use_lora: bool = _f(False, "train LoRA adapters (peft)")
-    lora_r: int = _f(16, "LoRA rank")
-    seed: int = _f(42, "random seed")
-    use_cpu: bool = _f(False, "force CPU (tests)")
-    report_to: str = _f("none", "tracker: none, wandb, tensorboard")
-    judge_weight: float = _f(0.0, "weight of the persona judge in the reward")
-    judge_model: str = _f("", "judge as provider:model")
-    embedder: str = _f(setting_default("embedder"), "embedder of the recall protocol")
-    disable_tqdm: bool = _f(False, "hide the progress bar")
-    reward: str = _f("", "reward terms as NAME=VALUE,... (RewardConfig: unparseable_penalty, similarity_weight, format_weight, ...)")
+    model_name_or_path: str = help_field("", "policy: a Hugging Face causal LM (usually the SFT output)")
+    data: str = help_field("", "RoleMemo file or folder (dualmem.datasets.load_dataset('rolememo', ...))")
+    output_dir: str = help_field("runs/grpo/model", "where checkpoints and the final model are written")
+    num_generations: int = help_field(8, "rollouts per group (paper: n = 8)")
+    episodes_per_step: int = help_field(1, "groups per optimizer step (rows per device batch = this x num_generations)")
+    learning_rate: float = help_field(1e-6, "learning rate (paper: 1e-6)")
+    beta: float = help_field(0.001, "KL coefficient against the reference model (paper: 0.001)")
+    max_completion_length: int = help_field(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
+    chunk_tokens: int = help_field(4000, "history chunk size in tokens (paper: 4,000)")
+    view_k: int = help_field(8, "relevant facts/insights shown in the working view")
+    view_recent: int = help_field(4, "newest facts/insights always shown")
+    temperature: float = help_field(1.0, "sampling temperature of rollouts")
+    max_steps: int = help_field(200, "optimizer steps")
+    logging_steps: int = help_field(1, "log every N steps")
+    save_steps: int = help_field(50, "save every N steps")
+    reward: str = help_field("", "reward terms as NAME=VALUE,... (RewardConfig: unparseable_penalty, similarity_weight, format_weight, ...)")
 
     def reward_config(self) -> RewardConfig:
         """Return the reward settings of this run (``reward`` overrides any RewardConfig field)."""
@@ -203,10 +189,9 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
     runner = EpisodeRunner([build_episode(item, chunk_tokens=cfg.chunk_tokens) for item in dataset.items], cfg, embed=embed, judge=judge)
     rows = cfg.episodes_per_step * cfg.num_generations
     args = GRPOConfig(
-        output_dir=cfg.output_dir, learning_rate=cfg.learning_rate, beta=cfg.beta, num_generations=cfg.num_generations,
+        **cfg.trainer_args(), beta=cfg.beta, num_generations=cfg.num_generations,
         per_device_train_batch_size=rows, gradient_accumulation_steps=1, max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature, max_steps=cfg.max_steps, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
-        seed=cfg.seed, use_cpu=cfg.use_cpu, report_to=cfg.report_to, shuffle_dataset=False, disable_tqdm=cfg.disable_tqdm,
+        temperature=cfg.temperature, shuffle_dataset=False,
         reward_weights=[1.0, 0.0, 0.0], loss_type="grpo", gradient_checkpointing=False,
     )
     peft_config = None

@@ -30,6 +30,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import setting_default
 from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
@@ -156,16 +157,20 @@ class RewardBreakdown:
         return asdict(self)
 
 
+class EpisodeCounts(TypedDict, total=False):
+    """What an episode's writing turns did, and how to score it: keyword options of :func:`dense_reward` and :func:`episode_reward`."""
+
+    unparseable: int  # turns whose answer did not parse
+    invalid: int  # updates that could not be applied
+    dangling: int  # insights citing facts that do not exist
+    turns: int  # the episode's writing turns (0: unknown)
+    cfg: RewardConfig | None  # default: RewardConfig()
+    embed: Embeddings | None  # default: cfg.embedder
+
+
 def dense_reward(
-    memory: list[str],
-    ground_truth: dict[str, Any],
-    *,
-    unparseable: int = 0,
-    invalid: int = 0,
-    dangling: int = 0,
-    turns: int = 0,
-    cfg: RewardConfig | None = None,
-    embed: Embeddings | None = None,
+    memory: list[str], ground_truth: dict[str, Any], *, unparseable: int = 0, invalid: int = 0, dangling: int = 0, turns: int = 0,
+    cfg: RewardConfig | None = None, embed: Embeddings | None = None,
 ) -> RewardBreakdown:
     """Score a written memory against the gold facts and insights: quality in [0, 1] minus penalties, in [-1, 1].
 
@@ -265,21 +270,11 @@ def persona_judge(
     return judge_weighted(out.value), None
 
 
-def episode_reward(
-    memory: list[str],
-    ground_truth: dict[str, Any],
-    *,
-    unparseable: int = 0,
-    invalid: int = 0,
-    dangling: int = 0,
-    turns: int = 0,
-    cfg: RewardConfig | None = None,
-    embed: Embeddings | None = None,
-    judge: Any = None,
-) -> RewardBreakdown:
+def episode_reward(memory: list[str], ground_truth: dict[str, Any], *, judge: Any = None, **counts: Unpack[EpisodeCounts]) -> RewardBreakdown:
     """Return the weighted episode reward: dense terms plus (when weighted) the persona judge."""
-    cfg = cfg or RewardConfig()
-    out = dense_reward(memory, ground_truth, unparseable=unparseable, invalid=invalid, dangling=dangling, turns=turns, cfg=cfg, embed=embed)
+    cfg = counts["cfg"] = counts.get("cfg") or RewardConfig()
+    embed = counts.get("embed")
+    out = dense_reward(memory, ground_truth, **counts)
     total = cfg.dense_weight * out.dense
     if cfg.judge_weight > 0 and ground_truth.get("queries"):
         if judge is None:

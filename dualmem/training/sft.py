@@ -13,50 +13,32 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dualmem.errors import ConfigurationError
+from dualmem.training.run_config import TrainerFields, help_field
 
 logger = logging.getLogger(__name__)
 
 
-def _f(default: Any, help: str) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
-class SFTRunConfig:
-    """Settings of one SFT run of the writer (paper defaults)."""
+class SFTRunConfig(TrainerFields):
+    """Settings of one SFT run of the writer (paper defaults; the TRL run fields come from :class:`TrainerFields`)."""
 
-    model_name_or_path: str = _f("", "any Hugging Face causal LM: hub id (needs network), local folder, or local:smollm2 (the bundled model)")
-    tokenizer_gguf_file: str = _f("", "load the tokenizer from this GGUF file inside model_name_or_path")
-    train_file: str = _f("runs/sft/train.jsonl", "chat-format JSONL from `dualmem train export-sft`")
-    eval_file: str = _f("", "held-out JSONL (personas unseen in training); empty = no evaluation")
-    output_dir: str = _f("runs/sft/model", "where checkpoints and the final model are written")
-    use_lora: bool = _f(False, "train LoRA adapters (peft) instead of all weights")
-    lora_r: int = _f(16, "LoRA rank")
-    lora_alpha: int = _f(32, "LoRA alpha")
-    lora_dropout: float = _f(0.05, "LoRA dropout")
-    lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "modules LoRA adapts")
-    learning_rate: float = _f(1e-5, "peak learning rate (paper: 1e-5)")
-    lr_scheduler_type: str = _f("cosine", "learning-rate schedule (paper: cosine)")
-    warmup_ratio: float = _f(0.05, "share of steps used for linear warm-up (paper: 5%)")
-    per_device_train_batch_size: int = _f(1, "sequences per device per micro-step")
-    gradient_accumulation_steps: int = _f(32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)")
-    max_steps: int = _f(1000, "optimizer steps (paper: 1,000)")
-    max_length: int = _f(6144, "cutoff length in tokens, prompt + target (paper: 6,144)")
-    bf16: bool = _f(False, "train in bfloat16 (set on GPUs that support it)")
-    gradient_checkpointing: bool = _f(False, "trade compute for memory on long sequences")
-    logging_steps: int = _f(10, "log every N optimizer steps")
-    save_steps: int = _f(200, "save a checkpoint every N steps")
-    seed: int = _f(42, "random seed")
-    report_to: str = _f("none", "tracker: none, wandb, tensorboard")
-    use_cpu: bool = _f(False, "force CPU (tests)")
-    disable_tqdm: bool = _f(False, "hide the progress bar")
+    train_file: str = help_field("runs/sft/train.jsonl", "chat-format JSONL from `dualmem train export-sft`")
+    eval_file: str = help_field("", "held-out JSONL (personas unseen in training); empty = no evaluation")
+    lora_alpha: int = help_field(32, "LoRA alpha")
+    lora_dropout: float = help_field(0.05, "LoRA dropout")
+    lora_target_modules: list[str] = help_field(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "modules LoRA adapts")
+    lr_scheduler_type: str = help_field("cosine", "learning-rate schedule (paper: cosine)")
+    warmup_ratio: float = help_field(0.05, "share of steps used for linear warm-up (paper: 5%)")
+    per_device_train_batch_size: int = help_field(1, "sequences per device per micro-step")
+    gradient_accumulation_steps: int = help_field(32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)")
+    max_length: int = help_field(6144, "cutoff length in tokens, prompt + target (paper: 6,144)")
+    bf16: bool = help_field(False, "train in bfloat16 (set on GPUs that support it)")
+    gradient_checkpointing: bool = help_field(False, "trade compute for memory on long sequences")
 
     def effective_batch(self, devices: int = 1) -> int:
         """Return the effective batch size on ``devices`` devices."""
@@ -153,22 +135,14 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
             r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"
         )
     args = SFTConfig(
-        output_dir=cfg.output_dir,
-        learning_rate=cfg.learning_rate,
+        **cfg.trainer_args(),
         lr_scheduler_type=cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of max_steps in transformers 5
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        max_steps=cfg.max_steps,
         max_length=cfg.max_length,
         bf16=cfg.bf16,
         gradient_checkpointing=cfg.gradient_checkpointing,
-        logging_steps=cfg.logging_steps,
-        save_steps=cfg.save_steps,
-        seed=cfg.seed,
-        report_to=cfg.report_to,
-        use_cpu=cfg.use_cpu,
-        disable_tqdm=cfg.disable_tqdm,
         eval_strategy="steps" if cfg.eval_file else "no",
         eval_steps=cfg.save_steps if cfg.eval_file else None,
         completion_only_loss=True,

@@ -20,12 +20,14 @@ retries failed chunks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
@@ -65,6 +67,8 @@ class _Job:
     thread_id: str
     checkpoint_path: str | None
     checkpointer: Any
+    progress: bool = True
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # the report row of every chunk this call wrote
 
     def config(self) -> RunnableConfig:
         return RunnableConfig(configurable={"thread_id": self.thread_id}, recursion_limit=BATCH_CHUNKS + 16)
@@ -80,34 +84,58 @@ class _Job:
         for i in range(0, len(todo), BATCH_CHUNKS):
             yield {"persona": self.persona, "namespace": list(self.namespace), "chunks": todo[i : i + BATCH_CHUNKS]}
 
-    def report(self, rows: dict[str, dict[str, Any]]) -> WriteReport:
+    def report(self) -> WriteReport:
         """Return rows in chunk order; chunks this call did not write were applied before."""
         out = []
         for chunk in self.chunks:
-            row = rows.get(chunk["id"])
+            row = self.rows.get(chunk["id"])
             if row is None:
                 row = {"chunk_id": chunk["id"], "index": chunk["index"], "session_id": chunk["session_id"], "turn_ids": chunk["turn_ids"], "status": "skipped", "attempts": 0}
             out.append(row)
         return WriteReport(self.namespace, self.thread_id, chunks=out, failed_chunks=failed_rows(out))
 
-    def run_kwargs(self, on_update: Any) -> dict[str, Any]:
-        return {
-            "context": self.context, "store": LanceDBStore(self.store.uri, dual=self.store), "path": self.checkpoint_path,
-            "checkpointer": self.checkpointer, "on_update": on_update,
-        }  # fmt: skip
+    @contextmanager
+    def running(self) -> Iterator[dict[str, Any]]:
+        """Show the progress bar while a run lasts; yield the runner's keyword arguments (its update hook fills ``rows``)."""
+        bar = Progress(
+            TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
+            disable=not self.progress,
+        )
+        task = bar.add_task("write", total=len(self.todo()))
+
+        def on_update(update: dict[str, Any]) -> None:
+            for row in (update.get("write") or {}).get("report") or []:
+                if row["status"] == "skipped" and row["chunk_id"] in self.rows:
+                    continue  # written earlier in this call (the resumed part of an interrupted run)
+                self.rows[row["chunk_id"]] = row
+                bar.advance(task)
+
+        with bar:
+            yield {
+                "context": self.context, "store": LanceDBStore(self.store.uri, dual=self.store), "path": self.checkpoint_path,
+                "checkpointer": self.checkpointer, "on_update": on_update,
+            }  # fmt: skip
+
+
+class WriteOptions(TypedDict, total=False):
+    """Keyword options of :func:`write_history` and :func:`awrite_history` (all optional)."""
+
+    settings: Settings | dict[str, Any] | None  # per-run settings (over the environment's)
+    model: Any  # the writer model: a "provider:model" string or a model object
+    store: DualStore | None  # default: the store ``settings`` names
+    embeddings: Any
+    namespace: Iterable[str] | None  # default: (persona id, user id)
+    thread_id: str | None  # the checkpointed thread (default: one per namespace)
+    progress: bool  # show a progress bar (default: True)
+    checkpointer: Any  # None = SQLite at settings.checkpoint_path; False = none (the chunk ledger still makes re-runs idempotent); or a LangGraph saver
 
 
 def _job(
-    history: Dialogue | Session | Iterable[Session],
-    persona: Persona | dict[str, Any] | None,
-    settings: Settings | dict[str, Any] | None,
-    model: Any,
-    store: DualStore | None,
-    embeddings: Any,
-    namespace: Iterable[str] | None,
-    thread_id: str | None,
-    checkpointer: Any,
+    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, *,
+    settings: Settings | dict[str, Any] | None = None, model: Any = None, store: DualStore | None = None, embeddings: Any = None,
+    namespace: Iterable[str] | None = None, thread_id: str | None = None, progress: bool = True, checkpointer: Any = None,
 ) -> _Job:
+    """Prepare one write: its context, store, chunks and thread (the core both shells run)."""
     ctx = context_of(settings)
     if persona is None and isinstance(history, Dialogue):
         persona = history.persona
@@ -128,82 +156,31 @@ def _job(
     if needs_check(ctx.writer if model is None else ctx.llm("writer")):  # one cheap call now, not a failure per chunk later
         check_model(ctx.llm("writer"), ctx.settings)
     thread = thread_id or stable_id("write", *ns, prefix="write-")
-    return _Job(who.model_dump(mode="json"), ctx, db, chunks, ns, thread, path, checkpointer)
-
-
-def _progress(enabled: bool, total: int) -> tuple[Progress, Any]:
-    bar = Progress(
-        TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
-        disable=not enabled,
-    )
-    return bar, bar.add_task("write", total=total)
-
-
-def _collector(rows: dict[str, dict[str, Any]], bar: Progress, task: Any) -> Any:
-    """Return an update hook keeping the report row of every chunk this call wrote and advancing the bar."""
-
-    def on_update(update: dict[str, Any]) -> None:
-        for row in (update.get("write") or {}).get("report") or []:
-            if row["status"] == "skipped" and row["chunk_id"] in rows:
-                continue  # written earlier in this call (the resumed part of an interrupted run)
-            rows[row["chunk_id"]] = row
-            bar.advance(task)
-
-    return on_update
+    return _Job(who.model_dump(mode="json"), ctx, db, chunks, ns, thread, path, checkpointer, progress)
 
 
 def write_history(
-    history: Dialogue | Session | Iterable[Session],
-    persona: Persona | dict[str, Any] | None = None,
-    *,
-    settings: Settings | dict[str, Any] | None = None,
-    model: Any = None,
-    store: DualStore | None = None,
-    embeddings: Any = None,
-    namespace: Iterable[str] | None = None,
-    thread_id: str | None = None,
-    progress: bool = True,
-    checkpointer: Any = None,
+    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, **options: Unpack[WriteOptions]
 ) -> WriteReport:
-    """Write a history into memory through ``persona``; resumable, and re-running retries failed chunks.
-
-    ``checkpointer``: None = SQLite at ``settings.checkpoint_path``; False = none
-    (the chunk ledger still makes re-runs idempotent); or a LangGraph saver.
-    """
-    job = _job(history, persona, settings, model, store, embeddings, namespace, thread_id, checkpointer)
-    rows: dict[str, dict[str, Any]] = {}
-    bar, task = _progress(progress, len(job.todo()))
-    with bar:
-        run_resumable(builder, job.batches(), job.config(), **job.run_kwargs(_collector(rows, bar, task)))
-    return job.report(rows)
+    """Write a history into memory through ``persona``; resumable, and re-running retries failed chunks (see :class:`WriteOptions`)."""
+    job = _job(history, persona, **options)
+    with job.running() as run_kwargs:
+        run_resumable(builder, job.batches(), job.config(), **run_kwargs)
+    return job.report()
 
 
 async def awrite_history(
-    history: Dialogue | Session | Iterable[Session],
-    persona: Persona | dict[str, Any] | None = None,
-    *,
-    settings: Settings | dict[str, Any] | None = None,
-    model: Any = None,
-    store: DualStore | None = None,
-    embeddings: Any = None,
-    namespace: Iterable[str] | None = None,
-    thread_id: str | None = None,
-    progress: bool = True,
-    checkpointer: Any = None,
+    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, **options: Unpack[WriteOptions]
 ) -> WriteReport:
     """Async :func:`write_history` (same graph and nodes, async SQLite checkpointer)."""
-    job = _job(history, persona, settings, model, store, embeddings, namespace, thread_id, checkpointer)
-    rows: dict[str, dict[str, Any]] = {}
-    bar, task = _progress(progress, len(job.todo()))
-    with bar:
-        await arun_resumable(builder, job.batches(), job.config(), **job.run_kwargs(_collector(rows, bar, task)))
-    return job.report(rows)
+    job = _job(history, persona, **options)
+    with job.running() as run_kwargs:
+        await arun_resumable(builder, job.batches(), job.config(), **run_kwargs)
+    return job.report()
 
 
 def retry_failed(
-    history: Dialogue | Session | Iterable[Session],
-    persona: Persona | dict[str, Any] | None = None,
-    **kwargs: Any,
+    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, **options: Unpack[WriteOptions]
 ) -> WriteReport:
     """Redo the chunks not applied yet (failed ones) of a history; applied chunks are skipped, not re-asked."""
-    return write_history(history, persona, **kwargs)
+    return write_history(history, persona, **options)

@@ -15,52 +15,46 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from dualmem.errors import ConfigurationError
+from dualmem.training.run_config import JudgeFields, help_field
 
 AGENT_NAME = "dualmem_writer"
 PACKAGE = Path(__file__).resolve().parent
 
 
-def _f(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
-class VerlRunConfig:
-    """Settings of a VeRL GRPO run of the writer (paper defaults)."""
+class VerlRunConfig(JudgeFields):
+    """Settings of a VeRL GRPO run of the writer (paper defaults; the judge fields come from :class:`JudgeFields`)."""
 
-    model_path: str = _f("", "policy checkpoint (usually the SFT output), local folder or hub id")
-    data_dir: str = _f("runs/verl/data", "folder with train.parquet, val.parquet, episodes.jsonl (`dualmem train rl --engine verl --prepare`)")
-    output_dir: str = _f("runs/verl", "checkpoints and logs")
-    rollout_n: int = _f(8, "rollouts per group (paper: 8)")
-    train_batch_size: int = _f(16, "prompts (writing turns) per step (paper: 16)")
-    ppo_mini_batch_size: int = _f(4, "mini-batch of the actor update (paper: 4)")
-    micro_batch_size_per_gpu: int = _f(1, "micro-batch per GPU for the actor, reference and log-prob passes")
-    learning_rate: float = _f(1e-6, "actor learning rate (paper: 1e-6)")
-    kl_loss_coef: float = _f(0.001, "KL loss coefficient (paper: 0.001)")
-    kl_loss_type: str = _f("low_var_kl", "KL estimator (paper: low_var_kl)")
-    chunk_tokens: int = _f(4000, "history chunk size in tokens (paper: 4,000)")
-    max_prompt_length: int = _f(6144, "prompt budget: persona + working view + a 4,000-token chunk")
-    max_response_length: int = _f(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
-    total_training_steps: int = _f(200, "optimizer steps")
-    n_gpus_per_node: int = _f(8, "GPUs per node")
-    nnodes: int = _f(1, "nodes")
-    tensor_parallel_size: int = _f(1, "vLLM tensor parallel size of rollouts")
-    gpu_memory_utilization: float = _f(0.5, "share of GPU memory vLLM may use")
-    rollout_engine: str = _f("vllm", "rollout backend: vllm or sglang")
-    device: str = _f("cuda", "cuda, or cpu for the smoke run (gloo, no NCCL)")
-    judge_weight: float = _f(0.0, "weight of the persona judge in the reward")
-    judge_model: str = _f("", "judge as provider:model (OpenAI-compatible endpoint via OPENAI_BASE_URL)")
-    embedder: str = _f("bundled:all-MiniLM-L6-v2", "embedder of the recall protocol")
-    project_name: str = _f("dualmem", "tracker project")
-    experiment_name: str = _f("writer-grpo", "tracker run name")
-    logger: str = _f("console", "trackers: console, wandb, tensorboard (comma separated)")
-    save_freq: int = _f(50, "checkpoint every N steps (-1: never)")
-    test_freq: int = _f(-1, "validate every N steps (-1: never)")
+    model_path: str = help_field("", "policy checkpoint (usually the SFT output), local folder or hub id")
+    data_dir: str = help_field("runs/verl/data", "folder with train.parquet, val.parquet, episodes.jsonl (`dualmem train rl --engine verl --prepare`)")
+    output_dir: str = help_field("runs/verl", "checkpoints and logs")
+    rollout_n: int = help_field(8, "rollouts per group (paper: 8)")
+    train_batch_size: int = help_field(16, "prompts (writing turns) per step (paper: 16)")
+    ppo_mini_batch_size: int = help_field(4, "mini-batch of the actor update (paper: 4)")
+    micro_batch_size_per_gpu: int = help_field(1, "micro-batch per GPU for the actor, reference and log-prob passes")
+    learning_rate: float = help_field(1e-6, "actor learning rate (paper: 1e-6)")
+    kl_loss_coef: float = help_field(0.001, "KL loss coefficient (paper: 0.001)")
+    kl_loss_type: str = help_field("low_var_kl", "KL estimator (paper: low_var_kl)")
+    chunk_tokens: int = help_field(4000, "history chunk size in tokens (paper: 4,000)")
+    max_prompt_length: int = help_field(6144, "prompt budget: persona + working view + a 4,000-token chunk")
+    max_response_length: int = help_field(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
+    total_training_steps: int = help_field(200, "optimizer steps")
+    n_gpus_per_node: int = help_field(8, "GPUs per node")
+    nnodes: int = help_field(1, "nodes")
+    tensor_parallel_size: int = help_field(1, "vLLM tensor parallel size of rollouts")
+    gpu_memory_utilization: float = help_field(0.5, "share of GPU memory vLLM may use")
+    rollout_engine: str = help_field("vllm", "rollout backend: vllm or sglang")
+    device: str = help_field("cuda", "cuda, or cpu for the smoke run (gloo, no NCCL)")
+    project_name: str = help_field("dualmem", "tracker project")
+    experiment_name: str = help_field("writer-grpo", "tracker run name")
+    logger: str = help_field("console", "trackers: console, wandb, tensorboard (comma separated)")
+    save_freq: int = help_field(50, "checkpoint every N steps (-1: never)")
+    test_freq: int = help_field(-1, "validate every N steps (-1: never)")
 
 
 def overrides(cfg: VerlRunConfig) -> list[str]:

@@ -275,3 +275,34 @@ def test_retriever_refuses_a_k_that_is_not_a_count(dual_store, bad):
         retriever.invoke("knee injury", k=bad)
     with pytest.raises(ValueError):
         DualMemRetriever(store=dual_store, namespace=NS, k=-1)
+
+
+# --- beyond the standard suites: what a model sees of the tools ----------------------------------------------------
+
+
+def test_every_tool_argument_is_described_to_the_model(dual_store):
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    for tool in (create_search_memory_tool(NS, store=dual_store), create_manage_memory_tool(NS, store=dual_store)):
+        params = convert_to_openai_tool(tool)["function"]["parameters"]["properties"]
+        assert "config" not in params
+        assert all(spec.get("description") for spec in params.values()), params
+    search = convert_to_openai_tool(create_search_memory_tool(NS, store=dual_store))
+    limit = search["function"]["parameters"]["properties"]["limit"]
+    assert (limit["minimum"], limit["maximum"]) == (1, 100)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 10**12])
+def test_a_limit_out_of_bounds_is_told_to_the_model_not_raised_in_the_graph(dual_store, limit):
+    # limit=-1 used to return nothing, and a huge one failed inside LanceDB (OverflowError) on the hybrid path
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([create_search_memory_tool(NS, store=dual_store, ranker="hybrid")]))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    call = {"name": "search_memory", "args": {"query": "knee", "limit": limit}, "id": "call-1"}
+    reply = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][-1]
+    assert reply.status == "error" and "limit" in str(reply.content)

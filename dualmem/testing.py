@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -45,6 +45,13 @@ class FakeChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "dualmem-fake"
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Return the tracing params (provider ``dualmem``, model ``dualmem-fake`` unless a call names another)."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "dualmem"
+        params.setdefault("ls_model_name", self._llm_type)
+        return params
 
     @property
     def calls(self) -> list[list[BaseMessage]]:

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, MemoryKind
@@ -22,7 +22,8 @@ class DualMemRetriever(BaseRetriever):
     Items are ranked by ``ranker`` (default: the ``ranker`` setting, the learned
     ranker; ``"vector"``, ``"hybrid"`` or ``"fts"`` for a plain store search, or a
     :class:`~dualmem.retrieval.Ranker`). The recent conversation can be passed as
-    ``retriever.invoke(query, context=[...turns or messages])``. ``mode`` (``vector``,
+    ``retriever.invoke(query, context=[...turns or messages])``, and the number of
+    results as ``retriever.invoke(query, k=3)`` (overrides ``k`` for that call). ``mode`` (``vector``,
     ``hybrid``, ``fts``) is a plain store search, as ``ranker=mode``. ``kind`` limits
     the search to one stream; otherwise ``k`` facts then ``k`` insights are
     returned, or with ``merged=True`` one top-``k`` pool over both.
@@ -36,7 +37,7 @@ class DualMemRetriever(BaseRetriever):
 
     store: DualStore
     namespace: tuple[str, ...]
-    k: int = 10
+    k: int = Field(default=10, ge=0)
     ranker: Any = None  # a dualmem.retrieval.Ranker, a ranker spec, or None (the settings' ranker)
     mode: SearchMode | None = None
     kind: MemoryKind | None = None
@@ -50,25 +51,47 @@ class DualMemRetriever(BaseRetriever):
         return self.ranker
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        context: Sequence[Any] | None = None,
+        k: int | None = None,
     ) -> list[Document]:
+        k = _check_k(self.k if k is None else k)
+        if k == 0:
+            return []
         ranker = self._ranker()
         if self.kind is not None or self.merged:
             kinds: tuple[MemoryKind, ...] = (self.kind,) if self.kind is not None else ("fact", "insight")
-            hits = ranker.rank(self.store, self.namespace, query, self.k, context=context, kinds=kinds)
+            hits = ranker.rank(self.store, self.namespace, query, k, context=context, kinds=kinds)
         else:
-            per_kind = ranker.rank_kinds(self.store, self.namespace, query, self.k, context=context)
+            per_kind = ranker.rank_kinds(self.store, self.namespace, query, k, context=context)
             hits = [*per_kind["fact"], *per_kind["insight"]]
         grounding = self._grounding([h for h in hits if h.item.kind == "insight"]) if self.expand else {}
         return [to_document(h, grounding.get(h.item.id)) for h in hits]
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, context: Sequence[Any] | None = None
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        context: Sequence[Any] | None = None,
+        k: int | None = None,
     ) -> list[Document]:
-        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), context=context)
+        return await asyncio.to_thread(
+            self._get_relevant_documents, query, run_manager=run_manager.get_sync(), context=context, k=k
+        )
 
     def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
         return self.store.grounding(self.namespace, [h.item for h in hits])
+
+
+def _check_k(k: Any) -> int:
+    """Return ``k`` when it is a whole number >= 0 (0: no documents), else raise naming the fix."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a whole number >= 0 (how many documents to return), got {k!r}")
+    return k
 
 
 def to_document(hit: ScoredItem, grounding: list[MemoryItem] | None = None) -> Document:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from langgraph.store.base import BaseStore
+from pydantic import Field
 
 from dualmem.errors import ConfigurationError
 from dualmem.retrieval.pipeline import Ranker
@@ -37,6 +38,16 @@ SEARCH_DESCRIPTION = (
     "Search your long-term memory of this user. Pass a short natural-language query; "
     "returns the most relevant memories with their ids and scores."
 )
+MAX_LIMIT = 100  # the most memories one search returns to a model
+Query = Annotated[str, Field(description="What to look for, in a few words (e.g. 'sleep schedule', 'knee injury').")]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="How many memories to return at most, best first.")]
+Content = Annotated[
+    str | None, Field(description="The memory's text, one self-contained statement (needed to create or update).")
+]
+ActionArg = Annotated[Action, Field(description="create a new memory, or update / delete the one named by id.")]
+MemoryId = Annotated[
+    str | None, Field(description="The id of the memory to update or delete, as search_memory returned it.")
+]
 MANAGE_DESCRIPTION = (
     "Create, update or delete a long-term memory about the user. Call it when the user reveals "
     "something worth remembering, or when a stored memory is wrong or outdated (pass its id)."
@@ -125,7 +136,7 @@ def create_search_memory_tool(
             chosen.append(ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings())
         return chosen[0]
 
-    def search_memory(query: str, limit: int = 10, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
+    def search_memory(query: Query, limit: Limit = 10, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
         """Search long-term memory."""
         target = _store(store)
         ns = resolve_namespace(namespace, config)
@@ -159,9 +170,9 @@ def create_manage_memory_tool(
     """Return a tool that creates, updates or deletes memories in ``namespace``."""
 
     def manage_memory(
-        content: str | None = None,
-        action: Action = "create",
-        id: str | None = None,  # noqa: A002 - the name the model sees
+        content: Content = None,
+        action: ActionArg = "create",
+        id: MemoryId = None,  # noqa: A002 - the name the model sees
         config: RunnableConfig = None,  # type: ignore[assignment]
     ) -> str:
         """Create, update or delete a memory."""

@@ -138,14 +138,8 @@ class TestDualMemRetrieverHybrid(_WithStore, RetrieversIntegrationTests):
         return "running"
 
 
-SPLIT = (
-    "the default (no merged, no kind) returns k facts then k insights, 2k documents, by design (the respond graph "
-    "reads both streams); the k-count tests run on merged=True and kind= above"
-)
-
-
 class TestDualMemRetrieverSplit(_WithStore, RetrieversIntegrationTests):
-    """The default configuration: both streams, ``k`` of each."""
+    """The default configuration: both streams, ``k`` documents in all (⌈k/2⌉ facts, ⌊k/2⌋ insights)."""
 
     @property
     def retriever_constructor(self) -> type[BaseRetriever]:
@@ -158,14 +152,6 @@ class TestDualMemRetrieverSplit(_WithStore, RetrieversIntegrationTests):
     @property
     def retriever_query_example(self) -> str:
         return "knee injury and running"
-
-    @pytest.mark.xfail(reason=SPLIT, strict=True)
-    def test_k_constructor_param(self) -> None:
-        super().test_k_constructor_param()
-
-    @pytest.mark.xfail(reason=SPLIT, strict=True)
-    def test_invoke_with_k_kwarg(self, retriever: BaseRetriever) -> None:
-        super().test_invoke_with_k_kwarg(retriever)
 
 
 # --- tools ---------------------------------------------------------------------------------------------------------
@@ -305,12 +291,12 @@ class TestFakeChatModelUnit(ChatModelUnitTests):
 # --- beyond the standard suites: the retriever's k ---------------------------------------------------------------
 
 
-def test_retriever_k_at_invoke_time_is_per_stream_in_the_default_split(dual_store):
+def test_retriever_k_at_invoke_time_is_split_between_the_streams(dual_store):
     retriever = DualMemRetriever(store=dual_store, namespace=NS)
-    kinds = [d.metadata["kind"] for d in retriever.invoke("knee injury and running", k=1)]
-    assert kinds == ["fact", "insight"]
+    assert [d.metadata["kind"] for d in retriever.invoke("knee injury and running", k=1)] == ["fact"]
+    assert [d.metadata["kind"] for d in retriever.invoke("knee injury and running", k=3)] == ["fact", "fact", "insight"]
     assert len(retriever.invoke("knee injury and running", k=0)) == 0
-    assert len(retriever.invoke("knee injury and running")) == 6  # the constructor's k=10 per stream: all of them
+    assert len(retriever.invoke("knee injury and running")) == 6  # k=10: 5 facts (4 stored) + 5 insights (2 stored)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "3", True])

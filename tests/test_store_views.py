@@ -39,8 +39,9 @@ def dual(tmp_path):
 
 
 def test_retriever_returns_both_streams_with_metadata(dual):
-    docs = DualMemRetriever(store=dual, namespace=NS, k=2).invoke("knee injury and running")
-    assert [d.metadata["kind"] for d in docs] == ["fact", "fact", "insight"]
+    docs = DualMemRetriever(store=dual, namespace=NS, k=4).invoke("knee injury and running")
+    assert [d.metadata["kind"] for d in docs] == ["fact", "fact", "insight"]  # 2 facts + up to 2 insights (1 stored)
+    assert [d.metadata["kind"] for d in DualMemRetriever(store=dual, namespace=NS, k=3).invoke("knee")] == ["fact", "fact", "insight"]
     by_id = {d.metadata["id"]: d for d in docs}
     assert by_id["f1"].metadata["session_id"] == "s1" and by_id["f1"].metadata["turn_ids"] == ["s1:2"]
     assert by_id["f1"].page_content == "runs five kilometres every morning"

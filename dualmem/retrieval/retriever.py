@@ -25,8 +25,9 @@ class DualMemRetriever(BaseRetriever):
     ``retriever.invoke(query, context=[...turns or messages])``, and the number of
     results as ``retriever.invoke(query, k=3)`` (overrides ``k`` for that call). ``mode`` (``vector``,
     ``hybrid``, ``fts``) is a plain store search, as ``ranker=mode``. ``kind`` limits
-    the search to one stream; otherwise ``k`` facts then ``k`` insights are
-    returned, or with ``merged=True`` one top-``k`` pool over both.
+    the search to one stream; otherwise ``k`` documents are returned: ⌈k/2⌉ facts
+    then ⌊k/2⌋ insights (as ``retrieval_mode="dual"``), or with ``merged=True`` one
+    top-``k`` pool over both.
     Each document's metadata holds ``id``, ``kind``, ``namespace``, ``session_id``,
     ``turn_ids``, ``chunk_id``, ``event_time``, ``grounding`` (cited fact ids),
     ``grounding_facts`` (their texts, insights only, when ``expand``), ``status``
@@ -66,8 +67,8 @@ class DualMemRetriever(BaseRetriever):
             kinds: tuple[MemoryKind, ...] = (self.kind,) if self.kind is not None else ("fact", "insight")
             hits = ranker.rank(self.store, self.namespace, query, k, context=context, kinds=kinds)
         else:
-            per_kind = ranker.rank_kinds(self.store, self.namespace, query, k, context=context)
-            hits = [*per_kind["fact"], *per_kind["insight"]]
+            per_kind = ranker.rank_kinds(self.store, self.namespace, query, (k + 1) // 2, context=context)
+            hits = [*per_kind["fact"], *per_kind["insight"][: k // 2]]
         grounding = self._grounding([h for h in hits if h.item.kind == "insight"]) if self.expand else {}
         return [to_document(h, grounding.get(h.item.id)) for h in hits]
 

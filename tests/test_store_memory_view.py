@@ -47,3 +47,16 @@ def test_put_and_delete_memory_through_the_store_api(tmp_path):
     # plain values are untouched by the memory view
     store.put(("notes", "mia"), "k", {"text": "likes tea"})
     assert store.get(("notes", "mia"), "k").value == {"text": "likes tea"}
+
+
+def test_a_filtered_query_search_fills_its_page_however_rare_the_matches(tmp_path):
+    """Only the 5 facts least like the query match the filter, behind 400 closer ones: the page still holds all 5."""
+    store = _store(tmp_path)
+    ns = ("rare", "user")
+    near = [Fact(id=f"n{i}", namespace=ns, text=f"night shifts at the warehouse, week {i}", event_time="2024-01-01") for i in range(400)]
+    far = [Fact(id=f"r{i}", namespace=ns, text=f"collects stamps from Peru {i}", event_time="2023-05-0" + str(i + 1)) for i in range(5)]
+    store.dual.upsert(near + far)
+    hits = store.search(("dualmem", "rare", "user", "fact"), query="night shifts warehouse", filter={"event_time": {"$lt": "2024"}}, limit=5)
+    assert sorted(h.key for h in hits) == [f"r{i}" for i in range(5)]
+    page = store.search(("dualmem", "rare", "user", "fact"), query="night shifts", filter={"event_time": {"$lt": "2024"}}, limit=2, offset=3)
+    assert len(page) == 2 and {h.key for h in page} <= {f"r{i}" for i in range(5)}

@@ -77,16 +77,23 @@ class MemoryView:
         """Return the memory items below ``op.namespace_prefix`` (ranked when ``qvec``), before paging."""
         status = None if op.filter and "status" in op.filter else "active"
         hits: list[tuple[MemoryItem, float | None]] = []
+        want = op.offset + op.limit
         for ns, kind in self._targets(op.namespace_prefix):
-            if qvec is not None:
-                want = op.offset + op.limit if not op.filter else max(4 * (op.offset + op.limit), 200)
-                found = self.dual.search(ns, op.query or "", kind=kind, k=want, mode="vector", status=status, vector=qvec)
-                hits.extend((h.item, float(h.score)) for h in found)
-            else:
-                hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status))
-        if op.filter:
-            hits = [(i, s) for i, s in hits if matches(self._item(i).value, op.filter)]
+            if qvec is None:
+                hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status) if self._keeps(i, op, matches))
+                continue
+            fetch = want if not op.filter else max(4 * want, 200)
+            while True:  # a filter may drop most of the nearest items: fetch more until the page is full or none are left
+                found = self.dual.search(ns, op.query or "", kind=kind, k=fetch, mode="vector", status=status, vector=qvec)
+                kept = [(h.item, float(h.score)) for h in found if self._keeps(h.item, op, matches)]
+                if len(kept) >= want or len(found) < fetch:
+                    break
+                fetch *= 4
+            hits.extend(kept)
         return [self._item(i, s) for i, s in hits]  # type: ignore[misc]
+
+    def _keeps(self, item: MemoryItem, op: SearchOp, matches: Matcher) -> bool:
+        return not op.filter or matches(self._item(item).value, op.filter)
 
     def put(self, op: PutOp) -> None:
         """Upsert or (value None) delete a memory item of exactly ``op.namespace``."""

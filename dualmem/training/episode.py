@@ -126,6 +126,15 @@ class MemoryState:
         self._order += 1
         return self._order
 
+    def _target(self, kind: str, action: str, local_id: str, view: View, stats: ApplyStats) -> str | None:
+        """Return the item a view id names for an UPDATE or DELETE of ``kind``; None (counted invalid) when it names none."""
+        target = view.ids.get(local_id)
+        if target is None or target not in self.items or not local_id.startswith(kind[0].upper()):
+            stats.invalid += 1
+            stats.errors.append(f"{kind} {action} {local_id}: not {'an' if kind == 'insight' else 'a'} {kind} id of the view")
+            return None
+        return target
+
     def _fact(self, op: FactOp, view: View, chunk_id: str, new: dict[str, str], stats: ApplyStats) -> None:
         if op.op == "ADD":
             if not op.text.strip():
@@ -136,10 +145,8 @@ class MemoryState:
             self.items[item_id] = SimItem(item_id, "fact", op.text, [], list(op.turn_ids), self._next())
             new[op.id] = item_id
             return
-        target = view.ids.get(op.id)
-        if target is None or target not in self.items or not op.id.startswith("F"):
-            stats.invalid += 1
-            stats.errors.append(f"fact {op.op} {op.id}: not a fact id of the view")
+        target = self._target("fact", op.op, op.id, view, stats)
+        if target is None:
             return
         if op.op == "DELETE":
             del self.items[target]
@@ -149,10 +156,8 @@ class MemoryState:
 
     def _insight(self, op: InsightOp, view: View, chunk_id: str, new: dict[str, str], stats: ApplyStats) -> None:
         if op.op == "DELETE":
-            target = view.ids.get(op.id)
-            if target is None or target not in self.items or not op.id.startswith("I"):
-                stats.invalid += 1
-                stats.errors.append(f"insight DELETE {op.id}: not an insight id of the view")
+            target = self._target("insight", op.op, op.id, view, stats)
+            if target is None:
                 return
             del self.items[target]
             stats.applied += 1
@@ -170,10 +175,8 @@ class MemoryState:
             stats.errors.append(f"insight {op.id}: no valid fact cited or empty text")
             return
         if op.op == "UPDATE":
-            target = view.ids.get(op.id)
-            if target is None or target not in self.items or not op.id.startswith("I"):
-                stats.invalid += 1
-                stats.errors.append(f"insight UPDATE {op.id}: not an insight id of the view")
+            target = self._target("insight", op.op, op.id, view, stats)
+            if target is None:
                 return
             self.items[target].text, self.items[target].grounding = op.text, grounding
         else:

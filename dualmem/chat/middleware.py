@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 
 from dualmem.chat.exchange import formation_for
 from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
-from dualmem.chat.recall import RECENT_TURNS, memory_prompt, recall_for_chat
+from dualmem.chat.recall import memory_prompt, recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
 from dualmem.config import Settings
 from dualmem.context import context_of
@@ -104,7 +104,8 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
     def _recall(self, turn: ChatTurn, messages: Sequence[AnyMessage], current: str | None = None) -> dict[str, Any] | None:
         if not messages or not isinstance(messages[-1], HumanMessage):  # a resumed turn: keep its memory, or show none
             return None if current else {"dualmem_prompt": memory_prompt(turn.persona, "")}
-        recent = [message_text(m) for m in messages[-RECENT_TURNS - 1 : -1] if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
+        window = messages[-self.settings.ranker_context_turns - 1 : -1]  # the turns the ranker reads as the query's context
+        recent = [m for m in window if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
         db = context_of(self.settings).dual(turn.store)
         text = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings, turn.persona)
         return {"dualmem_prompt": memory_prompt(turn.persona, text)}

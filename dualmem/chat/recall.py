@@ -10,6 +10,7 @@ graph.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from dualmem.config import Settings
 from dualmem.frameworks.base import FrameworkContext
@@ -18,13 +19,14 @@ from dualmem.prompts.respond import render_respond_system
 from dualmem.schema import Persona
 from dualmem.stores.dual import DualStore
 
-RECENT_TURNS = 6  # recent messages handed to retrieval as context
-
 
 def recall_for_chat(
-    store: DualStore, namespace: tuple[str, ...], query: str, recent: Sequence[str], settings: Settings, persona: Persona | None = None
+    store: DualStore, namespace: tuple[str, ...], query: str, recent: Sequence[Any], settings: Settings, persona: Persona | None = None
 ) -> str:
-    """Return the memory block (facts and insights with their grounding) of ``namespace`` for the user's latest message."""
+    """Return the memory block (facts and insights with their grounding) of ``namespace`` for the user's latest message.
+
+    ``recent``: the turns before it (LangChain messages, role/content dicts or strings), read by the ranker as context.
+    """
     fctx = FrameworkContext(namespace=(namespace[0], namespace[1]), settings=settings, persona=persona, embeddings=store.embeddings, store_uri=store.uri, store=store)
     memory = DualMemFramework(fctx)
     return memory.memory_text(memory.retrieve(query, settings.retrieval_k, context=list(recent)))

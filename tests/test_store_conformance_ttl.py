@@ -160,3 +160,34 @@ def test_facts_do_not_expire_and_a_ttl_on_them_warns(tmp_path, monkeypatch):
     time.sleep(0.8)
     store.sweep_ttl()
     assert store.get(ns, "f1").value["text"] == "Alice works nights"
+
+
+def test_omit_expired_filters_before_paging(tmp_path):
+    """An expired item inside the first page's window does not leave that page short (Postgres store semantics)."""
+    store = _store(tmp_path, ttl={"omit_expired": True})
+    for key in ("c", "b"):
+        store.put(("page",), key, {"k": key})
+    store.put(("page",), "expired", {"k": "x"}, ttl=SHORT)
+    store.put(("page",), "a", {"k": "a"})  # newest first: a, expired, b, c
+    time.sleep(0.8)
+    assert [i.key for i in store.search(("page",), limit=2)] == ["a", "b"]
+    assert [i.key for i in store.search(("page",), limit=2, offset=2)] == ["c"]
+
+
+def test_a_refreshing_read_never_brings_an_expired_item_back(tmp_path):
+    from dualmem.stores._kv import item_id
+
+    store = _store(tmp_path, ttl={"omit_expired": True})
+    ns = ("refresh",)
+    store.put(ns, "expired", {"n": 0}, ttl=SHORT)
+    store.put(ns, "live", {"n": 1}, ttl=1)
+    time.sleep(0.8)
+
+    def expires(key):
+        return store.kv.by_ids([item_id(ns, key)])[item_id(ns, key)]["expires_at"]
+
+    expired_before, live_before = expires("expired"), expires("live")
+    assert store.get(ns, "expired", refresh_ttl=True) is None
+    assert [i.key for i in store.search(ns, refresh_ttl=True)] == ["live"]
+    assert expires("expired") == expired_before
+    assert expires("live") > live_before

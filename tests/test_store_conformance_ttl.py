@@ -191,3 +191,24 @@ def test_a_refreshing_read_never_brings_an_expired_item_back(tmp_path):
     assert [i.key for i in store.search(ns, refresh_ttl=True)] == ["live"]
     assert expires("expired") == expired_before
     assert expires("live") > live_before
+
+
+def test_the_background_sweeper_deletes_expired_items_until_stopped(tmp_path):
+    store = _store(tmp_path, ttl={"sweep_interval_minutes": SHORT / 2})
+    store.put(("s",), "gone", {"v": 1}, ttl=SHORT)
+    store.put(("s",), "kept", {"v": 2})
+    sweeper = store.start_ttl_sweeper()
+    assert store.start_ttl_sweeper() is sweeper and not sweeper.done()
+    time.sleep(1.5)
+    assert store.get(("s",), "gone") is None and store.get(("s",), "kept") is not None
+    assert store.stop_ttl_sweeper(timeout=10) and sweeper.done()
+    assert store.stop_ttl_sweeper()  # nothing left to stop
+
+
+async def test_the_sweeper_calls_can_be_awaited_as_on_langgraphs_async_postgres_store(tmp_path):
+    store = _store(tmp_path, ttl={"sweep_interval_minutes": SHORT / 2})
+    sweeper = await store.start_ttl_sweeper()  # returns at once, the sweeper keeps running
+    assert not sweeper.done()
+    assert await store.stop_ttl_sweeper(timeout=10) is True
+    assert sweeper.done()
+    assert (await _store(tmp_path).start_ttl_sweeper()).done()  # no TTL config: nothing to sweep

@@ -157,3 +157,63 @@ def test_without_index_search_has_no_scores(plain_store):
     plain_store.put(("u",), "k", {"text": "grey cat"})
     hits = plain_store.search(("u",), query="grey cat")
     assert [h.key for h in hits] == ["k"] and hits[0].score is None
+
+
+@pytest.mark.parametrize(
+    ("label", "decoy"),
+    [("user_1", "userX1"), ("a%b", "axxb"), ("star*", "starX"), ("q?m", "qXm"), ("br[ack]et", "brXacXket"), ("foo", "foobar")],
+)
+def test_prefixes_match_labels_literally_and_whole(store, label, decoy):
+    """SQL LIKE/GLOB characters in a label are plain characters, and a prefix never matches part of a label."""
+    for ns in [(label,), (label, "child"), (decoy,), (decoy, "child")]:
+        store.put(ns, "k", {"text": "v"})
+    assert {i.namespace for i in store.search((label,), limit=100)} == {(label,), (label, "child")}
+    assert set(store.list_namespaces(prefix=(label,), limit=100)) == {(label,), (label, "child")}
+    assert set(store.list_namespaces(prefix=(label, "child"), limit=100)) == {(label, "child")}
+
+
+def test_labels_differ_by_case_and_trailing_newline_and_an_empty_prefix_matches_all(store):
+    for ns in [("Foo",), ("foo",), ("users", "alice"), ("users", "alice\n"), ("uid", "users", "malice")]:
+        store.put(ns, "k", {"text": "v"})
+    assert {i.namespace for i in store.search(("foo",), limit=100)} == {("foo",)}
+    assert {i.namespace for i in store.search(("Foo",), limit=100)} == {("Foo",)}
+    assert store.list_namespaces(suffix=("alice",), limit=100) == [("users", "alice")]
+    assert store.list_namespaces(prefix=("users", "alice"), limit=100) == [("users", "alice")]
+    assert len(store.search((), limit=100)) == 5
+
+
+def test_filter_keys_and_values_are_literals_that_never_widen_a_search(store):
+    ns = ("docs",)
+    store.put(ns, "pub", {"access": "public", "title": "O'Brien's notes", "access-level": "1", "123abc": "ok"})
+    store.put(ns, "secret", {"access": "secret", "a') OR ('1'='1": "odd key"})
+    for value in ["public' OR '1'='1", "public'; --", "public' UNION SELECT * FROM store --", "''''", "public\x00' OR '1'='1"]:
+        assert store.search(ns, filter={"access": value}) == []
+    assert [i.key for i in store.search(ns, filter={"title": "O'Brien's notes"})] == ["pub"]
+    assert [i.key for i in store.search(ns, filter={"access-level": "1"})] == ["pub"]
+    assert [i.key for i in store.search(ns, filter={"123abc": "ok"})] == ["pub"]
+    # SQLite's store refuses such a key; here (as InMemory and Postgres) it is a plain key, matched literally
+    assert store.search(ns, filter={"access') = 'public' OR '1'='1": "dummy"}) == []
+    assert [i.key for i in store.search(ns, filter={"a') OR ('1'='1": "odd key"})] == ["secret"]
+
+
+def test_numeric_and_boolean_filters_with_extreme_values(store):
+    ns = ("items",)
+    for key, price, active in [("a", 10, True), ("b", 20, False), ("c", 30, True), ("neg", -10, False)]:
+        store.put(ns, key, {"price": price, "active": active})
+    assert len(store.search(ns, filter={"price": {"$lt": float("inf")}})) == 4
+    assert len(store.search(ns, filter={"price": {"$gt": float("-inf")}})) == 4
+    assert len(store.search(ns, filter={"price": {"$lt": 10**100}})) == 4
+    assert store.search(ns, filter={"price": {"$eq": float("nan")}}) == []
+    assert [i.key for i in store.search(ns, filter={"price": {"$lt": 0}})] == ["neg"]
+    assert {i.key for i in store.search(ns, filter={"active": True})} == {"a", "c"}
+    assert {i.key for i in store.search(ns, filter={"active": False})} == {"b", "neg"}
+
+
+async def test_sync_methods_also_work_on_a_thread_running_an_event_loop(store):
+    """LangGraph's async SQLite/Postgres stores raise InvalidStateError here; LanceDBStore (as InMemoryStore) serves them."""
+    store.put(("loop",), "k", {"text": "v"})
+    assert store.get(("loop",), "k").value == {"text": "v"}
+    assert [i.key for i in store.search(("loop",))] == ["k"]
+    assert store.list_namespaces(prefix=("loop",)) == [("loop",)]
+    store.delete(("loop",), "k")
+    assert await store.aget(("loop",), "k") is None

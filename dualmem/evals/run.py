@@ -34,7 +34,16 @@ from dualmem.evals.metrics import load_ragas_id_metrics
 from dualmem.evals.progress import progress_bars
 from dualmem.evals.reports import RECORDS, read_summary, write_report
 from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
-from dualmem.evals.runspec import OPERATIONAL, RunSpec, claim, data_stamp, recorded_settings, spec_of, write_run
+from dualmem.evals.runspec import (
+    OPERATIONAL,
+    RunSpec,
+    claim,
+    data_stamp,
+    ranker_stamp,
+    recorded_settings,
+    spec_of,
+    write_run,
+)
 from dualmem.evals.summary import ragas_crosscheck
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
@@ -124,7 +133,7 @@ def run_eval(
     spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=framework, limit=limit, respond=respond,
                    personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,
                    judge_model=_name(judge) if respond_and_judge else None, settings=recorded_settings(settings),
-                   stamp=data_stamp(path))
+                   stamp=data_stamp(path), ranker_weights=ranker_stamp(settings))
     run_dir = Path(out) if out else spec.default_dir()
     run = claim(run_dir, spec)
     if similarity is None and settings.eval_embedder:

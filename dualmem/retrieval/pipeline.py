@@ -232,9 +232,10 @@ class Ranker:
     def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
         """Return unit vectors of ``texts`` (the query first), embedding only what is not remembered.
 
-        An embedder that embeds queries as documents (``asymmetric is False``: the bundled one) embeds
-        the query and the new context turns in one pass, and remembers the query too: in a chat the
-        user's earlier messages, each a query once, come back as context turns.
+        An embedder that embeds queries as documents (``asymmetric is False``: the bundled one) also
+        remembers the query: in a chat the user's earlier messages, each a query once, come back as
+        context turns. (The query is not batched with the context turns: padded to their length, a
+        short query would cost more than its own pass.)
         """
         embeddings = store.embeddings
         symmetric = getattr(embeddings, "asymmetric", None) is False
@@ -244,14 +245,12 @@ class Ranker:
             except TypeError:  # an embedder that cannot be weakly referenced: nothing remembered
                 memo = OrderedDict()
             known = {t: memo[t] for t in (texts if symmetric else texts[1:]) if t in memo}
+        known_query = known.get(texts[0]) if symmetric else None
+        query = known_query if known_query is not None else _unit(np.asarray(embeddings.embed_query(texts[0]), dtype=np.float32))
+        todo = [t for t in dict.fromkeys(texts[1:]) if t not in known and not (symmetric and t == texts[0])]
+        vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
         if symmetric:
-            todo = [t for t in dict.fromkeys(texts) if t not in known]
-            vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
-            query = {**known, **vectors}[texts[0]]
-        else:
-            query = _unit(np.asarray(embeddings.embed_query(texts[0]), dtype=np.float32))
-            todo = [t for t in dict.fromkeys(texts[1:]) if t not in known]
-            vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
+            vectors.setdefault(texts[0], query)
         with self._lock:
             memo.update(vectors)
             while len(memo) > self._memo_size:

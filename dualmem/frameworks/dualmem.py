@@ -67,8 +67,6 @@ class DualMemFramework(MemoryFramework):
     def recall(self, query: str, k: int, *, context: Sequence[Any] | None = None) -> DualResult:
         """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded,
         ranked by the ``ranker`` setting after the conversation ``context``."""
-        if self.store.count(self.namespace) == 0:
-            return DualResult()
         if not self.context.settings.emotion_strategy:
             return self.ranker.dual(self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context)
         return self._emotion_recall(query, k, context)

@@ -374,7 +374,8 @@ class DualStore:
     def grounding(self, namespace: Namespace, insights: Sequence[MemoryItem]) -> dict[str, builtins.list[MemoryItem]]:
         """Return, per insight id, the facts of ``namespace`` it cites (missing ones skipped)."""
         cited = builtins.list(dict.fromkeys(f for i in insights for f in i.grounding))
-        by_id = {f.id: f for f in self.get(namespace, cited)}
+        where = sql_in("pk", [row_key(namespace, i) for i in cited])
+        by_id = {r["id"]: row_to_item(r) for r in L.query_rows(self._tables["fact"], where, ITEM_COLUMNS)} if cited else {}
         return {i.id: [by_id[f] for f in i.grounding if f in by_id] for i in insights}
 
     # ------------------------------------------------------------------ internals

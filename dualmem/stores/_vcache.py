@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+import dualmem.stores._lance as L
 from dualmem.stores._sql import and_all, sql_in
 
 Key = tuple[str, str]  # (kind, namespace key)
@@ -54,9 +56,48 @@ def _stamps(rows: pa.Table) -> np.ndarray:
     return rows.column("updated_at").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
 
 
+def _times(rows: pa.Table | None) -> np.ndarray:
+    """Return the rows' ``event_time`` as a numpy string array ("" for none)."""
+    if rows is None or "event_time" not in rows.column_names:
+        return np.asarray([], dtype=str)
+    return np.asarray(rows.column("event_time").fill_null("").to_numpy(zero_copy_only=False), dtype=str)
+
+
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
+
+
+class _Buffer:
+    """A growable float32 matrix shared by successive views of one namespace.
+
+    A view is ``data[:n]``; a later view that only appends rows writes them after row ``n``
+    (claimed under the lock, so two appenders never share a tail) and keeps the same buffer:
+    earlier views never see the new rows, and no view's rows are ever written twice.
+    """
+
+    __slots__ = ("data", "used", "lock")
+
+    def __init__(self, data: np.ndarray, used: int) -> None:
+        self.data, self.used, self.lock = data, used, threading.Lock()
+
+    @staticmethod
+    def holding(matrix: np.ndarray, extra: np.ndarray) -> tuple[_Buffer, np.ndarray]:
+        """Return a new buffer (with spare room) holding ``matrix`` then ``extra``, and the view of both."""
+        n, m = len(matrix), len(extra)
+        data = np.empty((n + m + max(64, (n + m) // 4), matrix.shape[1]), dtype=np.float32)
+        data[:n], data[n : n + m] = matrix, extra
+        return _Buffer(data, n + m), data[: n + m]
+
+    def append(self, n: int, extra: np.ndarray) -> np.ndarray | None:
+        """Write ``extra`` after the first ``n`` rows if nobody did yet and it fits; return the view (else None)."""
+        m = len(extra)
+        with self.lock:
+            if self.used != n or n + m > len(self.data):
+                return None
+            self.used = n + m
+        self.data[n : n + m] = extra
+        return self.data[: n + m]
 
 
 class Entry:
@@ -66,17 +107,16 @@ class Entry:
     compute from exactly these rows (a ranker's lexical index); a changed view starts without it.
     """
 
-    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps", "derived")
+    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps", "derived", "buffer")
 
     def __init__(self, version: int, rows: pa.Table | None = None, matrix: np.ndarray | None = None) -> None:
         self.version, self.matrix, self.rows = version, matrix, rows
         self.ids: list[str] = rows.column("id").to_pylist() if rows is not None else []
         self.index = {i: n for n, i in enumerate(self.ids)}
-        has_time = rows is not None and "event_time" in rows.column_names
-        times = rows.column("event_time").fill_null("").to_numpy(zero_copy_only=False) if has_time else []  # type: ignore[union-attr]
-        self.event_time = np.asarray(times, dtype=str)
+        self.event_time = _times(rows)
         self.stamps = _stamps(rows) if rows is not None else np.zeros(0, dtype=np.int64)
         self.derived: dict[str, Any] = {}
+        self.buffer: _Buffer | None = None
 
     def __len__(self) -> int:
         return len(self.ids) if self.matrix is not None else 0
@@ -109,14 +149,41 @@ class Entry:
     def patched(self, version: int, drop: set[str], rows: list[dict[str, Any]] | None = None) -> Entry:
         """Return a copy at ``version`` without the ``drop`` ids, plus ``rows`` (dicts with a ``vector``; active kept)."""
         assert self.matrix is not None and self.rows is not None
+        added = [r for r in rows or [] if r.get("status") == "active"]
+        if not any(i in self.index for i in drop):
+            return self._appended(version, added)
         keep = np.fromiter((i not in drop for i in self.ids), dtype=bool, count=len(self.ids))
         table, matrix = self.rows.filter(pa.array(keep)), self.matrix[keep]
-        added = [r for r in rows or [] if r.get("status") == "active"]
         if added:
             vecs = _normalise(np.asarray([r["vector"] for r in added], dtype=np.float32))
             extra = pa.Table.from_pylist([{c: r[c] for c in table.column_names} for r in added], schema=table.schema)
             table, matrix = pa.concat_tables([table, extra]).combine_chunks(), np.vstack([matrix, vecs])
         return Entry(version, table, np.ascontiguousarray(matrix))
+
+    def _appended(self, version: int, added: list[dict[str, Any]]) -> Entry:
+        """Return a copy at ``version`` with ``added`` rows after the existing ones (nothing copied but the small parts)."""
+        assert self.matrix is not None and self.rows is not None
+        if not added:
+            return self.at(version)
+        vecs = _normalise(np.asarray([r["vector"] for r in added], dtype=np.float32))
+        extra = pa.Table.from_pylist([{c: r[c] for c in self.rows.column_names} for r in added], schema=self.rows.schema)
+        n = len(self.ids)
+        matrix = self.buffer.append(n, vecs) if self.buffer is not None else None
+        buffer = self.buffer
+        if matrix is None:
+            buffer, matrix = _Buffer.holding(self.matrix, vecs)
+        table = pa.concat_tables([self.rows, extra])
+        if table.column(0).num_chunks > 32:  # keep scans of the rows fast
+            table = table.combine_chunks()
+        entry = Entry.__new__(Entry)
+        entry.version, entry.rows, entry.matrix, entry.buffer, entry.derived = version, table, matrix, buffer, {}
+        new_ids = [r["id"] for r in added]
+        entry.ids = self.ids + new_ids
+        entry.index = dict(self.index)
+        entry.index.update((i, n + k) for k, i in enumerate(new_ids))
+        entry.event_time = np.concatenate([self.event_time, _times(extra)]) if len(self.event_time) else _times(table)
+        entry.stamps = np.concatenate([self.stamps, _stamps(extra)])
+        return entry
 
     def top(self, query: np.ndarray, k: int, mask: np.ndarray | None, columns: list[str]) -> list[dict[str, Any]]:
         """Return the ``k`` nearest rows (only ``columns`` plus ``_distance`` = 1 - cosine), best first."""
@@ -195,7 +262,7 @@ class VectorCache:
 
 def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
     """Read a namespace's rows and vectors from ``table`` (an entry without matrix if over ``max_rows``)."""
-    data = table.search().where(where).select([*columns, "vector"]).limit(max_rows + 1).to_arrow()
+    data = L.scan(table, where, [*columns, "vector"], max_rows + 1)
     if data.num_rows > max_rows:
         return Entry(version)
     flat = data.column("vector").combine_chunks().values.to_numpy(zero_copy_only=False)
@@ -205,20 +272,23 @@ def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, v
 
 def refresh(entry: Entry, table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
     """Bring ``entry`` up to ``version``: fetch rows whose ``updated_at`` changed, drop rows gone."""
-    if entry.matrix is None:
+    if entry.matrix is None or entry.rows is None:
         return load(table, where, columns, dims, max_rows, version)
-    now = table.search().where(where).select(["id", "updated_at"]).limit(max_rows + 1).to_arrow()
+    now = L.scan(table, where, ["id", "updated_at"], max_rows + 1)
     if now.num_rows > max_rows:
         return Entry(version)
-    ids, stamps = now.column("id").to_pylist(), _stamps(now).tolist()
-    known, index = entry.stamps, entry.index
-    changed = [i for i, stamp in zip(ids, stamps, strict=True) if i not in index or known[index[i]] != stamp]
-    gone = set(entry.ids).difference(ids)
+    ids, stamps = now.column("id"), _stamps(now)
+    known = entry.rows.column("id")
+    if len(stamps) == len(entry.stamps) and np.array_equal(stamps, entry.stamps) and ids.equals(known):
+        return entry.at(version)
+    where_known = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
+    old = entry.stamps[np.maximum(where_known, 0)] if len(entry.stamps) else np.full(len(stamps), -2, dtype=np.int64)
+    changed_mask = (where_known < 0) | (old != stamps)
+    changed = pc.filter(ids, pa.array(changed_mask)).to_pylist()
+    gone = set(pc.filter(known, pc.invert(pc.is_in(known, value_set=ids))).to_pylist())
     if not changed and not gone:
         return entry.at(version)
-    if len(changed) > max(256, len(ids) // 4):
+    if len(changed) > max(256, len(stamps) // 4):
         return load(table, where, columns, dims, max_rows, version)
-    fresh = table.search().where(and_all(where, sql_in("id", changed))).select([*columns, "vector"]).limit(None)
-    rows = fresh.to_arrow().to_pylist()
+    rows = L.scan(table, and_all(where, sql_in("id", changed)), [*columns, "vector"]).to_pylist() if changed else []
     return entry.patched(version, gone | set(changed), rows)
-

@@ -302,10 +302,7 @@ class DualStore:
         keys: set[str] = set()
         where = ns_prefix_sql(prefix)
         for table in self._pick(kind):
-            query = table.search()
-            if where:
-                query = query.where(where)
-            keys.update(query.select(["namespace"]).limit(None).to_arrow().column("namespace").unique().to_pylist())
+            keys.update(L.scan(table, where, ["namespace"]).column("namespace").unique().to_pylist())
         return sorted(ns_parse(k) for k in keys)
 
     def search(

@@ -47,6 +47,7 @@ class TableSearch:
         self.kind, self.table, self.cache, self.dims = kind, table, cache, dims
         self.flat_search_max_rows, self.fts_reindex_rows = flat_search_max_rows, fts_reindex_rows
         self._checked: dict[str, int] = {}  # what -> table version at the last check
+        self._unit = L.unit_vectors(table)
         self._vector_index = False
 
     def _once_per_version(self, what: str) -> bool:
@@ -75,7 +76,7 @@ class TableSearch:
         entry = self.cache.peek(key)
         if entry is None or entry.version != version:
             args = (self.table, Scope(scope.namespace, "active").sql(), ITEM_COLUMNS, self.dims, self.flat_search_max_rows, version)
-            entry = _vcache.load(*args) if entry is None else _vcache.refresh(entry, *args)
+            entry = _vcache.load(*args) if entry is None else _vcache.refresh(entry, *args, ns=key[1])
             self.cache.put(key, entry)
         return entry if entry.matrix is not None else None
 
@@ -101,7 +102,8 @@ class TableSearch:
             self._vector_index = L.has_index(self.table, "vector")
         exact = not self._vector_index or self.table.count_rows(ns_eq_sql(scope.namespace)) <= max(self.flat_search_max_rows, 50_000)
         probes, refine = (None, None) if exact else (32, 5)  # a small namespace is cheaper to scan exactly
-        return L.nearest(self.table, vector, k, scope.sql(), columns, exact=exact, nprobes=probes, refine_factor=refine).to_pylist()
+        return L.nearest(self.table, vector, k, scope.sql(), columns, exact=exact, nprobes=probes, refine_factor=refine,
+                         unit=self._unit).to_pylist()
 
     def fts_rows(self, query: str, k: int, filt: str | None) -> list[dict[str, Any]]:
         """Return the ``k`` best full-text rows matching ``filt`` (with ``_score``)."""

@@ -8,10 +8,17 @@ bounded by rows) and searches it with one matrix product.
 The view is a cache keyed on the table version, never the truth. Each read
 checks the table's latest version (one cheap manifest check): the same version
 means the view is exact; a newer one means some process committed, and the
-view is brought up to date by reading the namespace's ``(id, updated_at)``
-pairs and fetching only the rows that changed (deleted ones are dropped). A
-write made through the store that holds the view patches it in place when no
-other commit came in between (its commit is then the very next version).
+view is brought up to date. When the table only grew since the view was read
+(the common case: new items appended), the rows after the view's *tail* — the
+table's row count and last row when the view was read — are read by offset
+(LanceDB prunes to the new fragments) and the namespace's among them are added;
+the tail's last row must still be at its offset, so any delete or update before
+it (rows shift) sends the refresh to the general path: read the namespace's
+``(id, updated_at)`` pairs and fetch only the rows that changed (deleted ones are
+dropped). The general path's cost grows with the fragments written since the
+last compaction; the tail path's does not. A write made through the store that
+holds the view patches it in place when no other commit came in between (its
+commit is then the very next version).
 """
 
 from __future__ import annotations
@@ -68,6 +75,42 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
 
 
+class Tail:
+    """The table's end when a view was read: its row count and the last row's ``pk`` and ``updated_at``."""
+
+    __slots__ = ("rows", "pk", "stamp")
+
+    def __init__(self, rows: int, pk: str, stamp: int) -> None:
+        self.rows, self.pk, self.stamp = rows, pk, stamp
+
+
+def read_tail(table: Any) -> Tail | None:
+    """Return the table's tail, read at one version (None: empty, or a commit came in between)."""
+    before = table.version
+    total = table.count_rows()
+    if total == 0:
+        return None
+    last = L.scan(table, None, ["pk", "updated_at"], limit=1, offset=total - 1)
+    if last.num_rows != 1 or table.version != before:
+        return None
+    return Tail(total, last.column("pk")[0].as_py(), int(_stamps(last)[0]))
+
+
+def _appended_rows(table: Any, tail: Tail | None, columns: list[str], cap: int) -> tuple[pa.Table, Tail] | None:
+    """Return the rows after ``tail`` and the new tail, if the table only grew since (at most ``cap`` rows); else None."""
+    if tail is None:
+        return None
+    wanted = list(dict.fromkeys(["pk", "namespace", "status", "updated_at", *columns, "vector"]))
+    data = L.scan(table, None, wanted, limit=cap + 2, offset=tail.rows - 1)  # from the tail's last row on
+    if data.num_rows == 0 or data.num_rows > cap + 1:
+        return None
+    stamps = _stamps(data)
+    if data.column("pk")[0].as_py() != tail.pk or int(stamps[0]) != tail.stamp:
+        return None  # rows before the tail moved: something was deleted or rewritten
+    last = data.num_rows - 1
+    return data.slice(1), Tail(tail.rows + last, data.column("pk")[last].as_py(), int(stamps[last]))
+
+
 class _Buffer:
     """A growable float32 matrix shared by successive views of one namespace.
 
@@ -107,7 +150,7 @@ class Entry:
     compute from exactly these rows (a ranker's lexical index); a changed view starts without it.
     """
 
-    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps", "derived", "buffer")
+    __slots__ = ("version", "ids", "matrix", "rows", "event_time", "index", "stamps", "derived", "buffer", "tail")
 
     def __init__(self, version: int, rows: pa.Table | None = None, matrix: np.ndarray | None = None) -> None:
         self.version, self.matrix, self.rows = version, matrix, rows
@@ -117,6 +160,7 @@ class Entry:
         self.stamps = _stamps(rows) if rows is not None else np.zeros(0, dtype=np.int64)
         self.derived: dict[str, Any] = {}
         self.buffer: _Buffer | None = None
+        self.tail: Tail | None = None
 
     def __len__(self) -> int:
         return len(self.ids) if self.matrix is not None else 0
@@ -177,6 +221,7 @@ class Entry:
             table = table.combine_chunks()
         entry = Entry.__new__(Entry)
         entry.version, entry.rows, entry.matrix, entry.buffer, entry.derived = version, table, matrix, buffer, {}
+        entry.tail = self.tail
         new_ids = [r["id"] for r in added]
         entry.ids = self.ids + new_ids
         entry.index = dict(self.index)
@@ -262,18 +307,44 @@ class VectorCache:
 
 def load(table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
     """Read a namespace's rows and vectors from ``table`` (an entry without matrix if over ``max_rows``)."""
+    tail = read_tail(table)  # before the rows: whatever is appended after it is read by the next refresh
     data = L.scan(table, where, [*columns, "vector"], max_rows + 1)
     if data.num_rows > max_rows:
         return Entry(version)
     flat = data.column("vector").combine_chunks().values.to_numpy(zero_copy_only=False)
     matrix = _normalise(np.asarray(flat, dtype=np.float32).reshape(data.num_rows, dims))
-    return Entry(version, data.drop_columns(["vector"]).combine_chunks(), matrix)
+    entry = Entry(version, data.drop_columns(["vector"]).combine_chunks(), matrix)
+    entry.tail = tail
+    return entry
 
 
-def refresh(entry: Entry, table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
-    """Bring ``entry`` up to ``version``: fetch rows whose ``updated_at`` changed, drop rows gone."""
+def refresh(entry: Entry, table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int,
+            ns: str | None = None) -> Entry:  # fmt: skip
+    """Bring ``entry`` up to ``version``: add the namespace's (``ns``) rows appended since the view was read, or fetch
+    rows whose ``updated_at`` changed and drop rows gone."""
     if entry.matrix is None or entry.rows is None:
         return load(table, where, columns, dims, max_rows, version)
+    appended = _appended_rows(table, entry.tail, columns, max(256, len(entry.ids) // 4)) if ns is not None else None
+    if appended is not None:
+        data, end = appended
+        mine = data.filter(pc.equal(data.column("namespace"), ns))
+        index, known = entry.index, entry.stamps
+        fresh = [r for r, stamp in zip(mine.to_pylist(), _stamps(mine).tolist(), strict=True)
+                 if not (r["id"] in index and stamp == known[index[r["id"]]])]  # fmt: skip
+        if len(entry.ids) + len(fresh) > max_rows:
+            return Entry(version)
+        new = entry.patched(version, {r["id"] for r in fresh}, fresh) if fresh else entry.at(version)
+        new.tail = end
+        return new
+    tail = read_tail(table)
+    new = _changed(entry, table, where, columns, dims, max_rows, version)
+    new.tail = tail
+    return new
+
+
+def _changed(entry: Entry, table: Any, where: str, columns: list[str], dims: int, max_rows: int, version: int) -> Entry:
+    """Bring ``entry`` up to ``version`` by comparing the namespace's ``(id, updated_at)`` pairs with the view's."""
+    assert entry.rows is not None
     now = L.scan(table, where, ["id", "updated_at"], max_rows + 1)
     if now.num_rows > max_rows:
         return Entry(version)

@@ -14,7 +14,9 @@ The namespace holds a whole RealMem persona (default Sarah_Miller, the largest):
 every turn of its history verbatim as a fact and every extracted memory point
 as an insight citing the turn it came from. Queries are the persona's own
 questions, each in a new thread; on and off alternate query by query, after
-``--warmup`` unmeasured queries. Reported per mode: time to first token (p50,
+``--warmup`` unmeasured queries. The ranker's remembered query vectors are
+dropped before every measured turn and recall (questions repeat across modes
+and cycles), so each message is embedded, as a user's new message is. Reported per mode: time to first token (p50,
 p95) on and off, the paired difference, the retrieval alone on the same
 queries, and the time after the last token (the hand-over).
 
@@ -52,12 +54,14 @@ from dualmem.datasets import load_realmem  # noqa: E402
 from dualmem.models import BUNDLED_EMBEDDER, load_embeddings  # noqa: E402
 from dualmem.prompts.respond import render_respond_system  # noqa: E402
 from dualmem.retrieval.cache import DEFAULT_FOLDER, EmbeddingCache  # noqa: E402
+from dualmem.retrieval.pipeline import Ranker  # noqa: E402
 from dualmem.schema import DatasetItem, Fact, Insight, SourceRef  # noqa: E402
 from dualmem.stores import DualStore, LanceDBStore  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "realmem"
 OUT = REPO / "benchmarks" / "results" / "chat_latency.json"
 TARGET_RETRIEVAL_P50_MS = 50.0
+TARGET_ADDED_P50_MS = 50.0  # the issue: time to first token grows by no more than the retrieval (<= 50 ms p50)
 
 
 class FixedLatencyModel(BaseChatModel):
@@ -117,6 +121,15 @@ def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str], cache_
     return {"facts": len(facts), "insights": len(insights)}
 
 
+RANKERS: list[Any] = []  # the chat path's ranker (set by main)
+
+
+def forget_queries() -> None:
+    """Drop remembered query vectors, so each measured message is embedded, as a user's new message is."""
+    for ranker in RANKERS:
+        ranker.forget()
+
+
 def pct(values: list[float], q: float) -> float:
     """Return the ``q`` quantile (0..1) in milliseconds."""
     ordered = sorted(values)
@@ -133,6 +146,7 @@ def _first_token(chunk: Any, meta: dict[str, Any]) -> bool:
 
 def timed(agent: Any, text: str, thread: str) -> tuple[float, float]:
     """Return (time to first token, total time) of one streamed turn."""
+    forget_queries()
     start, first = time.perf_counter(), None
     for chunk, meta in agent.stream({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "bench"}, stream_mode="messages"):
         if first is None and _first_token(chunk, meta):
@@ -142,6 +156,7 @@ def timed(agent: Any, text: str, thread: str) -> tuple[float, float]:
 
 async def atimed(agent: Any, text: str, thread: str) -> tuple[float, float]:
     """Async :func:`timed`."""
+    forget_queries()
     start, first = time.perf_counter(), None
     async for chunk, meta in agent.astream({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "bench"}, stream_mode="messages"):
         if first is None and _first_token(chunk, meta):
@@ -192,6 +207,7 @@ def main() -> None:
         dual = DualStore(settings.store_uri, load_embeddings(args.embedder, settings))
         sizes = fill(dual, item, namespace, args.cache)
         store = LanceDBStore(dual.uri, dual=dual)
+        RANKERS.append(Ranker.from_settings(settings))
         models = {name: FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap, systems=[]) for name in ("off", "on")}
         formation = FormationExecutor(workers=1)  # its writes wait for the quiet time: none during the measurement
         agents = {
@@ -209,13 +225,15 @@ def main() -> None:
                 "after_last_token_off": summary(after["off"]), "after_last_token_on": summary(after["on"]),
             }  # fmt: skip
         recall = []
-        for i, text in enumerate(queries):
+        for text in queries:  # as in the agents' turns: a new thread (no earlier turns), the query not remembered
+            forget_queries()
             start = time.perf_counter()
-            recall_for_chat(dual, namespace, text, queries[max(0, i - 3) : i], settings)
+            recall_for_chat(dual, namespace, text, [], settings)
             recall.append(time.perf_counter() - start)
         formation.shutdown()
     retrieval = summary(recall)
-    modes_ok = {m: r["ttft_added"]["p50_ms"] <= retrieval["p50_ms"] + 5.0 for m, r in results.items()}
+    modes_ok = {m: r["ttft_added"]["p50_ms"] <= TARGET_ADDED_P50_MS for m, r in results.items()}
+    within = {m: r["ttft_added"]["p50_ms"] <= retrieval["p50_ms"] + 5.0 for m, r in results.items()}
     result = {
         "benchmark": "time to first token of a create_agent reply with DualMemMiddleware on vs off (fixed-latency model)",
         "command": f"python benchmarks/chat_latency.py --persona {args.persona} --queries {args.queries} --warmup {args.warmup} "
@@ -225,8 +243,10 @@ def main() -> None:
         "retrieval_alone": retrieval, "modes": results,
         "on_turns_with_recalled_memory": sum(1 for p in models["on"].systems if "because: " in p),
         "on_turns": len(models["on"].systems), "off_turns_with_recalled_memory": sum(1 for p in models["off"].systems if "because: " in p),
-        "target": {"retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS, "ttft_added_p50_at_most": "retrieval p50 + 5 ms"},
-        "passed": {"retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS, **{f"ttft_added_{m}": ok for m, ok in modes_ok.items()}},
+        "target": {"retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS, "ttft_added_p50_ms": TARGET_ADDED_P50_MS,
+                   "ttft_added_within_retrieval": "added p50 <= retrieval p50 + 5 ms"},
+        "passed": {"retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS, **{f"ttft_added_{m}": ok for m, ok in modes_ok.items()},
+                   **{f"ttft_added_within_retrieval_{m}": ok for m, ok in within.items()}},
         "load_average_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

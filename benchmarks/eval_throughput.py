@@ -1,7 +1,7 @@
 """`dualmem eval` throughput against a real HTTP endpoint: all RealMem personas at once vs the longest persona alone.
 
-A loopback OpenAI-compatible server (:class:`dualmem.standin.OpenAIStandin`)
-answers every call after a fixed latency (default 300 ms) with scripted JSON
+A loopback OpenAI-compatible server (:class:`dualmem.standin.OpenAIStandin`, in a
+process of its own, as a real endpoint is) answers every call after a fixed latency (default 300 ms) with scripted JSON
 (the writer gets one fact and one insight per chunk, judges a valid verdict,
 the reader a short text). The benchmark runs what ``dualmem eval -d realmem
 DIR -f dualmem --limit N --judge MODEL`` runs (``run_eval`` with the same
@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +69,31 @@ def tagger(names: dict[str, str], questions: dict[str, str]) -> Any:
         return next((pid for q, pid in questions.items() if q in joined), None)
 
     return tag
+
+
+def _serve(conn: Any, latency: float, names: dict[str, str] | None, questions: dict[str, str] | None) -> None:
+    """Child process: serve the stand-in until told to stop, then send back its call log."""
+    with OpenAIStandin(latency_s=latency, tagger=tagger(names, questions) if names else None) as server:
+        conn.send(server.base_url)
+        conn.recv()
+        conn.send(server.calls)
+
+
+@contextmanager
+def standin_process(latency: float, names: dict[str, str] | None = None, questions: dict[str, str] | None = None) -> Iterator[Any]:
+    """Run the stand-in endpoint in a process of its own, as a real endpoint runs outside the evaluating one
+    (in this process its HTTP handling would take the evaluation's interpreter lock); ``.calls`` is filled on exit."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_serve, args=(child, latency, names, questions), daemon=True)
+    proc.start()
+    handle = SimpleNamespace(base_url=parent.recv(), calls=[])
+    try:
+        yield handle
+    finally:
+        parent.send("stop")
+        handle.calls = parent.recv()
+        proc.join(30)
 
 
 def _evaluate(data: Path, out: Path, args: argparse.Namespace, base_url: str, concurrency: int,
@@ -98,16 +127,16 @@ def main() -> None:
     questions = {q.text[:200]: it.dialogue.id for it in items for q in it.queries[: args.limit]}
     shutil.rmtree(args.runs, ignore_errors=True)
     load_before = round(os.getloadavg()[0], 2)  # other work on the machine slows every figure below
-    with OpenAIStandin(latency_s=0.0) as warm:  # imports, embedder and caches: paid before any clock starts
+    with standin_process(0.0) as warm:  # imports, embedder and caches: paid before any clock starts
         warm_item = next(it for it in items if it.dialogue.id == min(names.values()))
         _evaluate(args.data, args.runs / "warm-up", args, warm.base_url, 1, [warm_item.dialogue.id])
-    with OpenAIStandin(latency_s=args.latency, tagger=tagger(names, questions)) as server:
+    with standin_process(args.latency, names, questions) as server:
         wall, run_dir = _evaluate(args.data, args.runs / "all", args, server.base_url, args.concurrency)
     calls = server.calls
     per_persona = Counter(c["tag"] for c in calls)
     unattributed = per_persona.pop(None, 0)
     longest, longest_calls = per_persona.most_common(1)[0]
-    with OpenAIStandin(latency_s=args.latency) as alone:
+    with standin_process(args.latency) as alone:
         solo, _ = _evaluate(args.data, args.runs / "longest-alone", args, alone.base_url, 1, [longest])
     calls_only = longest_calls * args.latency
     summary = json.loads((run_dir / "summary.json").read_text())

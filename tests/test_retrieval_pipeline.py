@@ -172,3 +172,28 @@ def test_retriever_and_search_tool_rank_with_the_pipeline(tmp_path):
     tool = create_search_memory_tool(NS, store=store, ranker=recency)
     hits = json.loads(tool.invoke({"query": "warehouse night shifts", "limit": 3}))
     assert hits[0]["session_id"] == "s2" and {h["kind"] for h in hits} == {"fact", "insight"}
+
+
+class _CountingEmbeddings(HashEmbeddings):
+    asymmetric = False  # a query is embedded as a document: the ranker remembers it
+
+    def __init__(self, dims: int) -> None:
+        super().__init__(dims)
+        self.queries = 0
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries += 1
+        return super().embed_query(text)
+
+
+def test_remembered_query_vectors_are_reused_until_forgotten(tmp_path):
+    emb = _CountingEmbeddings(64)
+    store = DualStore(str(tmp_path / "db"), emb)
+    store.upsert([Fact(id="a", namespace=NS, text="climbing on thursday", source=SourceRef(session_id="s1"))])
+    ranker = Ranker()
+    first = [h.item.id for h in ranker.rank(store, NS, "climbing", 5)]
+    ranker.rank(store, NS, "climbing", 5)
+    assert emb.queries == 1  # the second time the vector was remembered
+    ranker.forget()
+    assert [h.item.id for h in ranker.rank(store, NS, "climbing", 5)] == first
+    assert emb.queries == 2

@@ -163,3 +163,34 @@ def test_a_table_without_the_unit_mark_is_searched_by_cosine(tmp_path):
     table.add(pa.Table.from_pylist(rows, schema=schema))
     store = DualStore(uri, HashEmbeddings(2), dims=2, flat_search_max_rows=0)
     assert [i for i, _ in store.search_vectors(NS, [1.0, 0.0], k=3)] == ["f0", "f2", "f1"]
+
+
+def test_grounding_reads_active_facts_from_the_view_and_the_rest_from_the_table(pair, monkeypatch):
+    from dualmem.schema import Insight
+
+    writer, reader = pair
+    writer.supersede(NS, ["f1"])
+    insight = Insight(id="i1", namespace=NS, text="training shapes the week", grounding=["f0", "f1", "f404"])
+    scans = []
+    import dualmem.stores._lance as L
+
+    real = L.query_rows
+    monkeypatch.setattr(L, "query_rows", lambda table, where, *a, **k: scans.append(where) or real(table, where, *a, **k))
+    cited = reader.grounding(NS, [insight])["i1"]
+    assert [(f.id, f.status) for f in cited] == [("f0", "active"), ("f1", "superseded")]  # f404 does not exist
+    assert len(scans) == 1 and "f0" not in scans[0] and "f1" in scans[0]  # only what the view does not hold
+
+
+def test_list_count_and_get_read_a_held_view_like_the_table(pair):
+    from dualmem.schema import Insight
+
+    writer, reader = pair
+    writer.upsert([Insight(id="i1", namespace=NS, text="an insight", grounding=["f0"]), _fact(7)])
+    writer.supersede(NS, ["f2"])
+    reader.search_vectors(NS, [1.0] * 32, k=1, kind="insight")  # the reader now holds both views of NS
+    cold = DualStore(writer.uri, HashEmbeddings(32))  # holds nothing: reads the table
+    for kwargs in ({}, {"kind": "fact"}, {"limit": 3}, {"newest_first": False, "limit": 2}, {"status": None}):
+        assert [i.id for i in reader.list(NS, **kwargs)] == [i.id for i in cold.list(NS, **kwargs)], kwargs
+    assert reader.count(NS) == cold.count(NS) == 6 and reader.count(NS, kind="insight") == 1
+    assert [i.id for i in reader.get(NS, ["i1", "f2", "f7", "nope"])] == ["i1", "f2", "f7"]
+    assert reader.get(NS, ["f2"])[0].status == "superseded"

@@ -138,6 +138,11 @@ class Ranker:
 
     # ------------------------------------------------------------------ public
 
+    def forget(self) -> None:
+        """Drop the query and context-turn vectors this ranker remembers (every embedder)."""
+        with self._lock:
+            self._memo.clear()
+
     def rank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **options: Unpack[RankOptions]) -> list[ScoredItem]:
         """Return the ``k`` best items of ``kinds`` in ``namespace`` for ``query``, best first."""
         if k <= 0:

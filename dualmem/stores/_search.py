@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import dualmem.stores._lance as L
 import dualmem.stores._vcache as _vcache
 from dualmem.stores._rows import ITEM_COLUMNS
-from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, rrf_fuse
+from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, row_key, rrf_fuse, sql_in
 
 RRF_K = 60
+FTS_CHECK_VERSIONS = 16
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,14 @@ class Snapshot:
     derived: dict[str, Any]
 
 
+def sorted_page(views: list[pa.Table], limit: int | None, newest_first: bool) -> list[dict[str, Any]]:
+    """Return rows of ``views`` ordered by (created_at, updated_at, id), newest first or oldest first, ``limit`` of them."""
+    table = pa.concat_tables(views) if len(views) > 1 else views[0]
+    order = "descending" if newest_first else "ascending"
+    index = pc.sort_indices(table, sort_keys=[(c, order) for c in ("created_at", "updated_at", "id")])
+    return table.take(index if limit is None else index[: max(0, limit)]).to_pylist()
+
+
 class TableSearch:
     """Vector, full-text and hybrid search of one facts or insights table."""
 
@@ -50,9 +60,11 @@ class TableSearch:
         self._unit = L.unit_vectors(table)
         self._vector_index = False
 
-    def _once_per_version(self, what: str) -> bool:
+    def _once_per_version(self, what: str, every: int = 1) -> bool:
+        """Return True the first time and then once the table has moved ``every`` versions on since the last True."""
         version = self.table.version
-        if self._checked.get(what) == version:
+        last = self._checked.get(what)
+        if last is not None and last <= version < last + every:
             return False
         self._checked[what] = version
         return True
@@ -79,6 +91,27 @@ class TableSearch:
             entry = _vcache.load(*args) if entry is None else _vcache.refresh(entry, *args, ns=key[1])
             self.cache.put(key, entry)
         return entry if entry.matrix is not None else None
+
+    def held(self, scope: Scope) -> _vcache.Entry | None:
+        """Return the namespace's RAM view, brought up to date, if this store already holds one (None: nothing loaded)."""
+        if self.flat_search_max_rows <= 0 or self.cache.peek((self.kind, ns_key(scope.namespace))) is None:
+            return None
+        return self.view(scope)
+
+    def rows_by_id(self, namespace: tuple[str, ...], ids: list[str], load: bool = False) -> dict[str, dict[str, Any]]:
+        """Return the rows of these ids in ``namespace`` (any status): active ones from the RAM view when it is held
+        (or ``load``), the rest from the table."""
+        if not ids:
+            return {}
+        scope = Scope(namespace, "active")
+        entry = self.view(scope) if load else self.held(scope)
+        found: dict[str, dict[str, Any]] = {}
+        if entry is not None and entry.rows is not None:
+            held = [entry.index[i] for i in ids if i in entry.index]
+            found = {r["id"]: r for r in entry.rows.take(pa.array(held, pa.int64())).to_pylist()} if held else {}
+        if missing := [i for i in ids if i not in found]:
+            found.update((r["id"], r) for r in L.query_rows(self.table, sql_in("pk", [row_key(namespace, i) for i in missing]), ITEM_COLUMNS))
+        return found
 
     def snapshot(self, scope: Scope) -> Snapshot | None:
         """Return the scope's rows from the namespace's RAM view (None: the namespace is too large to hold)."""
@@ -112,8 +145,9 @@ class TableSearch:
         return L.text_search(self.table, query, k, filt, ITEM_COLUMNS).to_pylist()
 
     def refresh_fts(self) -> None:
-        """Fold rows into the full-text index once enough are unindexed (checked when the table changed)."""
-        if not self._once_per_version("fts"):
+        """Fold rows into the full-text index once enough are unindexed (checked every ``FTS_CHECK_VERSIONS`` commits:
+        the check costs two index reads, and unindexed rows are searched anyway)."""
+        if not self._once_per_version("fts", FTS_CHECK_VERSIONS):
             return
         if not L.has_index(self.table, "text"):
             L.ensure_indexes(self.table, L.base_index_configs({"text": "FTS"}))

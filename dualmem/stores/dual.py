@@ -1,15 +1,13 @@
 """LanceDB dual store: a facts table and an insights table (contract of DESIGN.md).
 
-Every other view of the store (LangGraph ``BaseStore``, LangChain retriever,
-agent tools) is a thin shell over this class.
+Every other view of the store (LangGraph ``BaseStore``, LangChain retriever, agent tools) is a thin shell over this class.
 
-Layout at ``uri``: tables ``facts`` and ``insights`` (one row per
-``MemoryItem``; namespace stored as its JSON array string, vectors as
-fixed-size float32 lists, ``meta`` as JSON), ``chunk_ledger`` (units of work a
-writer drafted or applied, :mod:`~dualmem.stores.ledger`) and ``write_leases``
-(:mod:`~dualmem.stores.leases`). A row's key is ``pk`` = namespace + id, so an
-id is unique per namespace and every read, write and delete names its
-namespace: nothing can reach another namespace's items.
+Layout at ``uri``: tables ``facts`` and ``insights`` (one row per ``MemoryItem``;
+namespace as its JSON array string, vectors unit-normalised in float16, ``meta``
+as JSON), ``chunk_ledger`` (units of work a writer drafted or applied,
+:mod:`~dualmem.stores.ledger`) and ``write_leases`` (:mod:`~dualmem.stores.leases`).
+A row's key is ``pk`` = namespace + id, so an id is unique per namespace and every
+read, write and delete names its namespace: nothing can reach another namespace's items.
 
 Shared use: every read sees every commit finished before it began, from any
 process (connections check the latest table version on each read). Writers of
@@ -19,18 +17,16 @@ baselines apply each unit of work once through the ledger.
 Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``
 and ``status``, native full-text on ``text``, and an IVF vector index built by
 ``optimize()`` (``dualmem maintain``) once a table holds ``vector_index_min_rows``
-rows, never inside a write (at a million rows it takes minutes). Rows written after an index was
-built are still searched; ``optimize()`` folds them in (and runs by itself
-before a full-text search once enough accumulate). Hybrid search fuses the
+rows, never inside a write (at a million rows it takes minutes). Rows written after an index was built are
+still searched; ``optimize()`` folds them in (and runs by itself before a full-text search once enough accumulate). Hybrid search fuses the
 vector and full-text rankings by reciprocal rank (``1 / (60 + rank)``).
 ``event_time`` is an ISO-8601 string, so ``since``/``until`` compare it as text.
 
-Vector search in a namespace of up to ``flat_search_max_rows`` active items is
-exact and runs on an in-RAM view of the namespace (``_vcache``), checked
-against the table version on every read; larger namespaces use LanceDB's
-prefiltered search (through the IVF index once built).
+A namespace of up to ``flat_search_max_rows`` active items is held in RAM
+(``_vcache``), checked against the table version on every read: vector search is
+exact there, and ``list``/``count``/``get`` of active items read it once it is held;
+larger namespaces use LanceDB's prefiltered search (through the IVF index once built).
 """
-
 from __future__ import annotations
 
 import builtins
@@ -47,7 +43,7 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind, utcnow
 from dualmem.stores._rows import ITEM_COLUMNS, PK_SQL, item_schema, item_to_row, row_to_item
-from dualmem.stores._search import Snapshot, TableSearch
+from dualmem.stores._search import Snapshot, TableSearch, sorted_page
 from dualmem.stores._sql import (
     Scope,
     and_all,
@@ -271,11 +267,10 @@ class DualStore:
             raise TypeError("get(namespace, ids) takes a list of ids")
         if not ids:
             return []
-        where = sql_in("pk", [row_key(namespace, i) for i in ids])
         found: dict[str, MemoryItem] = {}
-        for table in self._tables.values():
-            for row in L.query_rows(table, where, ITEM_COLUMNS):
-                found[row["id"]] = row_to_item(row)
+        for searcher in self._searchers.values():  # an id lives in one table: the next one is asked only for the rest
+            rows = searcher.rows_by_id(tuple(namespace), [i for i in dict.fromkeys(ids) if i not in found])
+            found.update((i, row_to_item(r)) for i, r in rows.items())
         return [found[i] for i in ids if i in found]
 
     def list(
@@ -287,6 +282,9 @@ class DualStore:
         newest_first: bool = True,
     ) -> builtins.list[MemoryItem]:
         """List a namespace's items."""
+        views = self._held(namespace, kind) if status == "active" else None
+        if views is not None:  # the namespace's active rows are in RAM (checked fresh): sort there, parse only the page
+            return [row_to_item(r) for r in sorted_page(views, limit, newest_first)]
         where = and_all(ns_eq_sql(namespace), status_sql(status))
         rows = [r for table in self._pick(kind) for r in L.query_rows(table, where, ITEM_COLUMNS)]
         rows.sort(key=lambda r: (r["created_at"], r["updated_at"], r["id"]), reverse=newest_first)
@@ -294,8 +292,16 @@ class DualStore:
 
     def count(self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active") -> int:
         """Count a namespace's items."""
+        views = self._held(namespace, kind) if status == "active" else None
+        if views is not None:
+            return sum(v.num_rows for v in views)
         where = and_all(ns_eq_sql(namespace), status_sql(status))
         return sum(table.count_rows(where) for table in self._pick(kind))
+
+    def _held(self, namespace: Namespace, kind: MemoryKind | None) -> builtins.list[pa.Table] | None:
+        """Return the active rows of each ``kind`` table from the RAM views this store holds (None: one is not held)."""
+        entries = [self._searchers[k].held(Scope(tuple(namespace), "active")) for k in (self._kinds(kind) if kind else self._tables)]
+        return None if any(e is None or e.rows is None for e in entries) else [e.rows for e in entries]  # type: ignore[union-attr]
 
     def namespaces(self, prefix: Namespace = (), kind: MemoryKind | None = None) -> builtins.list[Namespace]:
         """List the namespaces holding items (of ``kind``), at or below ``prefix``."""
@@ -371,8 +377,8 @@ class DualStore:
     def grounding(self, namespace: Namespace, insights: Sequence[MemoryItem]) -> dict[str, builtins.list[MemoryItem]]:
         """Return, per insight id, the facts of ``namespace`` it cites (missing ones skipped)."""
         cited = builtins.list(dict.fromkeys(f for i in insights for f in i.grounding))
-        where = sql_in("pk", [row_key(namespace, i) for i in cited])
-        by_id = {r["id"]: row_to_item(r) for r in L.query_rows(self._tables["fact"], where, ITEM_COLUMNS)} if cited else {}
+        rows = self._searchers["fact"].rows_by_id(tuple(namespace), cited, load=True) if cited else {}
+        by_id = {i: row_to_item(r) for i, r in rows.items()}
         return {i.id: [by_id[f] for f in i.grounding if f in by_id] for i in insights}
 
     # ------------------------------------------------------------------ internals

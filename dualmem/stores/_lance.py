@@ -198,14 +198,6 @@ def has_index(table: Any, column: str) -> bool:
     return index_name(table, column) is not None
 
 
-def unit_vectors(table: Any) -> bool:
-    """Return True if ``table``'s schema says its vectors are stored unit-normalised."""
-    from dualmem.stores._rows import UNIT_VECTORS
-
-    metadata = table.schema.metadata or {}
-    return all(metadata.get(k) == v for k, v in UNIT_VECTORS.items())
-
-
 def unindexed_rows(table: Any, column: str) -> int:
     """Return how many rows the index on ``column`` does not cover yet."""
     name = index_name(table, column)

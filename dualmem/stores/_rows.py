@@ -53,6 +53,12 @@ def unit_vector(vector: Sequence[float]) -> list[float]:
     return (v / norm if norm > 0 else v).astype(np.float16).astype(np.float32).tolist()
 
 
+def unit_vectors(table: Any) -> bool:
+    """Return True if ``table``'s schema says its vectors are stored unit-normalised."""
+    metadata = table.schema.metadata or {}
+    return all(metadata.get(k) == v for k, v in UNIT_VECTORS.items())
+
+
 def item_schema(dims: int) -> pa.Schema:
     """Return the schema of the facts/insights tables for ``dims``-dim vectors.
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 import dualmem.stores._lance as L
 import dualmem.stores._vcache as _vcache
-from dualmem.stores._rows import ITEM_COLUMNS
+from dualmem.stores._rows import ITEM_COLUMNS, unit_vectors
 from dualmem.stores._sql import Scope, ns_eq_sql, ns_key, row_key, rrf_fuse, sql_in
 
 RRF_K = 60
@@ -57,7 +57,7 @@ class TableSearch:
         self.kind, self.table, self.cache, self.dims = kind, table, cache, dims
         self.flat_search_max_rows, self.fts_reindex_rows = flat_search_max_rows, fts_reindex_rows
         self._checked: dict[str, int] = {}  # what -> table version at the last check
-        self._unit = L.unit_vectors(table)
+        self._unit = unit_vectors(table)
         self._vector_index = False
 
     def _once_per_version(self, what: str, every: int = 1) -> bool:

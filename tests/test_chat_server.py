@@ -102,7 +102,10 @@ def test_a_chat_turn_then_the_scheduled_write_run_then_the_memory_in_the_store_a
         assert written and time.monotonic() - started >= IDLE_S, "written once the thread was quiet"
         assert {tuple(i["namespace"]) for i in written} == {("dualmem", PERSONA_ID, "alice", "fact")}
         assert written[0]["value"]["source"]["session_id"] == thread
-        insights = (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "insight"], limit=50))["items"]
+        async def insights_now():
+            return (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "insight"], limit=50))["items"]
+
+        insights = await _until(insights_now, timeout=10.0, every=0.1)  # the insights table commits just after the facts'
         assert insights and set(insights[0]["value"]["grounding"]) <= {f["key"] for f in written}
 
         runs = await _finished(client, _formation_thread("alice", thread))

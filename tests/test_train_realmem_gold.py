@@ -178,17 +178,38 @@ def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, mo
 
 
 def test_the_shipped_writer_adapter_loads_and_changes_the_model():
-    """local:smollm2-writer: the LoRA of benchmarks/writer_sft.py, shipped in dualmem/data/writer_lora (fp16)."""
+    """local:smollm2-writer: the LoRA of benchmarks/writer_sft.py, shipped packed (int8 + scales, xz) in dualmem/data/writer_lora."""
     import torch
 
-    from dualmem.local.bundled import adapter_dir, load_transformers
+    from dualmem.local.bundled import PACKED, adapter_dir, load_transformers
     from dualmem.local.model import load_local_chat_model
 
     folder = adapter_dir("smollm2-writer")
-    assert folder is not None and (folder / "adapter_model.safetensors").stat().st_size < 12_000_000
+    assert folder is not None and (folder / PACKED).stat().st_size < 5_000_000
     model = load_local_chat_model("smollm2-writer", max_new_tokens=8)
     assert model.engine == "transformers"
     base, tok = load_transformers("smollm2")
     ids = tok("User is learning R.", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert not torch.allclose(base(ids).logits, load_transformers("smollm2-writer")[0](ids).logits, atol=1e-3)
+
+
+def test_a_packed_adapter_unpacks_within_one_percent(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from dualmem.local.bundled import pack_adapter, packed_adapter
+
+    source = tmp_path / "adapter"
+    source.mkdir()
+    (source / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
+    gen = torch.Generator().manual_seed(0)
+    weights = {"m.q_proj.lora_A.weight": torch.randn(4, 64, generator=gen).half(),
+               "m.q_proj.lora_B.weight": (torch.randn(32, 4, generator=gen) * 1e-3).half()}
+    save_file(weights, str(source / "adapter_model.safetensors"))
+    pack_adapter(source, tmp_path / "packed")
+    assert packed_adapter(source) is None  # a plain peft folder loads as before
+    back = packed_adapter(tmp_path / "packed")
+    assert back is not None and set(back) == set(weights)
+    for key, w in weights.items():
+        assert back[key].shape == w.shape and float((back[key] - w.float()).norm() / w.float().norm()) < 0.01

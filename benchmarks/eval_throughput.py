@@ -148,7 +148,7 @@ def main() -> None:
         "command": f"python benchmarks/eval_throughput.py --limit {args.limit} --latency {args.latency} "
                    f"--concurrency {args.concurrency} --embedder {args.embedder}",
         "personas": len(items), "limit": args.limit, "latency_s": args.latency, "concurrency": args.concurrency,
-        "embedder": args.embedder, "queries": summary["n_queries"], "sessions_ingested": summary["ingest"]["sessions"],
+        "embedder": args.embedder, "workers": summary["meta"].get("workers"), "queries": summary["n_queries"], "sessions_ingested": summary["ingest"]["sessions"],
         "calls": len(calls), "writer_calls_expected": summary["ingest"].get("llm_calls"), "calls_by_kind": dict(Counter(c["schema"] or "reply" for c in calls)),
         "calls_per_persona": dict(sorted(per_persona.items())), "unattributed_calls": unattributed,
         "wall_s": round(wall, 2), "calls_per_s": round(len(calls) / wall, 2), "mean_calls_in_flight": round(busy / wall, 2),

@@ -103,6 +103,9 @@ class Settings:
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
     local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
     concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
+    eval_workers: int = _setting(
+        0, "processes that evaluate personas (dualmem eval): 0 = one per concurrent persona when every model is given by name, 1 = threads of one process", int
+    )
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
     formation: str = _setting(
         "auto", "where chat memory is formed: auto (scheduled write runs on the LangGraph server the chat runs on, else a background executor in this process), local or server"
@@ -130,7 +133,7 @@ class Settings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
-                     "ranker_context_turns"):
+                     "ranker_context_turns", "eval_workers"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:

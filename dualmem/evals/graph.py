@@ -11,7 +11,10 @@ then the LLM judges through ``langsmith.evaluate``, in the same branch, so one
 persona's judging never waits for another's ingestion; ``aggregate``
 summarises. With a journal (:mod:`dualmem.evals.journal`) a re-run resumes
 mid-persona: ingested sessions, answered queries and judge verdicts are read
-back, not recomputed. Frameworks run in a fresh context, so graphs they
+back, not recomputed. When :func:`dualmem.evals.run.run_eval` gives the run
+worker processes (:mod:`dualmem.evals.workers`), a branch hands everything
+but the judges (:func:`persona_result`) to a worker and waits for it.
+Frameworks run in a fresh context, so graphs they
 invoke never inherit this graph's checkpointer (under ``langgraph dev`` or any
 checkpointer, a re-run branch would otherwise replay their old checkpoints).
 
@@ -92,6 +95,7 @@ class EvalRun:
     on_record: Callable[[dict[str, Any]], None] | None = None
     on_ingest: Callable[[Any], None] | None = None
     on_judged: Callable[[Mapping[str, Any]], None] | None = None
+    workers: Any = None  # a PersonaWorkers (dualmem.evals.workers): branches run in processes of their own
 
     def similarity_embedder(self, ctx: Context) -> Any:
         """Return the embedder of similarity metrics (default: the context's embedder)."""
@@ -177,12 +181,9 @@ def fan_out(state: EvalState) -> list[Send]:
     ]
 
 
-def run_persona(state: PersonaTask, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Ingest the persona's history, retrieve (and answer) its queries, compute the metrics, run the judges."""
-    task = state
-    ctx = context_of(runtime)
-    run = ctx.run if isinstance(ctx.run, EvalRun) else EvalRun()
-    item = persona_item(task["dataset_kind"], task["path"], task["persona"])
+def persona_result(task: PersonaTask, ctx: Context, run: EvalRun, item: DatasetItem | None = None) -> dict[str, Any]:
+    """Ingest the persona's history, retrieve (and answer) its queries and compute the metrics (no judges)."""
+    item = item or persona_item(task["dataset_kind"], task["path"], task["persona"])
     factory = run.framework_factory or default_framework
     framework = factory(task["framework"], item, ctx)
     needs_embed = task["dataset_kind"] in ("rolememo", "realmem")
@@ -201,9 +202,19 @@ def run_persona(state: PersonaTask, runtime: Runtime[Context]) -> dict[str, Any]
     )
     # a fresh context: graphs a framework invokes inside (respond, writers) must not inherit this graph's
     # checkpointer and thread, or a re-run branch would replay their earlier checkpoints instead of calling models
-    result = contextvars.Context().run(run_item, task["dataset_kind"], item, framework, opts)
+    return contextvars.Context().run(run_item, task["dataset_kind"], item, framework, opts)
+
+
+def run_persona(state: PersonaTask, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Run one persona (in this process, or in a worker process when the run has workers), then its judges here."""
+    task = state
+    ctx = context_of(runtime)
+    run = ctx.run if isinstance(ctx.run, EvalRun) else EvalRun()
+    item = persona_item(task["dataset_kind"], task["path"], task["persona"])
+    result = run.workers.run(task, item) if run.workers is not None else persona_result(task, ctx, run, item)
     judging = run.judging_for(task["dataset_kind"], ctx) if task["respond"] else None
     if judging is not None:
+        journal = run.journal.scope(task["persona"]) if run.journal is not None else None
         result["records"] = judging.judge(result["records"], persona_text(item), journal, run.on_judged)
     return {"results": [result]}
 

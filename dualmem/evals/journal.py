@@ -6,7 +6,7 @@ A run folder's ``journal.sqlite`` holds one row per finished unit, keyed by
 one query), ``interview`` / ``assessment`` (personality tests). A resumed run
 reads a unit instead of recomputing it, so no model call of a finished unit is
 repeated; a unit cut by a crash is redone (its framework's own ledger skips the
-chunks it had already applied). Writes commit at once (WAL), from any thread.
+chunks it had already applied). Writes commit at once (WAL), from any thread or process.
 
 >>> import tempfile, pathlib
 >>> j = Journal(pathlib.Path(tempfile.mkdtemp()) / "journal.sqlite")
@@ -39,7 +39,8 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        # several processes of one run (persona workers) write the same file: wait for each other's commits
+        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=60)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(_SCHEMA)
 
@@ -52,9 +53,9 @@ class Journal:
     def put(self, kind: str, persona: str, key: str, value: Any) -> None:
         """Record a finished unit (the first write wins: a unit is recorded once)."""
         text = json.dumps(value, ensure_ascii=False, default=str)
-        with self._lock:
-            seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM units").fetchone()[0]
-            self._conn.execute("INSERT OR IGNORE INTO units VALUES (?, ?, ?, ?, ?)", (kind, persona, key, text, seq))
+        with self._lock:  # one statement: its sequence number is taken under the write lock, also across processes
+            self._conn.execute("INSERT OR IGNORE INTO units SELECT ?, ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM units",
+                               (kind, persona, key, text))
 
     def items(self, kind: str, persona: str | None = None) -> list[tuple[str, str, Any]]:
         """Return (persona, key, value) of every unit of ``kind`` (of one persona if given), in write order."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from dualmem.evals.runspec import (
     write_run,
 )
 from dualmem.evals.summary import ragas_crosscheck
+from dualmem.evals.workers import PersonaWorkers, start_forkserver, workers_for
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
 
@@ -136,7 +138,11 @@ def run_eval(
                    stamp=data_stamp(path), ranker_weights=ranker_stamp(settings))
     run_dir = Path(out) if out else spec.default_dir()
     run = claim(run_dir, spec)
-    if similarity is None and settings.eval_embedder:
+    objects = any(x is not None for x in (embeddings, similarity, framework_factory)) or not isinstance(model, (str, type(None)))
+    if workers_for(settings, 2, objects=objects):  # processes are likely: start their forkserver while the dataset loads
+        start_forkserver(settings)
+    n_workers = workers_for(settings, len(_items(dataset_kind, path, personas)), objects=objects)
+    if similarity is None and settings.eval_embedder and not n_workers:
         from dualmem.models import load_embeddings
 
         similarity = load_embeddings(settings.eval_embedder)
@@ -177,9 +183,21 @@ def run_eval(
             if judge_model is not None:
                 j_task = bar.add_task("answers judged", total=n_queries)
                 ctx.on_judged = lambda _rec: advance(j_task)
+            if n_workers:
+                ctx.workers = PersonaWorkers(n_workers, settings, chat_spec=model, journal_path=str(journal.path),
+                                             store_uri=ctx.store_uri or "", on_record=ctx.on_record, on_ingest=ctx.on_ingest)
             context = context_of(settings, models={"chat": chat} if chat is not None else None, embeddings=embeddings, run=ctx)
-            values = graph.invoke(inputs, config, context=context)
+            with ctx.workers.interruptible() if ctx.workers is not None else nullcontext():
+                values = graph.invoke(inputs, config, context=context)
+    except BaseException as exc:
+        if ctx.workers is not None:
+            ctx.workers.close(cancel=True)
+        if isinstance(exc, KeyboardInterrupt):
+            console.print(f"interrupted: `dualmem eval --resume {run_dir}` (or the same command) continues this run")
+        raise
     finally:
+        if ctx.workers is not None:
+            ctx.workers.close()
         journal.close()
         if ctx.judging is not None:
             ctx.judging.flush()
@@ -216,6 +234,7 @@ def _meta(spec: RunSpec, run: dict[str, Any], ctx: EvalRun, chat: Any, judge_mod
         "retrieval_k": settings.retrieval_k,
         "retrieval_mode": settings.retrieval_mode,
         "store": ctx.store_uri,
+        "workers": f"{ctx.workers.n} processes" if ctx.workers is not None else "threads of one process",
         "langsmith": langsmith,
         "run": {"fingerprint": run["fingerprint"], "created": run["created"], "segments": len(run["segments"]),
                 "dualmem_revision": run.get("dualmem_revision")},

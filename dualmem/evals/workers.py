@@ -60,10 +60,14 @@ def _preload(settings: Settings) -> list[str]:
     return [*PRELOAD, "sentence_transformers"] if local else PRELOAD
 
 
-def start_forkserver(settings: Settings) -> None:
-    """Start the workers' forkserver now, in the background: its imports overlap the loading of the dataset."""
+def start_forkserver(settings: Settings, *, wait: bool = False) -> None:
+    """Start the workers' forkserver now (``wait``: until its imports are done; else in the background, where they
+    overlap the loading of the dataset). Later runs of this process reuse it."""
     multiprocessing.get_context("forkserver").set_forkserver_preload(_preload(settings))
-    threading.Thread(target=multiprocessing.forkserver.ensure_running, name="dualmem-forkserver", daemon=True).start()
+    if wait:
+        multiprocessing.forkserver.ensure_running()
+    else:
+        threading.Thread(target=multiprocessing.forkserver.ensure_running, name="dualmem-forkserver", daemon=True).start()
 
 
 def workers_for(settings: Settings, personas: int, *, objects: bool) -> int:

@@ -60,10 +60,20 @@ def _preload(settings: Settings) -> list[str]:
     return [*PRELOAD, "sentence_transformers"] if local else PRELOAD
 
 
+def _context(settings: Settings) -> Any:
+    """Return the start method's context: a preloaded forkserver where the platform has one (not Windows), else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_preload(settings))  # no effect once the forkserver runs
+    return ctx
+
+
 def start_forkserver(settings: Settings, *, wait: bool = False) -> None:
     """Start the workers' forkserver now (``wait``: until its imports are done; else in the background, where they
     overlap the loading of the dataset). Later runs of this process reuse it."""
-    multiprocessing.get_context("forkserver").set_forkserver_preload(_preload(settings))
+    if _context(settings).get_start_method() != "forkserver":
+        return
     if wait:
         multiprocessing.forkserver.ensure_running()
     else:
@@ -138,8 +148,7 @@ class PersonaWorkers:
 
     def __init__(self, n: int, settings: Settings, *, chat_spec: str | None, journal_path: str | None, store_uri: str,
                  on_record: Any = None, on_ingest: Any = None) -> None:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(_preload(settings))  # no effect when start_forkserver started it
+        ctx = _context(settings)
         self.n, self._closed = n, False
         self._events = ctx.Queue()
         self._hooks = {"record": on_record, "ingest": on_ingest}

@@ -72,10 +72,13 @@ def _context(settings: Settings) -> Any:
 def start_forkserver(settings: Settings, *, wait: bool = False) -> None:
     """Start the workers' forkserver now (``wait``: until its imports are done; else in the background, where they
     overlap the loading of the dataset). Later runs of this process reuse it."""
-    if _context(settings).get_start_method() != "forkserver":
+    ctx = _context(settings)
+    if ctx.get_start_method() != "forkserver":
         return
-    if wait:
-        multiprocessing.forkserver.ensure_running()
+    if wait:  # the server answers a first fork only once its imports are done
+        probe = ctx.Process(target=os.getpid, name="dualmem-forkserver-probe")
+        probe.start()
+        probe.join()
     else:
         threading.Thread(target=multiprocessing.forkserver.ensure_running, name="dualmem-forkserver", daemon=True).start()
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REALMEM_SOPHIE, REPO, need
+from conftest import REALMEM_SOPHIE, need
+from fixtures.eval_cli import eval_cli, finish
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
@@ -30,17 +29,10 @@ STABLE = ("query_id", "persona", "answer", "metrics", "judges", "errors")
 
 def _cli(data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
     """Start `dualmem eval` on the real dualmem framework against the stand-in endpoint (LanceDB on disk)."""
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "x", "DUALMEM_EMBEDDER": "hash:64",
-           "PYTHONPATH": str(REPO), "LANGSMITH_API_KEY": "", "LANGCHAIN_API_KEY": ""}
-    cmd = [sys.executable, "-m", "dualmem.cli", "eval", str(data), "-d", "realmem", "-f", "dualmem", "--limit", "3",
-           "--out", str(out), "--model", "openai-compatible:standin", "--judge", "openai-compatible:standin"]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return eval_cli(data, out, base_url, limit=3)
 
 
-def _finish(proc: subprocess.Popen[str]) -> str:
-    output, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, output[-3000:]
-    return output
+_finish = finish
 
 
 def _stable(records: list[dict]) -> list[dict]:

@@ -4,15 +4,14 @@ with it and the run resumes without repeating a model call (real dualmem framewo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, need
+from conftest import SHARED_DATA, need
+from fixtures.eval_cli import eval_cli, finish
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, load_realmem
@@ -83,17 +82,10 @@ def test_objects_given_to_run_eval_keep_the_run_in_threads(two_personas, tmp_pat
 
 
 def _cli(data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "x", "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CONCURRENCY": "2",
-           "PYTHONPATH": str(REPO), "LANGSMITH_API_KEY": "", "LANGCHAIN_API_KEY": "", "DUALMEM_RETRY_BACKOFF": "0.2"}
-    cmd = [sys.executable, "-m", "dualmem.cli", "eval", str(data), "-d", "realmem", "-f", "dualmem", "--limit", "2",
-           "--out", str(out), "--model", "openai-compatible:standin", "--judge", "openai-compatible:standin"]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return eval_cli(data, out, base_url, limit=2, env={"DUALMEM_CONCURRENCY": "2", "DUALMEM_RETRY_BACKOFF": "0.2"})
 
 
-def _finish(proc: subprocess.Popen[str]) -> str:
-    output, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, output[-3000:]
-    return output
+_finish = finish
 
 
 def test_a_killed_run_takes_its_workers_with_it_and_resumes_without_repeating_a_call(two_personas, tmp_path):

@@ -32,8 +32,6 @@ def _cli(data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
     return eval_cli(data, out, base_url, limit=3)
 
 
-_finish = finish
-
 
 def _stable(records: list[dict]) -> list[dict]:
     return [{k: r[k] for k in STABLE} for r in records]
@@ -47,7 +45,7 @@ def sophie_prefix(tmp_path):
 
 def test_a_run_killed_mid_persona_resumes_without_repeating_a_model_call(sophie_prefix, tmp_path):
     with OpenAIStandin(latency_s=0.0) as clean:
-        _finish(_cli(sophie_prefix, tmp_path / "clean", clean.base_url))
+        finish(_cli(sophie_prefix, tmp_path / "clean", clean.base_url))
     total = len(clean.calls)
     assert {c["schema"] for c in clean.calls} >= {"MemoryUpdate", None, "AnswerVerdict"}  # writer, reader, judge
 
@@ -65,7 +63,7 @@ def test_a_run_killed_mid_persona_resumes_without_repeating_a_model_call(sophie_
     assert 1 <= ingested < 5 and answered >= 1 and not (tmp_path / "run" / "summary.json").exists()  # killed mid-persona
 
     with OpenAIStandin(latency_s=0.0) as second:
-        output = _finish(_cli(sophie_prefix, tmp_path / "run", second.base_url))
+        output = finish(_cli(sophie_prefix, tmp_path / "run", second.base_url))
     assert "resuming run" in output
     assert answered_before + len(second.calls) == total  # no model call made twice across the two runs
     assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(read_records(tmp_path / "clean" / "records.jsonl"))

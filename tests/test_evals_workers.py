@@ -85,12 +85,10 @@ def _cli(data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
     return eval_cli(data, out, base_url, limit=2, env={"DUALMEM_CONCURRENCY": "2", "DUALMEM_RETRY_BACKOFF": "0.2"})
 
 
-_finish = finish
-
 
 def test_a_killed_run_takes_its_workers_with_it_and_resumes_without_repeating_a_call(two_personas, tmp_path):
     with OpenAIStandin(latency_s=0.0) as clean:
-        _finish(_cli(two_personas, tmp_path / "clean", clean.base_url))
+        finish(_cli(two_personas, tmp_path / "clean", clean.base_url))
     total = len(clean.calls)
     assert json.loads((tmp_path / "clean" / "summary.json").read_text())["meta"]["workers"] == "2 processes"
 
@@ -110,7 +108,7 @@ def test_a_killed_run_takes_its_workers_with_it_and_resumes_without_repeating_a_
     journal.close()
 
     with OpenAIStandin(latency_s=0.0) as second:
-        output = _finish(_cli(two_personas, tmp_path / "run", second.base_url))
+        output = finish(_cli(two_personas, tmp_path / "run", second.base_url))
     assert "resuming run" in output
     assert answered_before + len(second.calls) == total  # no model call answered twice across the two runs
     assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(read_records(tmp_path / "clean" / "records.jsonl"))

@@ -98,9 +98,14 @@ class EvalRun:
     workers: Any = None  # a PersonaWorkers (dualmem.evals.workers): branches run in processes of their own
 
     def similarity_embedder(self, ctx: Context) -> Any:
-        """Return the embedder of similarity metrics (default: the context's embedder)."""
+        """Return the embedder of similarity metrics (default: ``eval_embedder``, else the context's embedder)."""
         if self.similarity is None:
-            self.similarity = ctx.load_embedder()
+            if ctx.settings.eval_embedder:
+                from dualmem.models import load_embeddings
+
+                self.similarity = load_embeddings(ctx.settings.eval_embedder)
+            else:
+                self.similarity = ctx.load_embedder()
         return self.similarity
 
     def judge_functions(self, dataset_kind: str, ctx: Context) -> list[Evaluator]:

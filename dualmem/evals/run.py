@@ -142,7 +142,7 @@ def run_eval(
     if workers_for(settings, 2, objects=objects):  # processes are likely: start their forkserver while the dataset loads
         start_forkserver(settings)
     n_workers = workers_for(settings, len(_items(dataset_kind, path, personas)), objects=objects)
-    if similarity is None and settings.eval_embedder and not n_workers:
+    if similarity is None and settings.eval_embedder and not n_workers:  # once, before branches (threads) race to load it
         from dualmem.models import load_embeddings
 
         similarity = load_embeddings(settings.eval_embedder)

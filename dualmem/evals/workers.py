@@ -48,7 +48,7 @@ from dualmem.schema import DatasetItem
 
 # imported once by the forkserver, so that workers forked from it start warm; "__main__" too (the evaluating
 # script or CLI), which each child would otherwise import again, with all it imports
-PRELOAD = ["dualmem.evals._forkserver", "__main__", "dualmem.evals.run", "dualmem.frameworks", "dualmem.stores", "lancedb",
+PRELOAD = ["dualmem.evals._forkserver", "__main__", "dualmem.evals.workers", "dualmem.frameworks", "dualmem.stores", "lancedb",
            "langchain_openai"]
 _worker: dict[str, Any] = {}  # the worker process's run: settings, context and EvalRun
 
@@ -119,12 +119,7 @@ def _init(settings: Settings, chat_spec: str | None, journal_path: str | None, s
 
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
-    similarity = None
-    if settings.eval_embedder:
-        from dualmem.models import load_embeddings
-
-        similarity = load_embeddings(settings.eval_embedder)
-    run = EvalRun(similarity=similarity, journal=Journal(journal_path) if journal_path else None, store_uri=store_uri,
+    run = EvalRun(journal=Journal(journal_path) if journal_path else None, store_uri=store_uri,
                   on_record=lambda record: events.put(("record", record)), on_ingest=lambda _session: events.put(("ingest", None)))
     chat = None
     if chat_spec:

@@ -16,8 +16,10 @@ repair: there is no answer to repair); a refused credential raises
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import weakref
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
@@ -107,12 +109,37 @@ def _supports_schema(model: BaseChatModel) -> bool:
     )
 
 
+_RUNNABLES: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, str | None], Any]]] = {}  # id(model) -> (model, its runnables)
+
+
+def _forget(ref: weakref.ref[Any], key: int) -> None:
+    if _RUNNABLES.get(key, (None, None))[0] is ref:
+        _RUNNABLES.pop(key, None)
+
+
+def _structured_runnable(model: BaseChatModel, schema: type[T], method: str | None) -> Any:
+    """Return ``model.with_structured_output(schema, include_raw=True)``, built once per model, schema and method
+    (building it converts the schema, a few milliseconds of every writer chunk otherwise)."""
+    kwargs = {"method": method} if method else {}
+    key = id(model)
+    entry = _RUNNABLES.get(key)
+    if entry is None or entry[0]() is not model:
+        try:
+            ref = weakref.ref(model, functools.partial(_forget, key=key))
+        except TypeError:  # a model that takes no weak reference: built every time
+            return model.with_structured_output(schema, include_raw=True, **kwargs)
+        entry = _RUNNABLES[key] = (ref, {})
+    runnables = entry[1]
+    if (schema, method) not in runnables:
+        runnables[(schema, method)] = model.with_structured_output(schema, include_raw=True, **kwargs)
+    return runnables[(schema, method)]
+
+
 def _prepare(model: BaseChatModel, schema: type[T], messages: list[BaseMessage], method: str | None) -> tuple[Any, list[BaseMessage], bool]:
     """Return (runnable, first messages, native) for ``schema``."""
     if _supports_schema(model):
-        kwargs = {"method": method} if method else {}
         try:
-            return model.with_structured_output(schema, include_raw=True, **kwargs), list(messages), True
+            return _structured_runnable(model, schema, method), list(messages), True
         except NotImplementedError:
             pass
     hint = JSON_INSTRUCTION.format(schema=json.dumps(schema.model_json_schema()))

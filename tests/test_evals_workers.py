@@ -61,6 +61,19 @@ def test_workers_give_the_records_threads_give_and_report_progress(two_personas,
     assert "queries: 4/4" in err_p and "answers judged: 4/4" in err_p  # workers' progress reached the bars
 
 
+def test_workers_do_not_run_the_evaluating_script_again(two_personas, tmp_path):
+    """The forkserver imports the evaluating script once; workers forked from it find it loaded (without that, each
+    worker ran the script and all it imports again: the CLI's plots and matplotlib, about 1 CPU-s per worker)."""
+    marks, script = tmp_path / "imports.txt", tmp_path / "evaluate.py"
+    script.write_text(f"with open({str(marks)!r}, 'a') as fh:\n    fh.write(__name__ + '\\n')\n"
+                      "if __name__ == '__main__':\n    from dualmem.cli import app\n\n    app()\n")
+    with OpenAIStandin(latency_s=0.0) as server:
+        output = finish(eval_cli(two_personas, tmp_path / "run", server.base_url, limit=2, script=script,
+                                 env={"DUALMEM_CONCURRENCY": "2"}))
+    assert "2 processes" in json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]["workers"], output[-2000:]
+    assert marks.read_text().split() == ["__main__", "__mp_main__"], "the script ran in the CLI process and the forkserver only"
+
+
 def test_how_many_workers():
     auto = Settings(concurrency=4)
     assert workers_for(auto, 9, objects=False) == 4

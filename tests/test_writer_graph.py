@@ -189,10 +189,10 @@ class _FlakyStore(DualStore):
         super().__init__(*args, **kwargs)
         mark = self.ledger.mark
 
-        def flaky(namespace, chunk_id, state, payload=""):
+        def flaky(namespace, chunk_id, state, payload="", **kw):
             if state == "applied":
                 self.crash.check(chunk_id)
-            mark(namespace, chunk_id, state, payload)
+            mark(namespace, chunk_id, state, payload, **kw)
 
         self.ledger.mark = flaky
 

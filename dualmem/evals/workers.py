@@ -29,6 +29,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.spawn
 import os
 import pickle
 import queue
@@ -46,10 +47,14 @@ from dualmem.evals.graph import EvalRun, PersonaTask, persona_result
 from dualmem.evals.journal import Journal
 from dualmem.schema import DatasetItem
 
-# imported once by the forkserver, so that workers forked from it start warm; "__main__" too (the evaluating
-# script or CLI), which each child would otherwise import again, with all it imports
-PRELOAD = ["dualmem.evals._forkserver", "__main__", "dualmem.evals.workers", "dualmem.frameworks", "dualmem.stores", "lancedb",
-           "langchain_openai"]
+# imported once by the forkserver, so that workers forked from it start warm (the evaluating script or CLI too:
+# see MAIN_ENV); the dualmem framework brings the retrieval pipeline and SciPy
+PRELOAD = ["dualmem.evals._forkserver", "dualmem.evals.workers", "dualmem.frameworks", "dualmem.frameworks.dualmem",
+           "dualmem.stores", "lancedb", "langchain_openai"]
+# The path of this process's main script, for the forkserver to import once (``_forkserver``). multiprocessing's own
+# "__main__" preload never runs (Python 3.11/3.12 pass the forkserver no main path), so each worker would run the
+# script again, with all it imports (the CLI: plots and matplotlib, about 1 CPU-s per worker).
+MAIN_ENV = "DUALMEM_FORKSERVER_MAIN"
 _worker: dict[str, Any] = {}  # the worker process's run: settings, context and EvalRun
 
 
@@ -66,6 +71,9 @@ def _context(settings: Settings) -> Any:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_preload(settings))  # no effect once the forkserver runs
+    main = multiprocessing.spawn.get_preparation_data("dualmem").get("init_main_from_path")
+    if main:  # the path each worker compares with its own main module's before running the script again
+        os.environ[MAIN_ENV] = main
     return ctx
 
 

@@ -134,7 +134,7 @@ def _call(
     if namespace:
         inputs["namespace"] = list(namespace)
     config = {"configurable": {"thread_id": thread_id}} if thread_id else None
-    return inputs, ctx, builder.compile(store=LanceDBStore(db.uri, dual=db)), config
+    return inputs, ctx, builder.compile(store=LanceDBStore.over(db)), config
 
 
 def _reply(out: dict[str, Any]) -> Reply:

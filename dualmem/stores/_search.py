@@ -9,6 +9,9 @@ is too large to scan.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +62,36 @@ class TableSearch:
         self._checked: dict[str, int] = {}  # what -> table version at the last check
         self._unit = unit_vectors(table)
         self._vector_index = False
+        self._pin = threading.local()  # this thread's pinned table version (see pinned)
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Read the table's latest version once for the reads of this block in this thread (nested blocks share it).
+
+        Each read of the version is a round trip to LanceDB's event loop thread; a reader
+        making several reads in a row (the writer's view: two searches and two listings per
+        stream) needs one. Commits in the block are not seen by its later reads.
+        """
+        depth = getattr(self._pin, "depth", 0)
+        self._pin.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._pin.depth = depth
+            if depth == 0:
+                self._pin.version = None
+
+    def version(self) -> int:
+        """Return the table's latest version (read once per :meth:`pinned` block)."""
+        if not getattr(self._pin, "depth", 0):
+            return int(self.table.version)
+        if getattr(self._pin, "version", None) is None:
+            self._pin.version = int(self.table.version)
+        return int(self._pin.version)
 
     def _once_per_version(self, what: str, every: int = 1) -> bool:
         """Return True the first time and then once the table has moved ``every`` versions on since the last True."""
-        version = self.table.version
+        version = self.version()
         last = self._checked.get(what)
         if last is not None and last <= version < last + every:
             return False
@@ -84,7 +113,7 @@ class TableSearch:
         if scope.status != "active" or self.flat_search_max_rows <= 0:
             return None
         key = (self.kind, ns_key(scope.namespace))
-        version = self.table.version  # the latest commit of any process
+        version = self.version()  # the latest commit of any process
         entry = self.cache.peek(key)
         if entry is None or entry.version != version:
             args = (self.table, Scope(scope.namespace, "active").sql(), ITEM_COLUMNS, self.dims, self.flat_search_max_rows, version)

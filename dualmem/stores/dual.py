@@ -86,32 +86,22 @@ class DualStore:
     - ``dual_search(namespace, query, k_facts=10, k_insights=10, mode="hybrid", merged=False, expand=True)``
     - ``supersede(namespace, ids)``, ``delete(namespace, ids)``, ``drop_namespace(namespace)``, ``optimize()``
     - exactly-once writing: ``exclusive(namespace)`` (the namespace's write lease, a context
-      manager) and ``ledger`` (pending/applied units of work); ``chunk_applied(namespace, chunk_id)``.
+      manager) and ``ledger`` (pending/applied units of work); ``chunk_applied(namespace, chunk_id)``
+    - ``pinned()``: a block of reads that looks up each table's latest version once
     """
 
     def __init__(
-        self,
-        uri: str,
-        embeddings: Embeddings,
-        *,
-        dims: int | None = None,
-        storage_options: Mapping[str, str] | str | None = None,
-        lease_ttl_s: float | None = None,
-        lease_wait_s: float | None = None,
-        vector_index_min_rows: int = 100_000,
-        flat_search_max_rows: int = 50_000,
-        fts_reindex_rows: int = 5_000,
-        cache_rows: int = 500_000,
-    ) -> None:
+        self, uri: str, embeddings: Embeddings, *, dims: int | None = None, storage_options: Mapping[str, str] | str | None = None,
+        lease_ttl_s: float | None = None, lease_wait_s: float | None = None, lease_linger_s: float | None = None,
+        vector_index_min_rows: int = 100_000, flat_search_max_rows: int = 50_000, fts_reindex_rows: int = 5_000, cache_rows: int = 500_000,
+    ) -> None:  # fmt: skip
         if embeddings is None:
             raise ConfigurationError("DualStore needs an embeddings object; use DualStore.from_settings(settings)")
-        defaults = Settings() if lease_ttl_s is None or lease_wait_s is None or storage_options is None else None
+        defaults = Settings() if None in (lease_ttl_s, lease_wait_s, lease_linger_s, storage_options) else None
         self.uri = str(uri)
         self.embeddings = embeddings
         self.dims = dims or _dims_of(embeddings)
-        self.vector_index_min_rows = vector_index_min_rows
-        self.flat_search_max_rows = flat_search_max_rows
-        self.fts_reindex_rows = fts_reindex_rows
+        self.vector_index_min_rows, self.flat_search_max_rows, self.fts_reindex_rows = vector_index_min_rows, flat_search_max_rows, fts_reindex_rows
         options = L.storage_options(storage_options if storage_options is not None else defaults.store_options)  # type: ignore[union-attr]
         self._db = L.connect(self.uri, options)
         self._cache = _vcache.VectorCache(cache_rows)
@@ -122,6 +112,7 @@ class DualStore:
             L.check_dims(table, "vector", self.dims, self.uri)
             L.migrate_columns(table, schema, PK_SQL)
             L.ensure_indexes(table, L.base_index_configs(INDEXES))
+        self._schemas = {kind: table.schema for kind, table in self._tables.items()}  # read once (a round trip each)
         self._searchers = {
             kind: TableSearch(kind, table, self._cache, self.dims, flat_search_max_rows, fts_reindex_rows)
             for kind, table in self._tables.items()
@@ -131,6 +122,7 @@ class DualStore:
             self._db,
             ttl_s=lease_ttl_s if lease_ttl_s is not None else defaults.lease_ttl_s,  # type: ignore[union-attr]
             wait_s=lease_wait_s if lease_wait_s is not None else defaults.lease_wait_s,  # type: ignore[union-attr]
+            linger_s=lease_linger_s if lease_linger_s is not None else defaults.lease_linger_s,  # type: ignore[union-attr]
         )
 
     @classmethod
@@ -141,7 +133,7 @@ class DualStore:
         s = Settings.resolve(settings)
         return cls(
             s.store_uri, load_embeddings(embeddings, s), storage_options=s.store_options,
-            lease_ttl_s=s.lease_ttl_s, lease_wait_s=s.lease_wait_s,
+            lease_ttl_s=s.lease_ttl_s, lease_wait_s=s.lease_wait_s, lease_linger_s=s.lease_linger_s,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ exactly once
@@ -205,7 +197,7 @@ class DualStore:
                 rows.append(item_to_row(it, vec, created_at=created, updated_at=now, dims=self.dims))
             for nskey in {r["namespace"] for r in rows}:
                 mine = [r for r in rows if r["namespace"] == nskey]
-                data = pa.Table.from_pylist(mine, schema=table.schema)
+                data = pa.Table.from_pylist(mine, schema=self._schemas[kind])
                 merge = table.merge_insert("pk").when_matched_update_all().when_not_matched_insert_all()
                 self._commit(kind, nskey, lambda m=merge, d=data: m.execute(d), {r["id"] for r in mine}, mine)
                 other = "insight" if kind == "fact" else "fact"
@@ -310,6 +302,12 @@ class DualStore:
         for table in self._pick(kind):
             keys.update(L.scan(table, where, ["namespace"]).column("namespace").unique().to_pylist())
         return sorted(ns_parse(k) for k in keys)
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Let this thread's reads in the block look up each table's latest version once (``TableSearch.pinned``)."""
+        with self._searchers["fact"].pinned(), self._searchers["insight"].pinned():
+            yield
 
     def search(
         self,

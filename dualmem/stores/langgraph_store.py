@@ -74,6 +74,9 @@ class _Plan:
         self.texts: list[tuple[str, str, str]] = []  # (item id, path, text)
 
 
+_OVER_LOCK = threading.Lock()
+
+
 class LanceDBStore(BaseStore):
     """Persist LangGraph store items in LanceDB, with semantic search, TTL and the dual memory view."""
 
@@ -119,6 +122,16 @@ class LanceDBStore(BaseStore):
 
         s = Settings.resolve(settings)
         return cls(s.store_uri, ttl=ttl, memory_label=s.memory_label, dual=DualStore.from_settings(s, embeddings))
+
+    @classmethod
+    def over(cls, dual: Any) -> LanceDBStore:
+        """Return the LangGraph store over a ``DualStore`` (its connection and embedder), made once per ``DualStore``:
+        opening one checks its tables and indexes, a dozen LanceDB round trips a writer would otherwise pay per history."""
+        with _OVER_LOCK:
+            found = getattr(dual, "_langgraph_store", None)
+            if not isinstance(found, cls):
+                found = dual._langgraph_store = cls(dual.uri, dual=dual)
+        return found
 
     @property
     def dual(self) -> Any:

@@ -46,6 +46,7 @@ class Ledger:
         L.migrate_columns(self.table, SCHEMA, {"state": "'applied'"})
         L.ensure_indexes(self.table, L.base_index_configs({"id": "BTREE", "namespace": "BITMAP"}))
         self._maintain = L.AutoOptimize()
+        self._schema = self.table.schema  # read once: each read is a round trip to LanceDB's event loop
 
     def get(self, namespace: Sequence[str], chunk_id: str) -> tuple[State, str] | None:
         """Return (state, payload) of a unit, or None if the namespace never saw it."""
@@ -76,8 +77,12 @@ class Ledger:
         rows.sort(key=lambda r: r["applied_at"])
         return [(r["chunk_id"], r["payload"]) for r in rows]
 
-    def mark(self, namespace: Sequence[str], chunk_id: str, state: State, payload: str = "") -> None:
-        """Record a unit's state (call it while holding the namespace's write lease)."""
+    def mark(self, namespace: Sequence[str], chunk_id: str, state: State, payload: str = "", *, new: bool = False) -> None:
+        """Record a unit's state (call it while holding the namespace's write lease).
+
+        ``new``: the caller saw (under that lease) that the unit has no row yet, so it is
+        appended, about half the work of an upsert; without it the row is upserted.
+        """
         row = {
             "id": ledger_id(namespace, chunk_id),
             "namespace": ns_key(namespace),
@@ -86,8 +91,11 @@ class Ledger:
             "applied_at": utcnow(),
             "state": state,
         }
-        data = pa.Table.from_pylist([row], schema=self.table.schema)
-        L.retry(lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
+        data = pa.Table.from_pylist([row], schema=self._schema)
+        if new:
+            L.retry(lambda: self.table.add(data))
+        else:
+            L.retry(lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
         self._maintain.committed(self.table)
 
     def drop(self, namespace: Sequence[str]) -> None:

@@ -187,7 +187,7 @@ def write_chunk(ctx: Context, store: DualStore, namespace: Namespace, persona: P
             return row
         payload = json.dumps({"plan": plan, "drafted_by": row["drafted_by"]}, default=str)
         lease.check()
-        store.ledger.mark(namespace, chunk["id"], "pending", payload)  # from here on, a crash loses nothing
+        store.ledger.mark(namespace, chunk["id"], "pending", payload, new=state is None)  # from here on, a crash loses nothing
         flush_pending(store, namespace, [(chunk["id"], payload)], embeddings, lease)
     row["status"] = "applied"
     return row

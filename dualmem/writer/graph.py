@@ -112,7 +112,7 @@ class _Job:
 
         with bar:
             yield {
-                "context": self.context, "store": LanceDBStore(self.store.uri, dual=self.store), "path": self.checkpoint_path,
+                "context": self.context, "store": LanceDBStore.over(self.store), "path": self.checkpoint_path,
                 "checkpointer": self.checkpointer, "on_update": on_update,
             }  # fmt: skip
 

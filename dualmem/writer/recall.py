@@ -92,15 +92,16 @@ def recall_view(
 
     The text is embedded once (with ``embeddings``, else the store's) for both streams.
     """
-    if store.count(namespace) == 0:
-        return empty_view()
-    vector = None if mode == "fts" or k <= 0 else (embeddings or store.embeddings).embed_query(text)
-    streams: dict[str, list[MemoryItem]] = {}
-    for kind in ("fact", "insight"):
-        found = store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector) if k > 0 else []  # type: ignore[arg-type]
-        hits = [h.item for h in found]
-        newest = store.list(namespace, kind=kind, limit=recent, newest_first=True) if recent > 0 else []  # type: ignore[arg-type]
-        streams[kind] = hits + newest
+    with store.pinned():  # one look at each table's latest version for all the reads below
+        if store.count(namespace) == 0:
+            return empty_view()
+        vector = None if mode == "fts" or k <= 0 else (embeddings or store.embeddings).embed_query(text)
+        streams: dict[str, list[MemoryItem]] = {}
+        for kind in ("fact", "insight"):
+            found = store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector) if k > 0 else []  # type: ignore[arg-type]
+            hits = [h.item for h in found]
+            newest = store.list(namespace, kind=kind, limit=recent, newest_first=True) if recent > 0 else []  # type: ignore[arg-type]
+            streams[kind] = hits + newest
     return build_view(streams["fact"], streams["insight"])
 
 

@@ -36,7 +36,7 @@ def graph_store(store: Any) -> BaseStore:
     from dualmem.stores.langgraph_store import LanceDBStore
 
     if isinstance(store, DualStore):
-        return LanceDBStore(store.uri, dual=store)
+        return LanceDBStore.over(store)
     if isinstance(store, BaseStore):
         return store
     raise ConfigurationError("chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()")

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA, need
-from fixtures.eval_cli import eval_cli, finish
+from fixtures.eval_cli import REPO, eval_cli, finish
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, load_realmem
@@ -72,6 +73,33 @@ def test_workers_do_not_run_the_evaluating_script_again(two_personas, tmp_path):
                                  env={"DUALMEM_CONCURRENCY": "2"}))
     assert "2 processes" in json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]["workers"], output[-2000:]
     assert marks.read_text().split() == ["__main__", "__mp_main__"], "the script ran in the CLI process and the forkserver only"
+
+
+PRIORITY_CHECK = """
+import os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from dualmem.evals.workers import _lower_priority
+gate = threading.Event()
+side = threading.Thread(target=gate.wait)
+side.start()
+nice = lambda: sorted({os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")})
+want = max(7, os.getpriority(os.PRIO_PROCESS, 0))  # a test run that is niced already stays so
+_lower_priority(7)
+after = nice()
+_lower_priority(3)
+print(after == nice() == [want])
+gate.set()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread priorities are read from Linux's /proc")
+def test_a_smaller_personas_worker_yields_the_cpu_to_the_critical_path_with_all_its_threads():
+    from dualmem.evals.workers import priorities
+
+    assert priorities({"Ethan": 45.0, "Kenta": 24.0, "Sophie": 27.0}) == {"Ethan": 0, "Kenta": 7, "Sophie": 6}
+    done = subprocess.run([sys.executable, "-c", PRIORITY_CHECK, str(REPO)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True", "every thread got nice 7, and a later, smaller value never lowered it"
 
 
 def test_how_many_workers():

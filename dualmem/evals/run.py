@@ -46,7 +46,7 @@ from dualmem.evals.runspec import (
     write_run,
 )
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.evals.workers import PersonaWorkers, start_forkserver, workers_for
+from dualmem.evals.workers import PersonaWorkers, priorities, start_forkserver, workers_for
 from dualmem.models import describe_embeddings, load_chat_model, model_name
 
 
@@ -66,6 +66,16 @@ def _totals(dataset_kind: str, path: str, limit: int | None, personas: Sequence[
     if dataset_kind == "realmem" and limit is not None:  # replay stops before the session of the last query
         return queries, sum(max(0, len(realmem_plan(it, limit)[0]) - 1) for it in items)
     return queries, sum(len(it.dialogue.sessions) for it in items)
+
+
+def _work(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None, chunk_tokens: int) -> dict[str, float]:
+    """Return each persona's expected model calls: writer chunks (about 4 characters a token) and three per query."""
+    out = {}
+    for it in _items(dataset_kind, path, personas):
+        sessions = realmem_plan(it, limit)[0][:-1] if dataset_kind == "realmem" and limit is not None else it.dialogue.sessions
+        chars = sum(len(t.text) for s in sessions for t in s.turns)
+        out[it.dialogue.id] = chars / (4 * chunk_tokens) + 3 * len(kept_queries(it, limit))
+    return out
 
 
 def _example_records(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -186,6 +196,8 @@ def run_eval(
             if n_workers:
                 ctx.workers = PersonaWorkers(n_workers, settings, chat_spec=model, journal_path=str(journal.path),
                                              store_uri=ctx.store_uri or "", on_record=ctx.on_record, on_ingest=ctx.on_ingest)
+                if n_workers >= len(_items(dataset_kind, path, personas)) <= settings.concurrency:  # one worker each
+                    ctx.workers.nice = priorities(_work(dataset_kind, path, limit, personas, settings.chunk_tokens))
             context = context_of(settings, models={"chat": chat} if chat is not None else None, embeddings=embeddings, run=ctx)
             with ctx.workers.interruptible() if ctx.workers is not None else nullcontext():
                 values = graph.invoke(inputs, config, context=context)

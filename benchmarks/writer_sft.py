@@ -9,7 +9,16 @@ Every step is the product's own entry point:
 3. ``dualmem eval -d realmem FILE -f dualmem --no-respond --limit L --personas P``
    on each *held-out* persona, once per writer: ``local:smollm2`` (zero-shot) and
    ``local:<adapter folder>`` (the SFT adapter), same settings otherwise
-   (transformers engine, ``max_new_tokens``). Figures: session NDCG@10 and
+   (transformers engine, ``max_new_tokens``), and with the ``sft+grpo`` arm:
+4. ``dualmem train rl --engine trl --data_format realmem`` on the same training personas:
+   GRPO that goes on training the SFT adapter (LoRA, ``--use_lora true``), rollouts under
+   the writer's grammar at the evaluation's ``max_new_tokens``, one-chunk episodes that
+   start from the gold memory written before them (chunks past those SFT trained on, of the
+   same training personas), dense reward = recall of the chunk's memory points by the facts
+   written (insights not scored); its adapter is evaluated like
+   the others (``local:<grpo folder>``); its training curve (reward, spread within each
+   group of rollouts, seconds per step) goes into the result file.
+   Figures: session NDCG@10 and
    memory-point recall@10 (RealMem's protocol, per query), and, read from the run's
    store, the share of the ingested sessions' gold memory points matched by a
    written fact (coverage), facts and insights per chunk, failed chunks, CPU time.
@@ -71,6 +80,47 @@ def coverage(run_dir: Path, persona: str, limit: int) -> dict[str, float]:
             "point_coverage": rec, "facts_per_chunk": len(facts) / max(chunks, 1), "insights_per_chunk": len(insights) / max(chunks, 1)}
 
 
+def same_protocol(earlier: dict, args: argparse.Namespace, held: list[str], wanted: list[str]) -> None:
+    """Exit unless the arms kept from ``earlier`` were evaluated with this run's held-out personas, limit and token budget."""
+    kept = [a for a in earlier.get("arms", {}) if a not in wanted]
+    before = earlier.get("eval_args") or earlier.get("args") or {}
+    diff = [f"--{k.replace('_', '-')} {before[k]}" for k in ("held_out", "limit", "max_new_tokens")
+            if k in before and str(before[k]) != str(getattr(args, k))]
+    if kept and diff:
+        sys.exit(f"{args.result} holds arms ({', '.join(kept)}) measured with other settings: pass {' '.join(diff)}, or another --result")
+    if kept and earlier.get("held_out") != held:
+        sys.exit(f"{args.result} holds arms measured on other held-out personas ({earlier.get('held_out')})")
+
+
+def train_grpo(args: argparse.Namespace, adapter: str, train_files: list[Path], folder: Path, log: Path) -> dict:
+    """Run GRPO from the SFT adapter on the training personas; return its settings, seconds and curve (per step and per group)."""
+    if folder.exists():  # a fresh run (TRL would resume nothing, but the log file must be this run's)
+        import shutil
+
+        shutil.rmtree(folder)
+    cmd = [str(BIN), "train", "rl", "--engine", "trl"]
+    for f in train_files:
+        cmd += ["--data", str(f)]
+    skip = args.max_chunks if args.grpo_skip_chunks < 0 else args.grpo_skip_chunks
+    cmd += ["--data_format", "realmem", "--episode_chunks", str(args.grpo_window), "--skip_chunks", str(skip), "--max_chunks", str(args.grpo_max_chunks),
+            "--max_prompt_tokens", str(args.grpo_max_prompt_tokens), "--model_name_or_path", f"local:{Path(adapter).resolve()}",
+            "--use_lora", "true", "--grammar", "true", "--num_generations", str(args.grpo_generations),
+            "--episodes_per_step", str(args.grpo_window), "--max_completion_length", str(args.max_new_tokens), "--beta", "0",
+            "--learning_rate", str(args.grpo_lr), "--max_steps", str(args.grpo_steps), "--temperature", "1.0", "--bf16", "true",
+            "--use_cpu", "true", "--output_dir", str(folder), "--save_steps", "100000", "--logging_steps", "1", "--disable_tqdm", "true"]
+    t = time.time()
+    cpu = run(cmd, log)
+    wall = time.time() - t
+    out = json.loads((folder / "dualmem_grpo_log.json").read_text())
+    keys = ("reward", "reward_std", "frac_reward_zero_std", "rewards/fact_recall/mean", "loss", "grad_norm", "completions/mean_length", "entropy")
+    clock = {s["step"]: s for s in out["steps"]}
+    curve = [{"step": h["step"], **{k: h.get(k) for k in keys}, **{k: clock.get(h["step"], {}).get(k) for k in ("wall_s", "cpu_s")}}
+             for h in out["log_history"] if "reward" in h]
+    return {"command": " ".join(cmd), "train_personas": [f.name.split("_dialogues")[0] for f in train_files], "cpu_s": cpu, "wall_s": wall,
+            "curve": curve, "groups": [{k: v for k, v in g.items() if k != "texts"} for g in out["rollouts"]],
+            "log": str(folder / "dualmem_grpo_log.json")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "runs" / "writer_sft"))
@@ -82,8 +132,17 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=2560)
     ap.add_argument("--limit", type=int, default=3, help="queries per held-out persona (replay stops before the last one's session)")
     ap.add_argument("--max-new-tokens", type=int, default=384)
-    ap.add_argument("--adapter", default="", help="skip training: evaluate this adapter folder")
-    ap.add_argument("--arms", default="zero-shot,sft", help="writers to evaluate; arms of an earlier result file are kept")
+    ap.add_argument("--adapter", default="", help="skip training: evaluate this adapter folder (and start GRPO from it)")
+    ap.add_argument("--arms", default="zero-shot,sft", help="writers to evaluate (zero-shot, sft, sft+grpo); arms of an earlier result file are kept")
+    ap.add_argument("--grpo-adapter", default="", help="skip GRPO training: evaluate this folder as the sft+grpo arm")
+    ap.add_argument("--grpo-steps", type=int, default=12, help="GRPO optimizer steps (one episode group each)")
+    ap.add_argument("--grpo-lr", type=float, default=2e-4)
+    ap.add_argument("--grpo-generations", type=int, default=4, help="rollouts per group")
+    ap.add_argument("--grpo-window", type=int, default=1, help="chunks per GRPO episode (windows that hold memory points)")
+    ap.add_argument("--grpo-max-prompt-tokens", type=int, default=2048, help="GRPO: leave out episodes with longer prompts (CPU time)")
+    ap.add_argument("--grpo-skip-chunks", type=int, default=-1, help="GRPO episodes start past this chunk (-1: --max-chunks, the chunks SFT saw)")
+    ap.add_argument("--grpo-max-chunks", type=int, default=72, help="GRPO episodes end before this chunk of each training history")
+    ap.add_argument("--train-only", action="store_true", help="train (SFT unless --adapter, GRPO for sft+grpo), evaluate nothing: OUT/train_only.json")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "writer_sft.json"))
     args = ap.parse_args()
     if not DATA.exists():
@@ -95,6 +154,13 @@ def main() -> None:
     train_files = [f for f in files if not any(f.name.startswith(h + "_dialogues") for h in held)]
     assert len(train_files) == len(files) - len(held), "a held-out persona has no RealMem file"
     result: dict = {"held_out": held, "train_personas": [f.name.split("_dialogues")[0] for f in train_files], "args": vars(args)}
+    wanted = args.arms.split(",")
+    unknown = set(wanted) - {"zero-shot", "sft", "sft+grpo"}
+    if unknown:
+        sys.exit(f"--arms: unknown arm(s) {', '.join(sorted(unknown))}; use zero-shot, sft, sft+grpo")
+    earlier = json.loads(Path(args.result).read_text()) if Path(args.result).exists() else {}
+    if not args.train_only:
+        same_protocol(earlier, args, held, wanted)
 
     adapter = args.adapter
     if not adapter:
@@ -113,9 +179,16 @@ def main() -> None:
         result["sft_cpu_s"] = run(sft, out / "sft.log")
         result["sft_wall_s"] = time.time() - t
         result["sft_log"] = [ln for ln in (out / "sft.log").read_text().splitlines() if "'loss'" in ln or "train loss" in ln][-12:]
-    arms = {"zero-shot": "local:smollm2", "sft": f"local:{Path(adapter).resolve()}"}
-    arms = {k: v for k, v in arms.items() if k in args.arms.split(",")}
-    earlier = json.loads(Path(args.result).read_text()) if Path(args.result).exists() else {}
+    grpo = args.grpo_adapter
+    if "sft+grpo" in wanted and not grpo:
+        grpo = str(out / "grpo")
+        result["grpo"] = train_grpo(args, adapter, train_files, Path(grpo), out / "grpo.log")
+    if args.train_only:
+        (out / "train_only.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result.get("grpo", {}).get("curve"), indent=1), "\nwrote", out / "train_only.json")
+        return
+    arms = {"zero-shot": "local:smollm2", "sft": f"local:{Path(adapter).resolve()}", "sft+grpo": f"local:{Path(grpo).resolve()}" if grpo else ""}
+    arms = {k: v for k, v in arms.items() if k in wanted}
     if args.adapter and earlier:  # evaluating an adapter trained by an earlier run: keep that run's training record
         result = {**earlier, **{k: v for k, v in result.items() if k != "args"}, "eval_args": vars(args)}
     result["arms"] = {k: v for k, v in earlier.get("arms", {}).items() if k not in arms}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures.train_data import REALMEM_RAW as RAW
 from typer.testing import CliRunner
 
 from dualmem.datasets.realmem import parse_realmem
@@ -13,30 +14,6 @@ from dualmem.schema import Dataset, MemoryUpdate
 from dualmem.training.export import export_sft, validate_record
 from dualmem.training.realmem_gold import facts_prefix, item_records, point_turns
 from dualmem.training.sft import read_records, tokenize_pairs
-
-FILLER = "We talked about the weather and nothing else at length. " * 6
-
-
-def _session(n: int, points: list[tuple[int, str]]) -> dict:
-    turns = []
-    for i in range(6):
-        speaker = "User" if i % 2 == 0 else "Assistant"
-        text = f"[s{n} turn {i}] " + (f"I mention detail {n}-{i} of my life. " if speaker == "User" else "Noted. ") + FILLER
-        turns.append({"speaker": speaker, "content": text, "is_query": False, "query_id": None})
-    memory = [{"index": f"S{n}-{k:02d}", "type": "Static", "content": text, "source_turn": turn, "session_uuid": f"u{n}"}
-              for k, (turn, text) in enumerate(points, 1)]
-    return {"session_identifier": f"Topic_1:S{n}_01", "session_uuid": f"u{n}", "current_time": f"2025-12-0{n} (Monday)",
-            "dialogue_turns": turns, "extracted_memory": memory}
-
-
-RAW = {
-    "_metadata": {"person_name": "Test_Person", "total_sessions": 3, "total_tokens": 1},
-    "dialogues": [
-        _session(1, [(1, "User is learning R for their thesis."), (3, "User prefers open-source tools."), (99, "User has a cat named Miso.")]),
-        _session(2, [(5, "User moved to Lyon in 2024.")]),
-        _session(3, []),
-    ],
-}
 
 
 @pytest.fixture
@@ -124,18 +101,12 @@ def test_records_longer_than_max_length_are_left_out(item, smol_tokenizer, caplo
 def test_a_lora_adapter_folder_is_a_local_model(tmp_path):
     """local:<adapter folder> merges the adapter into its own copy of the base; the bundled base is untouched."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from fixtures.tiny_model import random_smollm2_adapter
 
-    from dualmem.local.bundled import _load_base, load_transformers
+    from dualmem.local.bundled import load_transformers
     from dualmem.local.model import load_local_chat_model
 
-    base, tok = _load_base("smollm2")
-    peft = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, p in peft.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    peft.save_pretrained(tmp_path / "adapter")
+    tok = random_smollm2_adapter(tmp_path / "adapter")
     model = load_local_chat_model(str(tmp_path / "adapter"), engine="auto", max_new_tokens=8)
     assert model.engine == "transformers" and "LoRA" in model.model_name
     ids = tok("User is learning R.", return_tensors="pt")["input_ids"]

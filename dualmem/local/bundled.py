@@ -92,24 +92,36 @@ def cache_dir() -> Path:
 @lru_cache(maxsize=3)
 def load_transformers(name: str) -> tuple[Any, Any]:
     """Return (model, tokenizer), de-quantising the GGUF once into the cache; an adapter is merged into its own copy of the base."""
+    model, tok = load_local(name)
+    model.eval()
+    return model, tok
+
+
+def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
+    """Return a fresh (model, tokenizer) of the local model ``name``: the base, or an adapter on its own copy of the base.
+
+    An adapter is merged into the weights (``merge``), or kept as a trainable peft model, so that training goes on
+    with the adapter itself and saves a folder that is again a ``local:FOLDER`` model.
+    """
     check_name(name)
     folder = adapter_dir(name)
     model, tok = _load_base(BASE if folder else name)
-    if folder is not None:
-        from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+    if folder is None:
+        return model, tok
+    from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 
-        weights = packed_adapter(folder)
-        if weights is None:  # a peft folder as training saves it
-            model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-        else:
-            lora = get_peft_model(model, LoraConfig.from_pretrained(str(folder)))
-            loaded: Any = set_peft_model_state_dict(lora, weights)
-            wrong = [k for k in loaded.missing_keys if "lora_" in k] + list(loaded.unexpected_keys)
-            if wrong:
-                raise ConfigurationError(f"local:{name}: the packed adapter in {folder} does not fit the base model ({wrong[0]})")
-            model = lora.merge_and_unload()
-    model.eval()
-    return model, tok
+    weights = packed_adapter(folder)
+    if weights is None:  # a peft folder as training saves it
+        lora = PeftModel.from_pretrained(model, str(folder), is_trainable=not merge)
+    else:
+        config = LoraConfig.from_pretrained(str(folder))
+        config.inference_mode = merge
+        lora = get_peft_model(model, config)
+        loaded: Any = set_peft_model_state_dict(lora, weights)
+        wrong = [k for k in loaded.missing_keys if "lora_" in k] + list(loaded.unexpected_keys)
+        if wrong:
+            raise ConfigurationError(f"local:{name}: the packed adapter in {folder} does not fit the base model ({wrong[0]})")
+    return (lora.merge_and_unload() if merge else lora), tok
 
 
 PACKED = "adapter_model.int8.safetensors.xz"  # a shipped adapter: int8 LoRA factors + float scales, xz-compressed

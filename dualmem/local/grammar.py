@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from functools import lru_cache
 from typing import Any
@@ -85,21 +86,34 @@ class LlamaGrammarProcessor:
 
 
 
+def compile_grammar(tok: Any, vocab_size: int, schema_json: str, max_new_tokens: int = 512) -> Any:
+    """Return ``schema_json`` compiled by xgrammar for ``tok``, bounded to fit ``max_new_tokens`` (None without xgrammar).
+
+    Decoding stops on any of the tokenizer's end-of-turn tokens (:func:`~dualmem.local.bundled.stop_ids`).
+    """
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        return None
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=stop_ids(tok))
+    bounded = json.dumps(bound(json.loads(schema_json), *grammar_bounds(max_new_tokens)))
+    return xgr.GrammarCompiler(info).compile_json_schema(bounded, any_whitespace=False)
+
+
 @lru_cache(maxsize=16)
 def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engine: str = "transformers") -> Any:
     """Return a zero-arg factory of fresh xgrammar logits processors (None without xgrammar)."""
-    try:
-        import xgrammar as xgr
-        from xgrammar.contrib.hf import LogitsProcessor
-    except ImportError:
+    if importlib.util.find_spec("xgrammar") is None:
         return None
     model, tok = load_transformers(name)
-    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model.config.vocab_size, stop_token_ids=stop_ids(tok))
-    bounded = json.dumps(bound(json.loads(schema_json), *grammar_bounds(max_new_tokens)))
-    compiled = xgr.GrammarCompiler(info).compile_json_schema(bounded, any_whitespace=False)
+    compiled = compile_grammar(tok, model.config.vocab_size, schema_json, max_new_tokens)
+    if compiled is None:
+        return None
     if engine == "llama.cpp":
         from dualmem.local.llamacpp import llama
 
         end = llama(name).token_eos()
         return lambda: LlamaGrammarProcessor(compiled, end)
+    from xgrammar.contrib.hf import LogitsProcessor
+
     return lambda: LogitsProcessor(compiled)

@@ -130,7 +130,7 @@ RL_HELP = (
 def rl_cmd(
     ctx: typer.Context,
     engine: Annotated[Engine, typer.Option("--engine", "-e", help="trl (one machine) or verl (Ray cluster)")] = Engine.trl,
-    data: Annotated[list[Path] | None, typer.Option("--data", "-d", help="RoleMemo file or folder (repeatable)")] = None,
+    data: Annotated[list[Path] | None, typer.Option("--data", "-d", help="RoleMemo file or folder (repeatable; trl: RealMem with --data_format realmem)")] = None,
     prepare: Annotated[bool, typer.Option("--prepare/--no-prepare", help="verl: (re)write the parquet data from --data")] = True,
     launch: Annotated[bool, typer.Option("--launch/--no-launch", help="verl: start the VeRL run after writing the config")] = False,
     python: Annotated[str, typer.Option("--python", help="verl: interpreter with verl installed (default: .venv-verl/bin/python if present)")] = "",
@@ -141,7 +141,7 @@ def rl_cmd(
 
         cfg = _parse(GRPORunConfig, list(ctx.args))
         try:
-            train_grpo(cfg, dataset=_load(data) if data else None)
+            train_grpo(cfg, dataset=_load(data, cfg.data_format) if data else None)
         except (ConfigurationError, DatasetError) as exc:
             _fail(exc)
         console.print(f"[green]done[/] policy in {cfg.output_dir}")

@@ -215,6 +215,17 @@ class Episode:
     chunks: list[Chunk]
     queries: list[Query]
     gold_facts: list[GoldFact]
+    start: list[SimItem] = field(default_factory=list)  # the memory before the first chunk (a window of a longer history)
+    scored: tuple[str, ...] = ("fact", "insight")  # kinds of written items the reward compares with the gold
+
+    def initial_state(self) -> MemoryState:
+        """Return a fresh copy of the memory the episode starts from."""
+        return MemoryState([SimItem(**vars(i)) for i in self.start])
+
+    def written(self, state: MemoryState) -> list[str]:
+        """Return the texts of the scored items the episode's turns wrote (added or changed; not the starting memory)."""
+        before = {(i.id, i.text) for i in self.start}
+        return [i.text for i in state.items.values() if i.kind in self.scored and (i.id, i.text) not in before]
 
     def chunk_of(self, turn_id: str | None) -> int | None:
         """Return the index of the chunk holding ``turn_id``."""

@@ -23,11 +23,20 @@ How an episode maps onto TRL's ``GRPOTrainer`` (MemAgent-style credit):
   ``steps_per_generation`` > 1).
 
 Recall terms are logged as zero-weight reward functions (``rewards/fact_recall``…).
+
+RealMem (``--data_format realmem``): episodes are windows of ``--episode_chunks``
+chunks that hold memory points, each starting from the gold memory written before
+it (:func:`dualmem.training.realmem_gold.realmem_episodes`), so that a group costs a
+few writing turns instead of a whole history; only the facts a rollout writes are
+scored. ``--grammar true`` samples rollouts under the writer's JSON grammar, as the
+bundled model writes in ``dualmem eval`` (at least one fact and one insight per answer).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -39,13 +48,21 @@ from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory, TrajectoryPool
 from dualmem.training.run_config import JudgeFields, TrainerFields, help_field
 
+FORMATS = ("rolememo", "realmem")
+
 
 @dataclass
 class GRPORunConfig(TrainerFields, JudgeFields):
     """Settings of one TRL GRPO run of the writer (shared fields: :class:`TrainerFields`, :class:`JudgeFields`)."""
 
     model_name_or_path: str = help_field("", "policy: a Hugging Face causal LM (usually the SFT output)")
-    data: str = help_field("", "RoleMemo file or folder (dualmem.datasets.load_dataset('rolememo', ...))")
+    data: str = help_field("", "training data: a file or folder of --data_format (dualmem.datasets.load_dataset)")
+    data_format: str = help_field("rolememo", "rolememo (gold facts and insights of queries) or realmem (memory points as gold facts)")
+    episode_chunks: int = help_field(0, "realmem: chunks per episode, windows that hold memory points (0: the whole history)")
+    max_chunks: int = help_field(0, "realmem: only the first N chunks of each history (0: all)")
+    skip_chunks: int = help_field(0, "realmem: episodes start at chunk N or later (e.g. past the chunks SFT trained on); the gold before them is their memory")
+    max_prompt_tokens: int = help_field(0, "realmem: leave out episodes whose prompts (from the starting memory) are longer (0: keep all)")
+    grammar: bool = help_field(False, "sample rollouts under the writer's JSON grammar (xgrammar), as the bundled model writes")
     output_dir: str = help_field("runs/grpo/model", "where checkpoints and the final model are written")
     num_generations: int = help_field(8, "rollouts per group (paper: n = 8)")
     episodes_per_step: int = help_field(1, "groups per optimizer step (rows per device batch = this x num_generations)")
@@ -60,6 +77,17 @@ class GRPORunConfig(TrainerFields, JudgeFields):
     logging_steps: int = help_field(1, "log every N steps")
     save_steps: int = help_field(50, "save every N steps")
     reward: str = help_field("", "reward terms as NAME=VALUE,... (RewardConfig: unparseable_penalty, similarity_weight, format_weight, ...)")
+
+    def __post_init__(self) -> None:
+        if self.data_format not in FORMATS:
+            raise ConfigurationError(f"--data_format {self.data_format!r}: use one of {', '.join(FORMATS)}")
+        limits = {"episode_chunks": self.episode_chunks, "max_chunks": self.max_chunks, "skip_chunks": self.skip_chunks,
+                  "max_prompt_tokens": self.max_prompt_tokens}
+        for name, value in limits.items():
+            if value < 0:
+                raise ConfigurationError(f"--{name} {value}: a count, 0 or more (0: no limit)")
+        if self.data_format != "realmem" and any(limits.values()):
+            raise ConfigurationError(f"--{', --'.join(limits)} cut RealMem histories: pass --data_format realmem")
 
     def reward_config(self) -> RewardConfig:
         """Return the reward settings of this run (``reward`` overrides any RewardConfig field)."""
@@ -80,26 +108,59 @@ def _ids(encoded: Any) -> list[int]:
     return list(ids[0] if ids and isinstance(ids[0], list) else ids)
 
 
+def _shared_prefill(model: Any, prompts: list[list[int]], input_ids: Any) -> dict[str, Any]:
+    """Return ``generate`` kwargs reading one prompt once when every rollout of the group has the same one (its cache, copied)."""
+    if len(prompts) < 2 or any(p != prompts[0] for p in prompts):
+        return {}
+    cache = model(input_ids=input_ids[:1, :-1], use_cache=True).past_key_values
+    cache.batch_repeat_interleave(len(prompts))
+    return {"past_key_values": cache}
+
+
 class EpisodeRunner:
-    """Play writing episodes with the trainer's policy and serve them turn by turn to TRL."""
+    """Play writing episodes with the trainer's policy and serve them turn by turn to TRL.
+
+    ``history`` gets one row per played group: the episode, each rollout's reward terms and what it wrote.
+    """
 
     def __init__(self, episodes: list[Episode], cfg: GRPORunConfig, embed: Any = None, judge: Any = None) -> None:
         self.episodes = {e.id: e for e in episodes}
         self.cfg = cfg
         self.embed, self.judge = embed, judge
         self.pool = TrajectoryPool()
+        self.history: list[dict[str, Any]] = []
+        self._grammar: Any = None
 
     def rows(self) -> list[dict[str, str]]:
         """Return the dataset rows: one per (episode, turn), in order."""
         return [{"prompt": json.dumps({"episode": e.id, "turn": t})} for e in self.episodes.values() for t in range(len(e.chunks))]
 
+    def processors(self, model: Any, tokenizer: Any) -> list[Any]:
+        """Return the logits processors of one batched generation: the writer's JSON grammar with ``cfg.grammar``."""
+        if not self.cfg.grammar:
+            return []
+        if self._grammar is None:
+            from langchain_core.utils.function_calling import convert_to_json_schema
+
+            from dualmem.local.grammar import compile_grammar
+            from dualmem.schema import MemoryUpdate
+
+            schema = json.dumps(convert_to_json_schema(MemoryUpdate))  # the schema the writer asks a local model for
+            self._grammar = compile_grammar(tokenizer, model.config.vocab_size, schema, self.cfg.max_completion_length)
+        from xgrammar.contrib.hf import LogitsProcessor
+
+        return [LogitsProcessor(self._grammar)]
+
     def play(self, episode: Episode, model: Any, tokenizer: Any, groups: int) -> list[Trajectory]:
         """Play ``episode`` ``groups`` times at once (batched generation), chunk by chunk, and score each."""
         import torch
 
-        trajectories = [Trajectory() for _ in range(groups)]
-        eos = tokenizer.eos_token_id
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        from dualmem.local.bundled import stop_ids
+
+        clock = time.time(), time.process_time()
+        trajectories = [Trajectory(state=episode.initial_state()) for _ in range(groups)]
+        stops = stop_ids(tokenizer)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         device = next(model.parameters()).device
         for chunk in episode.chunks:
             views = [t.view(chunk, self.cfg.view_k, self.cfg.view_recent) for t in trajectories]
@@ -110,14 +171,31 @@ class EpisodeRunner:
             with torch.no_grad():
                 out = model.generate(
                     input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=self.cfg.temperature,
-                    max_new_tokens=self.cfg.max_completion_length, pad_token_id=pad, eos_token_id=eos,
+                    max_new_tokens=self.cfg.max_completion_length, pad_token_id=pad, eos_token_id=stops,
+                    logits_processor=self.processors(model, tokenizer), **_shared_prefill(model, prompts, input_ids),
                 )
             for traj, view, prompt, row in zip(trajectories, views, prompts, out[:, width:].tolist(), strict=True):
-                completion = (row[: row.index(eos) + 1] if eos in row else row) or [eos]
+                end = next((n for n, tid in enumerate(row) if tid in stops), None)
+                completion = (row if end is None else row[: end + 1]) or [tokenizer.eos_token_id]
                 traj.record(chunk, view, prompt, completion, tokenizer.decode(completion, skip_special_tokens=True))
         for traj in trajectories:
             traj.finish(episode, self.cfg.reward_config(), embed=self.embed, judge=self.judge)
+        self.history.append(self._row(episode, trajectories, clock))
         return trajectories
+
+    @staticmethod
+    def _row(episode: Episode, trajectories: list[Trajectory], clock: tuple[float, float]) -> dict[str, Any]:
+        """Return the history row of one played group (rewards, recall, items written per kind, seconds, each rollout's answers)."""
+        start = {i.id for i in episode.start}
+        terms = [t.metrics() for t in trajectories]
+        wrote = [[i.kind for i in t.state.items.values() if i.id not in start] for t in trajectories]
+        return {
+            "episode": episode.id, "chunks": len(episode.chunks), "gold_facts": len(episode.gold_facts),
+            **{k: [round(m[k], 4) for m in terms] for k in ("score", "fact_recall", "similarity", "parsed_share")},
+            "facts": [w.count("fact") for w in wrote], "insights": [w.count("insight") for w in wrote],
+            "wall_s": round(time.time() - clock[0], 2), "cpu_s": round(time.process_time() - clock[1], 2),
+            "texts": [t.texts for t in trajectories],
+        }
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         """TRL ``rollout_func``: return ids for each (episode, turn) sample and its trajectory's episode reward."""
@@ -161,6 +239,35 @@ def insight_recall(completions: list[Any], insight_recall: list[float], **kwargs
     return list(insight_recall)
 
 
+def training_episodes(dataset: Dataset, cfg: GRPORunConfig, tokenizer: Any = None) -> list[Episode]:
+    """Return the episodes of ``dataset``: whole histories (RoleMemo), or RealMem windows in a seeded order that mixes the personas.
+
+    With ``cfg.max_prompt_tokens`` (and ``tokenizer``), a window is left out when a chunk's prompt, its view rendered from the
+    window's starting memory, is longer.
+    """
+    if cfg.data_format != "realmem":
+        return [build_episode(item, chunk_tokens=cfg.chunk_tokens) for item in dataset.items]
+    from dualmem.training.episode import fraction
+    from dualmem.training.realmem_gold import realmem_episodes
+
+    episodes = [
+        e for item in dataset.items for e in realmem_episodes(
+            item, window=cfg.episode_chunks or 1_000_000, skip=cfg.skip_chunks, chunk_tokens=cfg.chunk_tokens, max_chunks=cfg.max_chunks or None,
+            view_k=cfg.view_k, view_recent=cfg.view_recent,
+        )
+    ]
+    if cfg.max_prompt_tokens and tokenizer is not None:
+        episodes = [e for e in episodes if max(_prompt_tokens(e, c, tokenizer, cfg) for c in e.chunks) <= cfg.max_prompt_tokens]
+    if not episodes:
+        raise ConfigurationError("no RealMem episode holds a memory point within the limits: check --data, --max_chunks, --skip_chunks, --max_prompt_tokens")
+    return sorted(episodes, key=lambda e: fraction("grpo-order", cfg.seed, e.id))
+
+
+def _prompt_tokens(episode: Episode, chunk: Any, tokenizer: Any, cfg: GRPORunConfig) -> int:
+    view = episode.initial_state().view(chunk.text, view_k=cfg.view_k, view_recent=cfg.view_recent)
+    return len(_ids(tokenizer.apply_chat_template(episode.messages(view, chunk), add_generation_prompt=True, tokenize=True)))
+
+
 def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any = None, tokenizer: Any = None, embed: Any = None, judge: Any = None) -> Any:
     """Return a TRL ``GRPOTrainer`` wired to :class:`EpisodeRunner` (objects may be passed in, e.g. in tests)."""
     import os
@@ -169,33 +276,38 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if cfg.grammar and importlib.util.find_spec("xgrammar") is None:
+        raise ConfigurationError("--grammar true needs xgrammar: pip install xgrammar")
     if dataset is None:
         if not cfg.data:
-            raise ConfigurationError("no training data: pass --data (a RoleMemo file or folder)")
+            raise ConfigurationError(f"no training data: pass --data (a {cfg.data_format} file or folder)")
         from dualmem.datasets import load_dataset
 
-        dataset = load_dataset("rolememo", cfg.data)
+        dataset = load_dataset(cfg.data_format, cfg.data)
     if model is None or tokenizer is None:
         from dualmem.training.sft import SFTRunConfig, load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(SFTRunConfig(model_name_or_path=cfg.model_name_or_path, tokenizer_gguf_file=cfg.tokenizer_gguf_file))
+        model, tokenizer = load_model_and_tokenizer(
+            SFTRunConfig(model_name_or_path=cfg.model_name_or_path, tokenizer_gguf_file=cfg.tokenizer_gguf_file, use_lora=cfg.use_lora)
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if cfg.beta > 0 and not Path(getattr(model.config, "_name_or_path", "") or "/nonexistent").is_dir():
+    adapter = hasattr(model, "peft_config")  # a peft model (local:ADAPTER with --use_lora): its own adapter goes on training
+    if cfg.beta > 0 and not adapter and not Path(getattr(model.config, "_name_or_path", "") or "/nonexistent").is_dir():
         # TRL builds the KL reference model from the policy's path: give an in-memory model one
         init = Path(cfg.output_dir) / "initial_policy"
         model.save_pretrained(init)
         model.config._name_or_path = str(init)
-    runner = EpisodeRunner([build_episode(item, chunk_tokens=cfg.chunk_tokens) for item in dataset.items], cfg, embed=embed, judge=judge)
-    rows = cfg.episodes_per_step * cfg.num_generations
-    args = GRPOConfig(
+    runner = EpisodeRunner(training_episodes(dataset, cfg, tokenizer), cfg, embed=embed, judge=judge)
+    rows = cfg.episodes_per_step * cfg.num_generations  # one generation batch (played at once) and one optimizer step
+    args = GRPOConfig(  # trained one sequence per micro-step: a padded batch makes CPU attention materialise (B, H, L, L) weights
         **cfg.trainer_args(), beta=cfg.beta, num_generations=cfg.num_generations,
-        per_device_train_batch_size=rows, gradient_accumulation_steps=1, max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature, shuffle_dataset=False,
+        per_device_train_batch_size=1, gradient_accumulation_steps=rows, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, shuffle_dataset=False, disable_dropout=True,
         reward_weights=[1.0, 0.0, 0.0], loss_type="grpo", gradient_checkpointing=False,
     )
     peft_config = None
-    if cfg.use_lora:
+    if cfg.use_lora and not adapter:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
@@ -208,12 +320,24 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
 
 
 def train_grpo(cfg: GRPORunConfig, **objects: Any) -> dict[str, Any]:
-    """Run GRPO, save the policy, and return the log history."""
+    """Run GRPO, save the policy, and return (and write to ``dualmem_grpo_log.json``) the log, rollouts and step times."""
+    from transformers import TrainerCallback
+
     trainer = build_trainer(cfg, **objects)
+    steps: list[dict[str, float]] = []
+    clock = time.time(), time.process_time()
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            steps.append({"step": state.global_step, "wall_s": round(time.time() - clock[0], 2), "cpu_s": round(time.process_time() - clock[1], 2)})
+
+    trainer.add_callback(Clock())
     trainer.train()
     trainer.save_model(cfg.output_dir)
     Path(cfg.output_dir, "dualmem_grpo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    return {"log_history": trainer.state.log_history}
+    out = {"log_history": trainer.state.log_history, "rollouts": trainer.dualmem_runner.history, "steps": steps}
+    Path(cfg.output_dir, "dualmem_grpo_log.json").write_text(json.dumps(out, indent=1))
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

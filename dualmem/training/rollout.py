@@ -51,8 +51,8 @@ class Trajectory:
         self.counts["dangling"] += stats.dangling
 
     def finish(self, episode: Episode, cfg: RewardConfig, embed: Any = None, judge: Any = None) -> dict[str, Any]:
-        """Score the trajectory's final memory; return and keep the reward breakdown."""
-        out = episode_reward(self.state.texts(), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
+        """Score what the trajectory wrote (:meth:`Episode.written`); return and keep the reward breakdown."""
+        out = episode_reward(episode.written(self.state), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
         self.reward = out.as_dict()
         return self.reward
 

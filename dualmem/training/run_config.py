@@ -34,14 +34,14 @@ class JudgeFields:
     embedder: str = help_field(setting_default("embedder"), "embedder of the recall protocol (hash:64 in tests)")
 
 
-TRAINER_ARGS = ("output_dir", "learning_rate", "max_steps", "logging_steps", "save_steps", "seed", "report_to", "use_cpu", "disable_tqdm")
+TRAINER_ARGS = ("output_dir", "learning_rate", "max_steps", "logging_steps", "save_steps", "seed", "report_to", "use_cpu", "disable_tqdm", "bf16")
 
 
 @dataclass
 class TrainerFields:
     """Fields of a TRL run of the writer (SFT, GRPO); defaults are SFT's, GRPO re-declares those it changes."""
 
-    model_name_or_path: str = help_field("", "any Hugging Face causal LM: hub id (needs network), local folder, or local:smollm2 (the bundled model)")
+    model_name_or_path: str = help_field("", "any Hugging Face causal LM: hub id (needs network), local folder, local:smollm2 (the bundled model), local:smollm2-writer or local:FOLDER (a LoRA adapter of it)")
     tokenizer_gguf_file: str = help_field("", "load the tokenizer from this GGUF file inside model_name_or_path")
     output_dir: str = help_field("runs/sft/model", "where checkpoints and the final model are written")
     learning_rate: float = help_field(1e-5, "peak learning rate (paper: 1e-5 for SFT, 1e-6 for GRPO)")
@@ -54,6 +54,7 @@ class TrainerFields:
     report_to: str = help_field("none", "tracker: none, wandb, tensorboard")
     use_cpu: bool = help_field(False, "force CPU (tests)")
     disable_tqdm: bool = help_field(False, "hide the progress bar")
+    bf16: bool = help_field(False, "train in bfloat16 autocast (GPUs that support it; CPUs with AVX512-BF16 or AMX too)")
 
     def trainer_args(self) -> dict[str, Any]:
         """Return the TRL trainer arguments these fields set (``TRAINER_ARGS``)."""

@@ -37,7 +37,6 @@ class SFTRunConfig(TrainerFields):
     per_device_train_batch_size: int = help_field(1, "sequences per device per micro-step")
     gradient_accumulation_steps: int = help_field(32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)")
     max_length: int = help_field(6144, "cutoff length in tokens, prompt + target (paper: 6,144)")
-    bf16: bool = help_field(False, "train in bfloat16 (set on GPUs that support it)")
     gradient_checkpointing: bool = help_field(False, "trade compute for memory on long sequences")
 
     def effective_batch(self, devices: int = 1) -> int:
@@ -100,18 +99,29 @@ def tokenize_pairs(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) 
 
 
 def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
-    """Load the causal LM and its tokenizer named by ``cfg``."""
+    """Load the causal LM and its tokenizer named by ``cfg``.
+
+    ``local:smollm2`` is the bundled model; ``local:smollm2-writer`` or ``local:FOLDER`` a LoRA adapter of it, merged
+    into the weights, or with ``use_lora`` a trainable peft model whose own adapter goes on training (the saved output
+    folder is then again a ``local:FOLDER`` model).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not cfg.model_name_or_path:
         raise ConfigurationError("no model: pass --model_name_or_path (a hub id, a local folder or local:smollm2)")
-    if cfg.model_name_or_path.startswith("local:"):  # the bundled model, de-quantised from its GGUF (no hub)
-        from dualmem.local.bundled import LOCAL_MODELS, _load_base
+    if cfg.model_name_or_path.startswith("local:"):  # the bundled model (de-quantised from its GGUF, no hub) or a LoRA adapter of it
+        from dualmem.local.bundled import adapter_dir, check_name, load_local
 
         name = cfg.model_name_or_path.removeprefix("local:")
-        if name not in LOCAL_MODELS:
-            raise ConfigurationError(f"--model_name_or_path {cfg.model_name_or_path}: the bundled base model is local:smollm2")
-        return _load_base(name)
+        try:
+            check_name(name)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--model_name_or_path {cfg.model_name_or_path}: {exc}") from None
+        adapter = adapter_dir(name) is not None
+        model, tokenizer = load_local(name, merge=not (adapter and cfg.use_lora))  # --use_lora trains the adapter itself further
+        if adapter and not cfg.use_lora:  # merged: a KL reference must be built from these weights, not from the base's folder
+            model.config._name_or_path = cfg.model_name_or_path
+        return model, tokenizer
     kw = {"gguf_file": cfg.tokenizer_gguf_file} if cfg.tokenizer_gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path, **kw)
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, **kw)
@@ -128,7 +138,7 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     peft_config = None
-    if cfg.use_lora:
+    if cfg.use_lora and not hasattr(model, "peft_config"):  # a peft model (local:ADAPTER) goes on training its own adapter
         from peft import LoraConfig
 
         peft_config = LoraConfig(
@@ -141,7 +151,6 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         max_length=cfg.max_length,
-        bf16=cfg.bf16,
         gradient_checkpointing=cfg.gradient_checkpointing,
         eval_strategy="steps" if cfg.eval_file else "no",
         eval_steps=cfg.save_steps if cfg.eval_file else None,

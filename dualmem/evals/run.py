@@ -60,20 +60,21 @@ def _items(dataset_kind: str, path: str, personas: Sequence[str] | None) -> list
     return [it for it in dataset(dataset_kind, path).items if not personas or it.dialogue.id in personas]
 
 
+def _replayed(dataset_kind: str, item: Any, limit: int | None) -> list[Any]:
+    """Return the sessions a persona's run ingests (RealMem with a limit: replay stops before the session of the last query)."""
+    return realmem_plan(item, limit)[0][:-1] if dataset_kind == "realmem" and limit is not None else list(item.dialogue.sessions)
+
+
 def _totals(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None) -> tuple[int, int]:
     items = _items(dataset_kind, path, personas)
-    queries = sum(len(kept_queries(it, limit)) for it in items)
-    if dataset_kind == "realmem" and limit is not None:  # replay stops before the session of the last query
-        return queries, sum(max(0, len(realmem_plan(it, limit)[0]) - 1) for it in items)
-    return queries, sum(len(it.dialogue.sessions) for it in items)
+    return sum(len(kept_queries(it, limit)) for it in items), sum(len(_replayed(dataset_kind, it, limit)) for it in items)
 
 
 def _work(dataset_kind: str, path: str, limit: int | None, personas: Sequence[str] | None, chunk_tokens: int) -> dict[str, float]:
     """Return each persona's expected model calls: writer chunks (about 4 characters a token) and three per query."""
     out = {}
     for it in _items(dataset_kind, path, personas):
-        sessions = realmem_plan(it, limit)[0][:-1] if dataset_kind == "realmem" and limit is not None else it.dialogue.sessions
-        chars = sum(len(t.text) for s in sessions for t in s.turns)
+        chars = sum(len(t.text) for s in _replayed(dataset_kind, it, limit) for t in s.turns)
         out[it.dialogue.id] = chars / (4 * chunk_tokens) + 3 * len(kept_queries(it, limit))
     return out
 

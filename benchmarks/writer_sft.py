@@ -74,10 +74,51 @@ def coverage(run_dir: Path, persona: str, limit: int) -> dict[str, float]:
         facts += [i.text for i in store.list(ns, kind="fact", limit=100_000)]
         insights += [i.text for i in store.list(ns, kind="insight", limit=100_000)]
     points = [p.content for s in ingested for p in s.memory_points]
+    written = [i for ns in store.namespaces() for kind in ("fact", "insight") for i in store.list(ns, kind=kind, limit=100_000)]
+    chance = chance_ndcg(run_dir, written, [s.id for s in sessions])
     chunks = len(chunk_sessions(ingested, ("p",), settings.chunk_tokens))
     rec = memory_point_recall(points, facts, embed)["memory_point_recall"] if facts and points else 0.0
+    written = {_norm(t) for t in facts}
+    copies = sum(_norm(t) in written for t in insights)
     return {"gold_points": len(points), "chunks": chunks, "facts": len(facts), "insights": len(insights),
-            "point_coverage": rec, "facts_per_chunk": len(facts) / max(chunks, 1), "insights_per_chunk": len(insights) / max(chunks, 1)}
+            "point_coverage": rec, "facts_per_chunk": len(facts) / max(chunks, 1), "insights_per_chunk": len(insights) / max(chunks, 1),
+            "insight_copy_share": copies / len(insights) if insights else 0.0, "ndcg_chance": chance}
+
+
+def chance_ndcg(run_dir: Path, items: list, order: list[str], draws: int = 1000) -> float:
+    """Return the mean, over the run's queries, of NDCG_any@10 when as many items as were retrieved are drawn at random
+    from the memory written before the query (an insight also counts the sessions of the facts it cites, as retrieval does).
+
+    With a small memory spread over many sessions, random items already hit the gold session often: this is the floor
+    the writer's NDCG is read against.
+    """
+    import random
+
+    from dualmem.evals.metrics import realmem_session_metrics
+
+    rng = random.Random(0)
+    session_of = {i.id: i.source.session_id for i in items}
+    sessions = [[s for s in dict.fromkeys([i.source.session_id, *(session_of.get(g) for g in i.grounding)]) if s] for i in items]
+    scores = []
+    for line in (run_dir / "records.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        gold = record["gold"].get("session_ids") or []
+        seen = set(order[: record["ingested_sessions"]])
+        pool = [ss for ss in sessions if ss and ss[0] in seen]
+        n = min(len(record["retrieved"]), len(pool))
+        if not gold:
+            continue
+        total = 0.0
+        for _ in range(draws):
+            ranked = [s for ss in rng.sample(pool, n) for s in ss]
+            total += realmem_session_metrics(ranked, gold, ks=(10,)).get("ndcg_any@10", 0.0)
+        scores.append(total / draws)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def _norm(text: str) -> str:
+    """Return ``text`` casefolded with everything but letters and digits dropped (an insight that repeats a fact matches it)."""
+    return "".join(c for c in text.casefold() if c.isalnum())
 
 
 def same_protocol(earlier: dict, args: argparse.Namespace, held: list[str], wanted: list[str]) -> None:
@@ -142,6 +183,7 @@ def main() -> None:
     ap.add_argument("--grpo-max-prompt-tokens", type=int, default=2048, help="GRPO: leave out episodes with longer prompts (CPU time)")
     ap.add_argument("--grpo-skip-chunks", type=int, default=-1, help="GRPO episodes start past this chunk (-1: --max-chunks, the chunks SFT saw)")
     ap.add_argument("--grpo-max-chunks", type=int, default=72, help="GRPO episodes end before this chunk of each training history")
+    ap.add_argument("--rescore", action="store_true", help="run nothing: read the arms' finished run folders (OUT/eval) again, keep their times")
     ap.add_argument("--train-only", action="store_true", help="train (SFT unless --adapter, GRPO for sft+grpo), evaluate nothing: OUT/train_only.json")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "writer_sft.json"))
     args = ap.parse_args()
@@ -160,7 +202,9 @@ def main() -> None:
         sys.exit(f"--arms: unknown arm(s) {', '.join(sorted(unknown))}; use zero-shot, sft, sft+grpo")
     earlier = json.loads(Path(args.result).read_text()) if Path(args.result).exists() else {}
     if not args.train_only:
-        same_protocol(earlier, args, held, wanted)
+        same_protocol(earlier, args, held, [] if args.rescore else wanted)  # --rescore: the arms read again must match too
+    if args.rescore and (not args.adapter or ("sft+grpo" in wanted and not args.grpo_adapter)):
+        sys.exit("--rescore trains nothing: pass --adapter (and --grpo-adapter for sft+grpo), the folders that were evaluated")
 
     adapter = args.adapter
     if not adapter:
@@ -197,24 +241,31 @@ def main() -> None:
         for persona in held:
             f = next(f for f in files if f.name.startswith(persona + "_dialogues"))
             run_dir = out / "eval" / arm / persona
-            if run_dir.exists():  # a fresh evaluation (dualmem eval would continue the earlier run)
-                import shutil
+            before = earlier.get("arms", {}).get(arm, {}).get("personas", {}).get(persona, {})
+            if args.rescore:  # the run folder's evaluation as it stands, its store read again; times from the result file
+                if not (run_dir / "summary.json").exists() or not before:
+                    sys.exit(f"--rescore: no finished {arm} run of {persona} in {run_dir} and {args.result}; run without --rescore")
+                wall, cpu = before["wall_s"], before["cpu_s"]
+            else:
+                if run_dir.exists():  # a fresh evaluation (dualmem eval would continue the earlier run)
+                    import shutil
 
-                shutil.rmtree(run_dir)
-            cmd = [str(BIN), "eval", "-d", "realmem", str(f), "-f", "dualmem", "--no-respond", "--limit", str(args.limit), "--personas", persona,
-                   "--out", str(run_dir), "--set", f"writer_model={writer}", "--set", "local_engine=transformers",
-                   "--set", f"max_new_tokens={args.max_new_tokens}"]
-            t = time.time()
-            cpu = run(cmd, out / f"eval-{arm}-{persona}.log")
+                    shutil.rmtree(run_dir)
+                cmd = [str(BIN), "eval", "-d", "realmem", str(f), "-f", "dualmem", "--no-respond", "--limit", str(args.limit), "--personas", persona,
+                       "--out", str(run_dir), "--set", f"writer_model={writer}", "--set", "local_engine=transformers",
+                       "--set", f"max_new_tokens={args.max_new_tokens}"]
+                t = time.time()
+                cpu = run(cmd, out / f"eval-{arm}-{persona}.log")
+                wall = time.time() - t
             summary = json.loads((run_dir / "summary.json").read_text())
             row = {k: summary["overall"].get(k) for k in ("ndcg_any@10", "recall_any@10", "memory_point_recall")}
-            row.update(n_queries=summary["n_queries"], failed_chunks=summary["ingest"]["failed_chunks"], wall_s=time.time() - t, cpu_s=cpu)
+            row.update(n_queries=summary["n_queries"], failed_chunks=summary["ingest"]["failed_chunks"], wall_s=wall, cpu_s=cpu)
             row.update(coverage(run_dir, persona, args.limit))
             result["arms"][arm]["personas"][persona] = row
             print(arm, persona, json.dumps(row), flush=True)
         rows = list(result["arms"][arm]["personas"].values())
-        keys = ("ndcg_any@10", "memory_point_recall", "point_coverage", "facts_per_chunk", "insights_per_chunk", "failed_chunks")
-        result["arms"][arm]["macro"] = {k: sum(r[k] or 0 for r in rows) / len(rows) for k in keys}
+        keys = ("ndcg_any@10", "memory_point_recall", "point_coverage", "facts_per_chunk", "insights_per_chunk", "insight_copy_share", "ndcg_chance", "failed_chunks")
+        result["arms"][arm]["macro"] = {k: sum(r.get(k) or 0 for r in rows) / len(rows) for k in keys}
     Path(args.result).parent.mkdir(parents=True, exist_ok=True)
     Path(args.result).write_text(json.dumps(result, indent=2))
     for arm, body in result["arms"].items():

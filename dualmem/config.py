@@ -22,6 +22,8 @@ ENV_PREFIX = "DUALMEM_"
 # fields read from a non-prefixed, conventional environment variable
 STORE_SCHEMES = ("file", "memory", "s3", "s3+ddb", "gs", "az", "abfs", "abfss", "oss", "cos", "hf", "db")
 """URI schemes a ``store_uri`` may use (LanceDB's object stores); anything else is a local folder."""
+# the memory writer of a bundled chat model when writer_model is empty: its SFT LoRA (README "Training the writer")
+BUNDLED_WRITER = {"local:smollm2": "local:smollm2-writer"}
 ENV_ALIASES = {"openai_base_url": "OPENAI_BASE_URL", "openai_api_key": "OPENAI_API_KEY"}
 
 
@@ -57,7 +59,7 @@ class Settings:
     """Run settings for models, store, chunking and retrieval."""
 
     chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
-    writer_model: str = _setting("", "model of the memory writer; empty = chat_model")
+    writer_model: str = _setting("", "model of the memory writer; empty = chat_model (local:smollm2 writes with its SFT adapter local:smollm2-writer unless local_engine=llama.cpp)")
     judge_model: str = _setting("", "model of the LLM judges; empty = chat_model")
     judge_repetitions: int = _setting(3, "times each role-play judge scores an answer (averaged; RealMem and LoCoMo judges ask once)", int)
     openai_base_url: str = _setting("", "base URL of an OpenAI-compatible endpoint (vLLM, DeepSeek…)")
@@ -144,8 +146,12 @@ class Settings:
 
     @property
     def writer(self) -> str:
-        """Return the writer model spec (falls back to ``chat_model``)."""
-        return self.writer_model or self.chat_model
+        """Return the writer model spec: ``writer_model``, else ``chat_model``, whose bundled model writes with its adapter."""
+        if self.writer_model:
+            return self.writer_model
+        if self.local_engine == "llama.cpp":  # llama.cpp cannot apply a LoRA: the bundled model writes as it is
+            return self.chat_model
+        return BUNDLED_WRITER.get(self.chat_model, self.chat_model)
 
     @property
     def judge(self) -> str:

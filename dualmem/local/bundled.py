@@ -11,6 +11,7 @@ import importlib.util
 import json
 import lzma
 import os
+import re
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -108,9 +109,15 @@ def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
     model, tok = _load_base(BASE if folder else name)
     if folder is None:
         return model, tok
-    from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
-
     weights = packed_adapter(folder)
+    if merge and plain_lora(folder, weights):  # inference needs no peft (it comes with the train extra only)
+        merge_lora(model, weights if weights is not None else _plain_weights(folder), folder, name)
+        return model, tok
+    try:
+        from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+    except ImportError as exc:
+        raise ConfigurationError(f"local:{name}: this adapter needs peft; run `pip install 'dualmem[train]'`") from exc
+
     if weights is None:  # a peft folder as training saves it
         lora = PeftModel.from_pretrained(model, str(folder), is_trainable=not merge)
     else:
@@ -122,6 +129,57 @@ def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
         if wrong:
             raise ConfigurationError(f"local:{name}: the packed adapter in {folder} does not fit the base model ({wrong[0]})")
     return (lora.merge_and_unload() if merge else lora), tok
+
+
+def plain_lora(folder: Path, weights: dict[str, Any] | None) -> bool:
+    """Return whether the adapter in ``folder`` is LoRA factors only (no DoRA, biases, saved modules): merged without peft."""
+    config = json.loads((folder / "adapter_config.json").read_text())
+    extras = ("use_dora", "modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters", "fan_in_fan_out")
+    if config.get("peft_type", "LORA") != "LORA" or any(config.get(k) for k in extras) or config.get("lora_bias"):
+        return False
+    keys = weights.keys() if weights is not None else _plain_keys(folder)
+    return keys is not None and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys)
+
+
+def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> None:
+    """Add each LoRA factor pair's change (``B @ A`` times alpha / r, or alpha / sqrt(r) with rsLoRA) to the base weights."""
+    import torch
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    prefix = "base_model.model."
+    pairs = {k[: -len(".lora_A.weight")] for k in weights if k.endswith(".lora_A.weight")}
+    if pairs != {k[: -len(".lora_B.weight")] for k in weights if k.endswith(".lora_B.weight")}:
+        raise ConfigurationError(f"local:{name}: the adapter in {folder} has LoRA factors without their pair; retrain or re-export it")
+    with torch.no_grad():
+        for key in sorted(k for k in weights if k.endswith(".lora_A.weight")):
+            path = key[: -len(".lora_A.weight")]
+            a, b = weights[key], weights.get(path + ".lora_B.weight")
+            try:
+                layer = model.get_submodule(path.removeprefix(prefix))
+            except AttributeError:
+                layer = None
+            if b is None or layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
+                raise ConfigurationError(f"local:{name}: the adapter in {folder} does not fit the base model ({key})")
+            alpha = next((v for k, v in config.get("alpha_pattern", {}).items() if re.fullmatch(rf"(.*\.)?{k}", path)), config["lora_alpha"])
+            rank = a.shape[0]
+            scale = alpha / (rank**0.5 if config.get("use_rslora") else rank)
+            layer.weight += (b.float() @ a.float() * scale).to(layer.weight.dtype)
+
+
+def _plain_keys(folder: Path) -> list[str] | None:
+    path = folder / "adapter_model.safetensors"
+    if not path.exists():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        return list(fh.keys())
+
+
+def _plain_weights(folder: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
 
 
 PACKED = "adapter_model.int8.safetensors.xz"  # a shipped adapter: int8 LoRA factors + float scales, xz-compressed

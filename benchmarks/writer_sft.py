@@ -207,6 +207,8 @@ def main() -> None:
         sys.exit("--rescore trains nothing: pass --adapter (and --grpo-adapter for sft+grpo), the folders that were evaluated")
 
     adapter = args.adapter
+    if adapter:  # the training flags (steps, lr, lora_r…) below in args were not used: say so beside them
+        result["adapter_given"] = f"{adapter}: not trained by this run; its training record is the result file of the run that trained it"
     if not adapter:
         export = ["dualmem", "train", "export-sft", "--out", str(out / "sft_data"), "--eval-ratio", "0", "--max-chunks", str(args.max_chunks)]
         for f in train_files:

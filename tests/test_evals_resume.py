@@ -116,3 +116,59 @@ def test_resume_reads_the_command_from_the_run_folder(sample_data, tmp_path):
     with pytest.raises(ConfigurationError, match="not empty and holds no run.json"):
         run_eval("rolememo", sample_data, "full-context", out=tmp_path / "old", progress=False, respond=False, ragas=False,
                  settings=Settings(embedder="hash:64"))
+
+
+WRITERS: list[str] = []
+
+
+class WriterProbe(TurnLogFramework):
+    """Raw turns; notes which model its context would write with (the context evals/graph.py builds)."""
+
+    uses_writer = True
+
+    def __init__(self, context: FrameworkContext) -> None:
+        WRITERS.append(context.writer().name_)
+        super().__init__(context, ranking="lexical")
+
+
+def test_a_run_begun_when_the_chat_model_wrote_resumes_with_it_writing(sample_data, tmp_path, monkeypatch):
+    """local:smollm2 now writes with its adapter: a run recorded before that (no ``writer`` in its spec) is another run for
+    the same command, and --resume goes on with the chat model writing, as the run began."""
+    from dualmem.frameworks import REGISTRY
+
+    monkeypatch.setitem(REGISTRY, "writer-probe", f"{__name__}:WriterProbe")
+    WRITERS.clear()
+    common = dict(similarity=HashEmbeddings(64), progress=False, respond=False, ragas=False)
+    settings = Settings(embedder="hash:64", chat_model="local:smollm2", writer_model="", local_engine="transformers", eval_workers=1)
+    run = run_eval("rolememo", sample_data, "writer-probe", out=tmp_path / "run", settings=settings, **common)
+    data = json.loads((run / "run.json").read_text())
+    assert data["spec"]["writer"] == "local:smollm2-writer" and set(WRITERS) == {"smollm2-writer"}
+    # as an older dualmem recorded it: no writer field, the fingerprint of what it had
+    del data["spec"]["writer"]
+    from dualmem.evals.runspec import RunSpec, fingerprint
+
+    data["fingerprint"] = fingerprint(RunSpec(**data["spec"]))
+    (run / "run.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigurationError, match=r"writer: None -> 'local:smollm2-writer'.*--resume"):
+        run_eval("rolememo", sample_data, "writer-probe", out=run, settings=settings, **common)
+    WRITERS.clear()
+    assert resume_eval(run, progress=False) == run
+    assert WRITERS and set(WRITERS) == {"smollm2"}  # the chat model goes on writing
+    assert "writer" not in json.loads((run / "run.json").read_text())["spec"]
+    # a framework that never writes with the writer model records no writer
+    plain = run_eval("rolememo", sample_data, "full-context", out=tmp_path / "plain", settings=settings, **common)
+    assert json.loads((plain / "run.json").read_text())["spec"]["writer"] is None
+
+
+def test_the_writer_of_a_framework_context():
+    from dualmem.testing import FakeChatModel
+
+    default = Settings(chat_model="local:smollm2", writer_model="", local_engine="transformers")
+    assert FrameworkContext(namespace=("p", "u"), settings=default).writer().name_ == "smollm2-writer"
+    chat = FakeChatModel()
+    assert FrameworkContext(namespace=("p", "u"), settings=default, chat_model=chat).writer() is chat  # a given chat model writes
+    base = default.replace(writer_model="local:smollm2")
+    assert FrameworkContext(namespace=("p", "u"), settings=base).writer().name_ == "smollm2"
+    other = Settings(chat_model="fake:memory", writer_model="")
+    ctx = FrameworkContext(namespace=("p", "u"), settings=other)
+    assert ctx.writer() is ctx.chat()

@@ -15,6 +15,8 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.local.bundled import _load_base, adapter_dir, load_local, packed_adapter
 
+pytestmark = pytest.mark.slow  # runs the bundled model (in the default suite)
+
 
 @pytest.fixture(scope="module")
 def prompt_ids():
@@ -45,17 +47,18 @@ def test_merge_without_peft_equals_peft_merge(prompt_ids):
 
 
 def test_loading_the_writer_does_not_import_peft():
+    # peft made unimportable (it comes with the train extra only): the default writer must still load and merge
     code = (
-        "import sys; from dualmem.models import load_chat_model; from dualmem.config import Settings; "
-        "s = Settings(); m = load_chat_model(s.writer, s, role='writer'); "
-        "print(s.writer, 'peft' in sys.modules, type(m).__name__)"
+        "import sys; sys.modules['peft'] = None; from dualmem.config import Settings; "
+        "from dualmem.local.bundled import load_transformers; s = Settings(); "
+        "model, _ = load_transformers(s.writer.split(':', 1)[1]); print(s.writer, type(model).__name__)"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("DUALMEM_WRITER_MODEL", "DUALMEM_CHAT_MODEL")} | {"HF_HUB_OFFLINE": "1"}
+    drop = ("DUALMEM_WRITER_MODEL", "DUALMEM_CHAT_MODEL", "DUALMEM_LOCAL_ENGINE")
+    env = {k: v for k, v in os.environ.items() if k not in drop} | {"HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    spec, peft_loaded, _kind = out.stdout.split()
-    assert spec == "local:smollm2-writer"
-    assert peft_loaded == "False"
+    spec, kind = out.stdout.split()
+    assert spec == "local:smollm2-writer" and kind == "LlamaForCausalLM"
 
 
 def _plain_copy(tmp_path, drop: str | None = None, **config):
@@ -76,6 +79,28 @@ def test_a_plain_peft_folder_merges_like_the_packed_one(tmp_path, prompt_ids):
     plain, _ = load_local(str(folder))
     packed, _ = load_local("smollm2-writer")
     assert torch.allclose(_logits(plain, prompt_ids), _logits(packed, prompt_ids), atol=1e-5)
+
+
+def test_alpha_pattern_and_rslora_merge_as_peft_merges(tmp_path, prompt_ids):
+    from peft import PeftModel
+
+    folder = _plain_copy(tmp_path, alpha_pattern={"q_proj|v_proj": 8, "^model.layers.1.mlp.down_proj": 64}, use_rslora=True)
+    mine, _ = load_local(str(folder))
+    base, _ = _load_base("smollm2")
+    theirs = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    ours, ref = _logits(mine, prompt_ids), _logits(theirs, prompt_ids)
+    assert torch.allclose(ours, ref, atol=1e-4), (ours - ref).abs().max()
+
+
+def test_an_adapter_beyond_plain_lora_goes_through_peft(tmp_path):
+    from dualmem.local.bundled import plain_lora
+
+    plain = _plain_copy(tmp_path)
+    assert plain_lora(plain, None)
+    for extra in ({"use_dora": True}, {"init_lora_weights": "pissa"}, {"modules_to_save": ["lm_head"]}):
+        (tmp_path / "x").mkdir()
+        assert not plain_lora(_plain_copy(tmp_path / "x", **extra), None), extra
+        shutil.rmtree(tmp_path / "x")
 
 
 def test_rslora_scales_by_the_square_root_of_the_rank(tmp_path, prompt_ids):
@@ -109,8 +134,8 @@ def test_an_adapter_that_does_not_fit_is_a_one_line_error(tmp_path):
 
 
 def test_the_bundled_model_writes_with_its_adapter_unless_told_otherwise(monkeypatch):
-    monkeypatch.delenv("DUALMEM_WRITER_MODEL", raising=False)
-    monkeypatch.delenv("DUALMEM_CHAT_MODEL", raising=False)
+    for var in ("DUALMEM_WRITER_MODEL", "DUALMEM_CHAT_MODEL", "DUALMEM_LOCAL_ENGINE"):
+        monkeypatch.delenv(var, raising=False)
     assert Settings().writer == "local:smollm2-writer"
     assert Settings().chat_model == "local:smollm2"  # the adapter writes; the base model still answers
     assert Settings(writer_model="local:smollm2").writer == "local:smollm2"

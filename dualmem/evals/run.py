@@ -40,6 +40,7 @@ from dualmem.evals.runspec import (
     RunSpec,
     claim,
     data_stamp,
+    implied_writer,
     ranker_stamp,
     recorded_settings,
     spec_of,
@@ -135,10 +136,11 @@ def run_eval(
     if ragas:  # importing ragas takes seconds: do it while the evaluation waits on models
         threading.Thread(target=load_ragas_id_metrics, name="dualmem-warm-ragas", daemon=True).start()
     respond_and_judge = respond and judge is not None
+    writes = True  # a framework given as a factory may write with the writer model
     if framework_factory is None:  # a wrong name or embedder fails before the run folder is claimed
         from dualmem.frameworks import framework_class
 
-        framework_class(framework)
+        writes = framework_class(framework).uses_writer
     if embeddings is None:
         from dualmem.preflight import check_embedder
 
@@ -146,7 +148,7 @@ def run_eval(
     spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=framework, limit=limit, respond=respond,
                    personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,
                    judge_model=_name(judge) if respond_and_judge else None, settings=recorded_settings(settings),
-                   stamp=data_stamp(path), ranker_weights=ranker_stamp(settings))
+                   stamp=data_stamp(path), ranker_weights=ranker_stamp(settings), writer=implied_writer(settings, model) if writes else None)
     run_dir = Path(out) if out else spec.default_dir()
     run = claim(run_dir, spec)
     objects = any(x is not None for x in (embeddings, similarity, framework_factory)) or not isinstance(model, (str, type(None)))
@@ -265,6 +267,8 @@ def resume_eval(run_dir: str | Path, *, settings: dict[str, Any] | None = None, 
         raise ConfigurationError(f"--resume keeps the run's settings; {', '.join(changed)} would change its results "
                                  "(start another run instead)")
     resolved = Settings.resolve({**spec.settings, **(settings or {})})
+    if spec.writer is None and implied_writer(resolved) is not None:  # begun when the chat model wrote: it goes on writing
+        resolved = resolved.replace(writer_model=resolved.chat_model)
     return run_eval(spec.dataset_kind, spec.path, spec.framework, judge=spec.judge_model, limit=spec.limit, out=run_dir,
                     settings=resolved, model=None, respond=spec.respond, personas=spec.personas or None,
                     progress=progress, upload=upload)

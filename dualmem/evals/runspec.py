@@ -17,7 +17,7 @@ import hashlib
 import json
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,16 @@ SECRETS = frozenset({"openai_api_key"})
 def recorded_settings(settings: Settings) -> dict[str, Any]:
     """Return the settings a run records (every field but secrets)."""
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name not in SECRETS}
+
+
+def implied_writer(settings: Settings, model: Any = None) -> str | None:
+    """Return the writer a run's settings imply beyond what they record (``local:smollm2``'s adapter), else None.
+
+    A chat model given to the run (``model``) also writes, so nothing is implied then.
+    """
+    if model is not None or settings.writer_model or settings.writer == settings.chat_model:
+        return None
+    return settings.writer
 
 
 def ranker_stamp(settings: Settings) -> str | None:
@@ -74,6 +84,9 @@ class RunSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str = ""
     ranker_weights: str | None = None  # see ranker_stamp
+    # the writer the settings resolve to when writer_model is empty and it is not the chat model (local:smollm2 writes with
+    # its adapter): a run begun when the default writer was another is another run; None is left out of the fingerprint
+    writer: str | None = None
 
     def fingerprint(self) -> str:
         """Return a short hash of everything that changes the results."""
@@ -91,8 +104,18 @@ class RunSpec:
 def fingerprint(spec: Any) -> str:
     """Return a short hash of a spec dataclass (its ``settings`` field without the operational ones)."""
     data = asdict(spec)
-    data["settings"] = {k: v for k, v in sorted(data.get("settings", {}).items()) if k not in OPERATIONAL}
+    if data.get("writer", "") is None:  # fingerprints of runs recorded before the field existed stay the same
+        del data["writer"]
+    data["settings"] = _comparable(data.get("settings", {}))
     return stable_id(json.dumps(data, sort_keys=True, default=str))[:10]
+
+
+def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """Return the result-changing settings, ``writer_model`` naming the chat model read as empty (the chat model writes)."""
+    out = {k: v for k, v in sorted(settings.items()) if k not in OPERATIONAL}
+    if out.get("writer_model") and out.get("writer_model") == out.get("chat_model"):
+        out["writer_model"] = ""
+    return out
 
 
 def differences(new: Any, old: Any) -> list[str]:
@@ -101,9 +124,10 @@ def differences(new: Any, old: Any) -> list[str]:
     mine, theirs = asdict(new), asdict(old)
     for key in mine:
         if key == "settings":
-            for name in sorted(set(mine[key]) | set(theirs.get(key, {}))):
-                a, b = theirs.get(key, {}).get(name), mine[key].get(name)
-                if name not in OPERATIONAL and a != b:
+            now, then = _comparable(mine[key]), _comparable(theirs.get(key, {}))
+            for name in sorted(set(now) | set(then)):
+                a, b = then.get(name), now.get(name)
+                if a != b:
                     out.append(f"{name}: {a!r} -> {b!r}")
         elif mine[key] != theirs.get(key):
             out.append(f"{key}: {theirs.get(key)!r} -> {mine[key]!r}")
@@ -129,6 +153,14 @@ def spec_of(run_dir: str | Path) -> RunSpec:
     return RunSpec(**data["spec"])
 
 
+def _same_kind(recorded: dict[str, Any], spec: Any) -> bool:
+    """Return whether a recorded spec is one of ``spec``'s kind: no unknown field, every field without a default present
+    (fields added later, with defaults, may be missing from runs recorded before them)."""
+    names = {f.name for f in fields(spec)}
+    required = {f.name for f in fields(spec) if f.default is MISSING and f.default_factory is MISSING}
+    return set(recorded) <= names and required <= set(recorded)
+
+
 def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, Any]:
     """Create or reopen ``run_dir`` for ``spec`` (a spec dataclass); refuse a folder of another run; return its run.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +169,7 @@ def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, An
         raise ConfigurationError(f"{run_dir} is not empty and holds no {RUN_FILE} (a run of an older dualmem, or other files); "
                                  "choose another --out or delete the folder")
     if data is not None:
-        if "spec" not in data or set(data["spec"]) != {f.name for f in fields(spec)}:
+        if "spec" not in data or not _same_kind(data["spec"], spec):
             raise ConfigurationError(f"{run_dir} holds a run of another kind; choose another --out")
         earlier = type(spec)(**data["spec"])
         if fingerprint(earlier) != fingerprint(spec):

@@ -66,6 +66,9 @@ class FrameworkContext:
     writer_model: BaseChatModel | None = None
     _stores: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        self._chat_given = self.chat_model is not None  # a given chat model also writes unless writer_model names another
+
     def open_store(self, name: str) -> Any:
         """Return the DualStore of the framework ``name`` at ``{uri}/{name}`` (opened once per context)."""
         if name not in self._stores:
@@ -83,11 +86,13 @@ class FrameworkContext:
         return self.chat_model
 
     def writer(self) -> BaseChatModel:
-        """Return the model that writes memory: the given writer, the ``writer_model`` setting's, else the chat model."""
+        """Return the model that writes memory: the given writer, else the ``writer`` setting's (``writer_model``, else the
+        chat model's writer: ``local:smollm2`` writes with its adapter), except that a given chat model also writes."""
         from dualmem.models import load_chat_model
 
         if self.writer_model is None:
-            self.writer_model = load_chat_model(None, self.settings, role="writer") if self.settings.writer_model else self.chat()
+            own = self.settings.writer_model or (not self._chat_given and self.settings.writer != self.settings.chat_model)
+            self.writer_model = load_chat_model(None, self.settings, role="writer") if own else self.chat()
         return self.writer_model
 
     def embedder(self) -> Embeddings:

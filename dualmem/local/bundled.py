@@ -134,8 +134,11 @@ def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
 def plain_lora(folder: Path, weights: dict[str, Any] | None) -> bool:
     """Return whether the adapter in ``folder`` is LoRA factors only (no DoRA, biases, saved modules): merged without peft."""
     config = json.loads((folder / "adapter_config.json").read_text())
-    extras = ("use_dora", "modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters", "fan_in_fan_out")
-    if config.get("peft_type", "LORA") != "LORA" or any(config.get(k) for k in extras) or config.get("lora_bias"):
+    extras = ("use_dora", "modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters", "fan_in_fan_out",
+              "lora_bias", "alora_invocation_tokens", "velora_config", "monteclora_config", "use_bdlora", "arrow_config", "kasa_config")
+    if config.get("peft_type", "LORA") != "LORA" or any(config.get(k) for k in extras):
+        return False
+    if config.get("init_lora_weights", True) not in (True, False, "gaussian"):  # PiSSA, OLoRA, LoftQ…: peft rebuilds the base
         return False
     keys = weights.keys() if weights is not None else _plain_keys(folder)
     return keys is not None and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys)
@@ -160,7 +163,9 @@ def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> 
                 layer = None
             if b is None or layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
                 raise ConfigurationError(f"local:{name}: the adapter in {folder} does not fit the base model ({key})")
-            alpha = next((v for k, v in config.get("alpha_pattern", {}).items() if re.fullmatch(rf"(.*\.)?{k}", path)), config["lora_alpha"])
+            module = path.removeprefix(prefix)  # peft matches alpha_pattern keys as it does (utils.other.get_pattern_key)
+            alpha = next((v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
+                         config.get("lora_alpha", 8))
             rank = a.shape[0]
             scale = alpha / (rank**0.5 if config.get("use_rslora") else rank)
             layer.weight += (b.float() @ a.float() * scale).to(layer.weight.dtype)

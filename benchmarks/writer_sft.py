@@ -90,7 +90,8 @@ def chance_ndcg(run_dir: Path, items: list, order: list[str], draws: int = 1000)
     from the memory written before the query (an insight also counts the sessions of the facts it cites, as retrieval does).
 
     With a small memory spread over many sessions, random items already hit the gold session often: this is the floor
-    the writer's NDCG is read against.
+    the writer's NDCG is read against. The memory is read from the final store (items the writer later rewrote count with
+    their last source), and facts and insights are drawn as one pool (retrieval takes about half of each): a loose floor.
     """
     import random
 
@@ -105,7 +106,7 @@ def chance_ndcg(run_dir: Path, items: list, order: list[str], draws: int = 1000)
         gold = record["gold"].get("session_ids") or []
         seen = set(order[: record["ingested_sessions"]])
         pool = [ss for ss in sessions if ss and ss[0] in seen]
-        n = min(len(record["retrieved"]), len(pool))
+        n = min(len([r for r in record["retrieved"] if not r.get("expanded")]), len(pool))  # as runners score them
         if not gold:
             continue
         total = 0.0
@@ -247,6 +248,8 @@ def main() -> None:
             if args.rescore:  # the run folder's evaluation as it stands, its store read again; times from the result file
                 if not (run_dir / "summary.json").exists() or not before:
                     sys.exit(f"--rescore: no finished {arm} run of {persona} in {run_dir} and {args.result}; run without --rescore")
+                if earlier["arms"][arm]["writer"] != writer:
+                    sys.exit(f"--rescore: {run_dir} was evaluated with {earlier['arms'][arm]['writer']}, not {writer}; pass that adapter")
                 wall, cpu = before["wall_s"], before["cpu_s"]
             else:
                 if run_dir.exists():  # a fresh evaluation (dualmem eval would continue the earlier run)
@@ -267,7 +270,7 @@ def main() -> None:
             print(arm, persona, json.dumps(row), flush=True)
         rows = list(result["arms"][arm]["personas"].values())
         keys = ("ndcg_any@10", "memory_point_recall", "point_coverage", "facts_per_chunk", "insights_per_chunk", "insight_copy_share", "ndcg_chance", "failed_chunks")
-        result["arms"][arm]["macro"] = {k: sum(r.get(k) or 0 for r in rows) / len(rows) for k in keys}
+        result["arms"][arm]["macro"] = {k: sum(r[k] or 0 for r in rows) / len(rows) for k in keys if all(k in r for r in rows)}
     Path(args.result).parent.mkdir(parents=True, exist_ok=True)
     Path(args.result).write_text(json.dumps(result, indent=2))
     for arm, body in result["arms"].items():

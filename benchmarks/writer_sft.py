@@ -69,17 +69,15 @@ def coverage(run_dir: Path, persona: str, limit: int) -> dict[str, float]:
     settings = Settings()
     embed = load_embeddings(settings.embedder)
     store = DualStore.from_settings(Settings(store_uri=str(run_dir / "lancedb" / persona)), embeddings=embed)
-    facts, insights = [], []
-    for ns in store.namespaces():
-        facts += [i.text for i in store.list(ns, kind="fact", limit=100_000)]
-        insights += [i.text for i in store.list(ns, kind="insight", limit=100_000)]
-    points = [p.content for s in ingested for p in s.memory_points]
     written = [i for ns in store.namespaces() for kind in ("fact", "insight") for i in store.list(ns, kind=kind, limit=100_000)]
+    facts = [i.text for i in written if i.kind == "fact"]
+    insights = [i.text for i in written if i.kind == "insight"]
+    points = [p.content for s in ingested for p in s.memory_points]
     chance = chance_ndcg(run_dir, written, [s.id for s in sessions])
     chunks = len(chunk_sessions(ingested, ("p",), settings.chunk_tokens))
     rec = memory_point_recall(points, facts, embed)["memory_point_recall"] if facts and points else 0.0
-    written = {_norm(t) for t in facts}
-    copies = sum(_norm(t) in written for t in insights)
+    fact_texts = {_norm(t) for t in facts}
+    copies = sum(_norm(t) in fact_texts for t in insights)
     return {"gold_points": len(points), "chunks": chunks, "facts": len(facts), "insights": len(insights),
             "point_coverage": rec, "facts_per_chunk": len(facts) / max(chunks, 1), "insights_per_chunk": len(insights) / max(chunks, 1),
             "insight_copy_share": copies / len(insights) if insights else 0.0, "ndcg_chance": chance}

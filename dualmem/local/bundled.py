@@ -154,16 +154,17 @@ def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> 
     if pairs != {k[: -len(".lora_B.weight")] for k in weights if k.endswith(".lora_B.weight")}:
         raise ConfigurationError(f"local:{name}: the adapter in {folder} has LoRA factors without their pair; retrain or re-export it")
     with torch.no_grad():
-        for key in sorted(k for k in weights if k.endswith(".lora_A.weight")):
+        for key in sorted(k + ".lora_A.weight" for k in pairs):
             path = key[: -len(".lora_A.weight")]
-            a, b = weights[key], weights.get(path + ".lora_B.weight")
+            module = path.removeprefix(prefix)
+            a, b = weights[key], weights[path + ".lora_B.weight"]
             try:
-                layer = model.get_submodule(path.removeprefix(prefix))
+                layer = model.get_submodule(module)
             except AttributeError:
                 layer = None
-            if b is None or layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
+            if layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
                 raise ConfigurationError(f"local:{name}: the adapter in {folder} does not fit the base model ({key})")
-            module = path.removeprefix(prefix)  # peft matches alpha_pattern keys as it does (utils.other.get_pattern_key)
+            # alpha_pattern keys are matched as peft matches them (utils.other.get_pattern_key)
             alpha = next((v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
                          config.get("lora_alpha", 8))
             rank = a.shape[0]

@@ -162,7 +162,7 @@ def rl_cmd(
         if launch:
             cmd = [verl_python(python), "-m", "verl.trainer.main_ppo", *overrides(vcfg)]
             console.print(" ".join(cmd))
-            raise typer.Exit(subprocess.call(cmd, env=launch_env()))
+            raise typer.Exit(subprocess.call(cmd, env=launch_env(rollout_engine=vcfg.rollout_engine)))
     except (ConfigurationError, DatasetError) as exc:
         _fail(exc)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from dualmem.schema import Dataset, Persona
@@ -72,15 +73,26 @@ def episode_rows(episode: Episode, start: int = 0, split: str = "train") -> list
     ]
 
 
-def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0, view_k: int = 8, view_recent: int = 4) -> dict[str, Any]:
-    """Write ``train.parquet``, ``val.parquet``, ``episodes.jsonl`` and ``agent_loop.yaml``; return counts."""
+def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0, view_k: int = 8,
+                       view_recent: int = 4, val_personas: Iterable[str] = ()) -> dict[str, Any]:
+    """Write ``train.parquet``, ``val.parquet``, ``episodes.jsonl`` and ``agent_loop.yaml``; return counts.
+
+    Validation holds whole personas: ``val_personas`` when given, else a ``val_ratio`` share drawn by persona.
+    """
     import pandas as pd
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes = [build_episode(item, chunk_tokens=chunk_tokens) for item in dataset.items]
     keyed = [{"persona_id": e.persona.id, "episode": e} for e in episodes]
-    train, val = split_by_persona(keyed, eval_ratio=val_ratio, seed=seed)
+    held = set(val_personas)
+    if held:
+        unknown = held - {k["persona_id"] for k in keyed}
+        if unknown:
+            raise ValueError(f"val_personas: no history of {', '.join(sorted(unknown))} in the dataset")
+        train, val = [k for k in keyed if k["persona_id"] not in held], [k for k in keyed if k["persona_id"] in held]
+    else:
+        train, val = split_by_persona(keyed, eval_ratio=val_ratio, seed=seed)
     with open(out / "episodes.jsonl", "w", encoding="utf-8") as fh:
         for e in episodes:
             fh.write(json.dumps(episode_to_json(e), ensure_ascii=False) + "\n")

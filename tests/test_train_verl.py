@@ -146,6 +146,28 @@ def test_agent_loop_loads_through_verl_and_credits_every_turn(config, data_dir):
     assert not module.POOL.entries.get(episode.id)  # fully served trajectories are dropped
 
 
+def test_agent_loop_yaml_entry_survives_the_modules_import(data_dir, config):
+    """VeRL's worker registers agent_loop.yaml's entry, then builds loops from the registry (importing the module
+    on the first build): the entry with episodes_path must still be there for the second loop."""
+    import importlib
+
+    import hydra
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
+
+    from dualmem.training.verl import agent_loop as module
+
+    (entry,) = OmegaConf.load(data_dir / "agent_loop.yaml")
+    _agent_loop_registry[entry.name] = entry  # as AgentLoopWorker.__init__ does
+    importlib.reload(module)  # the first build imports the module
+    tok = tiny_tokenizer(["facts insights"])
+    for _ in range(2):
+        loop = hydra.utils.instantiate(_agent_loop_registry[AGENT_NAME], trainer_config=DictConfigWrap(config), server_manager=None,
+                                       tokenizer=tok, processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data),
+                                       tools=ToolListWrap([]))
+        assert loop.episodes_path == str(data_dir / "episodes.jsonl")
+
+
 def test_the_launch_yamls_run_command_works_as_written(tmp_path, data_dir):
     """The header's command, run by a shell as written (plus Hydra's --cfg job: print the config, start nothing)."""
     import subprocess

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, _agent_loop_registry
 
 from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory, TrajectoryPool
@@ -36,7 +36,18 @@ def _episodes(path: str) -> dict[str, StoredEpisode]:
     return load_episodes(path)
 
 
-@register(AGENT_NAME)
+def _register(cls: type) -> type:
+    """Register the loop under its name unless ``agent_loop.yaml`` already did.
+
+    VeRL's workers load ``agent_loop.yaml`` (the entry with ``episodes_path``) before the first agent loop is
+    built, and building it imports this module: VeRL's ``register`` decorator would then replace the entry with
+    a bare one, and every later loop would be built without its episodes.
+    """
+    _agent_loop_registry.setdefault(AGENT_NAME, {"_target_": f"{cls.__module__}.{cls.__qualname__}"})
+    return cls
+
+
+@_register
 class DualMemWriterAgentLoop(AgentLoopBase):
     """Play writer episodes through VeRL's rollout server and serve them one writing turn per row."""
 

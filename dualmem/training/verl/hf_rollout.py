@@ -75,7 +75,7 @@ class HFServer:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dtype = getattr(torch, str(getattr(config, "dtype", "bfloat16"))) if self.device.type == "cuda" else torch.float32
         trust = bool(getattr(model_config, "trust_remote_code", False))
-        self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, trust_remote_code=trust).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust).to(self.device).eval()
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
         self.eos_ids = _eos_ids(self.model.generation_config.eos_token_id, tok.eos_token_id)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]

@@ -14,7 +14,15 @@ import pytest
 from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
 from fixtures.train_data import make_dataset  # noqa: E402
 
-from dualmem.training.verl.config import HF_MODULE, VerlRunConfig, compose, launch_env, overrides, validate, write_launch  # noqa: E402
+from dualmem.training.verl.config import (  # noqa: E402
+    HF_MODULE,
+    VerlRunConfig,
+    compose,
+    launch_env,
+    overrides,
+    validate,
+    write_launch,
+)
 from dualmem.training.verl.dataset import load_episodes, write_verl_dataset  # noqa: E402
 
 pytestmark = pytest.mark.verl
@@ -112,7 +120,7 @@ def test_server_batches_concurrent_requests_like_single_greedy_runs(config, data
     outs = asyncio.run(ask())
     assert batches == [len(prompts)]  # one generate call for the three concurrent requests
     model = AutoModelForCausalLM.from_pretrained(data_dir / "model").eval()
-    for prompt, out in zip(prompts, outs):
+    for prompt, out in zip(prompts, outs, strict=True):
         assert out.token_ids == _greedy(data_dir / "model", prompt)
         assert out.stop_reason == ("completed" if out.token_ids[-1] == model.config.eos_token_id else "length")
         with torch.no_grad():
@@ -172,11 +180,11 @@ def test_replica_adapter_client_and_agent_loop_through_ray(ray_cluster, config, 
     the writer's agent loop plays an episode through them."""
     import hydra
     from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.replica import get_rollout_replica_class
     from verl.workers.rollout.router import GlobalRequestLoadBalancer
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dualmem.training.verl.hf_rollout import HFServerAdapter
 
@@ -211,7 +219,12 @@ def test_replica_adapter_client_and_agent_loop_through_ray(ray_cluster, config, 
 
     out, played, stats = asyncio.run(sync_and_ask())
     assert out.token_ids == _greedy(data_dir / "other", prompt) and out.extra_fields["global_steps"] == 1
-    assert len(out.log_probs) == len(out.token_ids)
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(data_dir / "other").eval()
+    with torch.no_grad():  # the server answers with the pushed weights, not the ones it loaded
+        logits = model(torch.tensor([prompt + out.token_ids])).logits[0].log_softmax(-1)
+    assert out.log_probs == pytest.approx([float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(out.token_ids)], abs=1e-4)
     for turn in played:
         assert 0 < len(turn.response_ids) <= RESPONSE and len(turn.response_logprobs) == len(turn.response_ids)
         assert turn.reward_score is not None

@@ -121,7 +121,7 @@ class Engine(StrEnum):
 RL_HELP = (
     "GRPO on the writer. --engine trl: one machine, TRL GRPOTrainer with recurrent writing episodes. "
     "--engine verl: write VeRL's parquet data, agent-loop registration and a documented launch YAML; --launch starts "
-    "`python -m verl.trainer.main_ppo` (Ray, vLLM rollouts, FSDP actor).\n\nTRL flags:\n\n" + _fields_help(GRPORunConfig)
+    "`python -m verl.trainer.main_ppo` (Ray, vLLM/SGLang or transformers (hf) rollouts, FSDP actor).\n\nTRL flags:\n\n" + _fields_help(GRPORunConfig)
     + "\n\nVeRL flags:\n\n" + _fields_help(VerlRunConfig)
 )
 

@@ -12,8 +12,8 @@ the agent loop. The split is by persona, like the SFT export.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from dualmem.schema import Dataset, Persona
@@ -84,7 +84,7 @@ def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: i
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes = [build_episode(item, chunk_tokens=chunk_tokens) for item in dataset.items]
-    keyed = [{"persona_id": e.persona.id, "episode": e} for e in episodes]
+    keyed: list[dict[str, Any]] = [{"persona_id": e.persona.id, "episode": e} for e in episodes]
     held = set(val_personas)
     if held:
         unknown = held - {k["persona_id"] for k in keyed}

@@ -75,7 +75,8 @@ class HFServer:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dtype = getattr(torch, str(getattr(config, "dtype", "bfloat16"))) if self.device.type == "cuda" else torch.float32
         trust = bool(getattr(model_config, "trust_remote_code", False))
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust).to(self.device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+        self.model = model.to(self.device).eval()
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
         self.eos_ids = _eos_ids(self.model.generation_config.eos_token_id, tok.eos_token_id)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
@@ -121,7 +122,7 @@ class HFServer:
                         if not r.future.done():
                             r.future.set_exception(exc)
                     continue
-                for r, (ids, lps, done) in zip(requests, results):
+                for r, (ids, lps, done) in zip(requests, results, strict=True):
                     if len(ids) > r.max_tokens:
                         ids, lps, done = ids[: r.max_tokens], (lps[: r.max_tokens] if lps is not None else None), False
                     if not r.future.done():

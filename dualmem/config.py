@@ -153,6 +153,14 @@ class Settings:
             return self.chat_model
         return BUNDLED_WRITER.get(self.chat_model, self.chat_model)
 
+    def own_writer(self, chat_given: bool = False) -> bool:
+        """Whether memory is written by a model of its own rather than the chat model.
+
+        True when ``writer_model`` is set, or when the chat model writes through its bundled writer
+        (``local:smollm2``'s adapter) and no chat model object was given: a given chat model also writes.
+        """
+        return bool(self.writer_model) or (not chat_given and self.writer != self.chat_model)
+
     @property
     def judge(self) -> str:
         """Return the judge model spec (falls back to ``chat_model``)."""

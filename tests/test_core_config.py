@@ -50,3 +50,14 @@ def test_readme_settings_table_matches_code():
         row = next((line for line in readme.splitlines() if line.startswith(f"| `{name}` ")), None)
         assert row is not None, f"README settings table lacks {name}"
         assert f"`{var}`" in row and f"`{default}`" in row, f"README row of {name} drifted from code: {row}"
+
+
+def test_who_writes_memory():
+    """One rule for the graphs, the evaluations and the run records: a model of its own writes when
+    writer_model is set, or when the bundled chat model's adapter writes and no chat model object was given."""
+    bundled = Settings(chat_model="local:smollm2", writer_model="", local_engine="auto")
+    assert bundled.own_writer() and bundled.writer == "local:smollm2-writer"
+    assert not bundled.own_writer(chat_given=True)  # a chat model handed over also writes
+    assert Settings(chat_model="local:smollm2", writer_model="local:smollm2").own_writer(chat_given=True)
+    assert not Settings(chat_model="openai:gpt-4o-mini", writer_model="").own_writer()
+    assert not Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").own_writer()

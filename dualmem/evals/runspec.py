@@ -43,7 +43,7 @@ def implied_writer(settings: Settings, model: Any = None) -> str | None:
 
     A chat model given to the run (``model``) also writes, so nothing is implied then.
     """
-    if model is not None or settings.writer_model or settings.writer == settings.chat_model:
+    if settings.writer_model or not settings.own_writer(chat_given=model is not None):
         return None
     return settings.writer
 

@@ -91,7 +91,7 @@ class FrameworkContext:
         from dualmem.models import load_chat_model
 
         if self.writer_model is None:
-            own = self.settings.writer_model or (not self._chat_given and self.settings.writer != self.settings.chat_model)
+            own = self.settings.own_writer(chat_given=self._chat_given)
             self.writer_model = load_chat_model(None, self.settings, role="writer") if own else self.chat()
         return self.writer_model
 

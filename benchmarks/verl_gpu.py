@@ -68,6 +68,7 @@ def prepare(args: argparse.Namespace) -> None:
     meta = {"sft_steps": args.sft_steps, "sft_final_loss": round(out["train_loss"], 4), "sft_seconds": round(time.time() - t0, 1),
             "train_histories": [i.dialogue.id for i in train.items], "heldout_histories": [i.dialogue.id for i in held.items],
             "chunk_tokens": args.chunk_tokens, "rows": {k: counts[k] for k in ("train", "val")}}
+    meta["command"] = "python " + " ".join(sys.argv)
     (work / "prepared.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta))
 
@@ -114,11 +115,13 @@ def run(args: argparse.Namespace) -> None:
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides(cfg), *extra]
     t0 = time.time()
     log_path = Path(args.log or work / "verl.log")
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log:  # its own session, so a timeout stops VeRL's Ray processes too
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
+            code = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:  # the steps done so far are still in the log
             code = 124
+            _stop(proc)
     text = log_path.read_text(errors="replace")
     steps, vals = parse_log(text)
     meta = json.loads((work / "prepared.json").read_text()) if (work / "prepared.json").exists() else {}
@@ -139,6 +142,21 @@ def run(args: argparse.Namespace) -> None:
     if code != 0:
         print(text[-6000:])
     raise SystemExit(code)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _versions() -> dict[str, str]:

@@ -111,7 +111,7 @@ def test_server_batches_concurrent_requests_like_single_greedy_runs(config, data
     prompts = _prompts(data_dir)
     batches = []
     original = server._generate_batch
-    server._generate_batch = lambda p, n, k: batches.append(len(p)) or original(p, n, k)
+    server._generate_batch = lambda p, k: batches.append(len(p)) or original(p, k)
     greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
     async def ask():
@@ -127,6 +127,117 @@ def test_server_batches_concurrent_requests_like_single_greedy_runs(config, data
             logits = model(torch.tensor([prompt + out.token_ids])).logits[0].log_softmax(-1)
         expected = [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(out.token_ids)]
         assert out.log_probs == pytest.approx(expected, abs=1e-4)
+
+
+def _logprobs(path, prompt, response, temperature=1.0):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    with torch.no_grad():
+        logits = (model(torch.tensor([prompt + response])).logits[0] / temperature).log_softmax(-1)
+    return [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(response)]
+
+
+def test_log_probs_follow_verls_logprobs_mode(config, data_dir):
+    """processed_logprobs (VeRL's default): the distribution sampled from, temperature applied; raw_logprobs: the model's."""
+    from dualmem.training.verl.hf_rollout import HFServer
+
+    server = HFServer(config.actor_rollout_ref.rollout, _model_config(data_dir / "model"))
+    assert not server.raw_logprobs
+    prompt = _prompts(data_dir)[0]
+    hot = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    out = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=hot))
+    assert out.log_probs == pytest.approx(_logprobs(data_dir / "model", prompt, out.token_ids, temperature=2.0), abs=1e-4)
+    server.raw_logprobs = True
+    out = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=hot))
+    assert out.log_probs == pytest.approx(_logprobs(data_dir / "model", prompt, out.token_ids), abs=1e-4)
+
+
+def test_eos_ends_a_response_and_failures_reach_every_waiting_request(config, data_dir):
+    from dualmem.training.verl.hf_rollout import HFServer
+
+    server = HFServer(config.actor_rollout_ref.rollout, _model_config(data_dir / "model"))
+    prompts = _prompts(data_dir)
+    greedy = {"temperature": 0.0}
+    first = asyncio.run(server.generate(prompt_ids=prompts[0], sampling_params=greedy))
+    assert first.stop_reason == "length" and len(first.token_ids) == RESPONSE  # the random model never says EOS
+    server.eos_ids = [first.token_ids[0]]  # now its first token is EOS: the response ends there, EOS included
+    done = asyncio.run(server.generate(prompt_ids=prompts[0], sampling_params=greedy))
+    assert done.token_ids == first.token_ids[:1] and done.stop_reason == "completed"
+
+    original, calls = server._generate_batch, []
+
+    def flaky(p, k):
+        calls.append(len(p))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return original(p, k)
+
+    server._generate_batch = flaky
+
+    async def ask():
+        return await asyncio.gather(*[server.generate(prompt_ids=p, sampling_params=greedy) for p in prompts], return_exceptions=True)
+
+    failed = asyncio.run(ask())
+    assert calls == [3] and all(isinstance(f, RuntimeError) and "simulated" in str(f) for f in failed)
+    again = asyncio.run(ask())  # the server keeps serving
+    assert calls == [3, 3] and not any(isinstance(o, Exception) for o in again)
+
+
+def test_requests_of_other_lengths_are_batched_apart(config, data_dir):
+    from dualmem.training.verl.hf_rollout import HFServer
+
+    server = HFServer(config.actor_rollout_ref.rollout, _model_config(data_dir / "model"))
+    prompt = _prompts(data_dir)[0]
+    sizes = []
+    original = server._generate_batch
+    server._generate_batch = lambda p, k: sizes.append((len(p), k[-1])) or original(p, k)
+
+    async def ask():
+        params = [{"temperature": 1.0, "max_tokens": 3}, {"temperature": 1.0}, {"temperature": 1.0, "max_tokens": 3}]
+        return await asyncio.gather(*[server.generate(prompt_ids=prompt, sampling_params=p) for p in params])
+
+    outs = asyncio.run(ask())
+    assert sorted(sizes) == [(1, RESPONSE), (2, 3)]
+    assert len(outs[0].token_ids) <= 3 and len(outs[2].token_ids) <= 3 and len(outs[1].token_ids) <= RESPONSE
+    sizes.clear()
+    server.max_batch = 2  # max_num_seqs: a larger queue is answered in several batches
+
+    async def many():
+        return await asyncio.gather(*[server.generate(prompt_ids=prompt, sampling_params={"temperature": 1.0}) for _ in range(5)])
+
+    assert len(asyncio.run(many())) == 5 and sizes == [(2, RESPONSE), (2, RESPONSE), (1, RESPONSE)]
+
+
+def test_sleep_moves_the_model_only_with_free_cache_engine(config, data_dir):
+    """VeRL wakes the rollout before a weight update only with free_cache_engine; without it, sleep must not move it."""
+    import torch
+
+    from dualmem.training.verl.hf_rollout import HFServer
+
+    server = HFServer(config.actor_rollout_ref.rollout, _model_config(data_dir / "model"))
+    moves = []
+    server.model.to = lambda device: moves.append(str(device))
+    server.device = torch.device("cuda")  # as on a GPU (nothing touches CUDA below)
+    server.free_cache_engine = False
+    server.sleep()
+    assert moves == []
+    server.free_cache_engine = True
+    server.sleep()
+    server.wake_up(tags=["weights"])
+    assert moves == ["cpu", "cuda"]
+
+
+def test_the_adapter_refuses_what_the_server_cannot_load(config, data_dir, monkeypatch):
+    from dualmem.training.verl.hf_rollout import HFServerAdapter
+
+    monkeypatch.setitem(os.environ, "RANK", "0")
+    adapter = HFServerAdapter(config.actor_rollout_ref.rollout, _model_config(data_dir / "model"), device_mesh=None)
+    with pytest.raises(NotImplementedError, match="checkpoint_engine.backend=naive"):
+        asyncio.run(adapter.update_weights(iter([]), wire_format="delta_flush"))
+    with pytest.raises(NotImplementedError, match="lora.merge=true"):
+        asyncio.run(adapter.update_weights(iter([]), peft_config={"r": 8}))
 
 
 def test_server_samples_and_honours_limits(config, data_dir):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,16 +59,17 @@ def _sampling_key(params: dict[str, Any]) -> tuple[float, float, int, float, boo
 @dataclass
 class _Request:
     prompt_ids: list[int]
-    max_tokens: int
     future: asyncio.Future = field(repr=False)
 
 
 class HFServer:
-    """Ray actor: one transformers model on one GPU (or the CPU), serving VeRL's token-in-token-out ``generate``."""
+    """Ray actor: one transformers model on one GPU (or the CPU), serving VeRL's token-in-token-out ``generate``.
 
-    def __init__(self, config: Any, model_config: Any, cuda_visible_devices: str | None = None, **_: Any) -> None:
-        if cuda_visible_devices:  # before CUDA is initialised in this process (Ray was told not to set it)
-            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    Its GPU is chosen by ``CUDA_VISIBLE_DEVICES`` in the actor's environment (:class:`HFReplica` sets it before the
+    process starts: importing VeRL initialises CUDA, after which the variable is no longer read).
+    """
+
+    def __init__(self, config: Any, model_config: Any, **_: Any) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config
@@ -81,11 +83,16 @@ class HFServer:
         self.eos_ids = _eos_ids(self.model.generation_config.eos_token_id, tok.eos_token_id)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
         self.response_length = int(config.response_length)
-        self.max_model_len = int(getattr(config, "max_model_len", None) or 0)
+        self.max_model_len = int(getattr(config, "max_model_len", None) or getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.max_batch = int(getattr(config, "max_num_seqs", 0) or 256)
+        self.raw_logprobs = str(getattr(config, "logprobs_mode", "processed_logprobs")).startswith("raw")
+        self.free_cache_engine = bool(getattr(config, "free_cache_engine", True))
         self.global_steps: int | None = None
         self.queues: dict[tuple, list[_Request]] = {}
         self.wake: asyncio.Event | None = None
         self.worker: asyncio.Task | None = None  # the batching loop, started in the event loop of the first request
+        self.busy = 0  # requests taken from the queues and not answered yet
+        self.lock = threading.Lock()  # one of: a generate batch, a weight load, a device move
         self.generated_tokens = 0
 
     # -- generation ---------------------------------------------------------------------------------
@@ -99,8 +106,8 @@ class HFServer:
         max_tokens = min(int(sampling_params.get("max_tokens") or self.response_length), self.response_length, room)
         if max_tokens <= 0:
             return TokenOutput(token_ids=[], log_probs=[], stop_reason="length", extra_fields={"global_steps": self.global_steps})
-        future = asyncio.get_running_loop().create_future()
-        self.queues.setdefault(_sampling_key(sampling_params), []).append(_Request(list(prompt_ids), max_tokens, future))
+        future = loop.create_future()
+        self.queues.setdefault((*_sampling_key(sampling_params), max_tokens), []).append(_Request(list(prompt_ids), future))
         self.wake.set()  # type: ignore[union-attr]
         ids, logprobs, finished = await future
         return TokenOutput(
@@ -109,28 +116,48 @@ class HFServer:
         )
 
     async def _serve(self, wake: asyncio.Event) -> None:
-        while True:
-            await wake.wait()
-            await asyncio.sleep(BATCH_WINDOW_S)
-            wake.clear()
-            batches, self.queues = self.queues, {}
-            for key, requests in batches.items():
+        """Answer queued requests in batches of equal sampling parameters and length (at most ``max_num_seqs`` each)."""
+        taken: list[_Request] = []
+        try:
+            while True:
+                await wake.wait()
+                await asyncio.sleep(BATCH_WINDOW_S)
+                wake.clear()
+                key = next(iter(self.queues), None)
+                if key is None:
+                    continue
+                queue = self.queues[key]
+                taken, rest = queue[: self.max_batch], queue[self.max_batch:]
+                if rest:
+                    self.queues[key] = rest
+                else:
+                    del self.queues[key]
+                if self.queues:
+                    wake.set()  # more to answer after this batch
+                self.busy += len(taken)
                 try:
-                    results = await asyncio.to_thread(self._generate_batch, [r.prompt_ids for r in requests], max(r.max_tokens for r in requests), key)
-                except Exception as exc:  # every waiting request sees the failure; the server keeps serving
-                    for r in requests:
+                    results = await asyncio.to_thread(self._generate_batch, [r.prompt_ids for r in taken], key)
+                except Exception as exc:  # every request of the batch sees the failure; the server keeps serving
+                    for r in taken:
                         if not r.future.done():
                             r.future.set_exception(exc)
-                    continue
-                for r, (ids, lps, done) in zip(requests, results, strict=True):
-                    if len(ids) > r.max_tokens:
-                        ids, lps, done = ids[: r.max_tokens], (lps[: r.max_tokens] if lps is not None else None), False
-                    if not r.future.done():
-                        r.future.set_result((ids, lps, done))
+                else:
+                    for r, result in zip(taken, results, strict=True):
+                        if not r.future.done():
+                            r.future.set_result(result)
+                finally:
+                    self.busy -= len(taken)
+                    taken = []
+        finally:  # the loop stopped (cancelled, or a bug): no request may wait forever
+            stopped = RuntimeError("hf rollout: the server's batching loop stopped")
+            for r in [*taken, *(r for q in self.queues.values() for r in q)]:
+                if not r.future.done():
+                    r.future.set_exception(stopped)
+            self.queues = {}
 
     @torch.no_grad()
-    def _generate_batch(self, prompts: list[list[int]], max_tokens: int, key: tuple) -> list[tuple[list[int], list[float] | None, bool]]:
-        temperature, top_p, top_k, repetition_penalty, want_logprobs = key
+    def _generate_batch(self, prompts: list[list[int]], key: tuple) -> list[tuple[list[int], list[float] | None, bool]]:
+        temperature, top_p, top_k, repetition_penalty, want_logprobs, max_tokens = key
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -138,19 +165,23 @@ class HFServer:
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
         sample = temperature > 0
-        out = self.model.generate(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=max_tokens,
-            do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
-            top_k=top_k if sample else None, repetition_penalty=repetition_penalty, pad_token_id=self.pad_id,
-            eos_token_id=self.eos_ids, return_dict_in_generate=True, output_logits=want_logprobs,
-        )
-        new = out.sequences[:, width:].tolist()
+        with self.lock:
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=max_tokens,
+                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
+                top_k=top_k if sample else None, repetition_penalty=repetition_penalty, pad_token_id=self.pad_id,
+                eos_token_id=self.eos_ids, return_dict_in_generate=True, output_logits=want_logprobs and self.raw_logprobs,
+                output_scores=want_logprobs and not self.raw_logprobs,
+            )
+        new = out.sequences[:, width:]
         logprobs = None
-        if want_logprobs:  # log-probs of the sampled tokens under the model's own distribution (as vLLM reports them)
-            logits = torch.stack(out.logits, dim=1).float().log_softmax(-1)
-            logprobs = logits.gather(-1, out.sequences[:, width:, None]).squeeze(-1).tolist()
+        if want_logprobs:
+            # VeRL's default logprobs_mode, processed_logprobs: the distribution sampled from (temperature, top-k, top-p
+            # applied), as vLLM reports it; raw_logprobs: the model's own. One step at a time: no batch x steps x vocab copy.
+            steps = out.logits if self.raw_logprobs else out.scores
+            logprobs = torch.stack([s.float().log_softmax(-1).gather(-1, new[:, t, None]).squeeze(-1) for t, s in enumerate(steps)], 1).tolist()
         results = []
-        for i, row in enumerate(new):
+        for i, row in enumerate(new.tolist()):
             end = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), None)
             cut = end if end is not None else len(row)
             self.generated_tokens += cut
@@ -164,7 +195,7 @@ class HFServer:
         unknown = sorted(set(state) - set(own))
         if unknown:
             raise ValueError(f"hf rollout: the trainer sent weights the rollout model lacks ({', '.join(unknown[:3])}…): same model path on both sides?")
-        with torch.no_grad():
+        with self.lock, torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor.to(own[name].device))
         if global_steps is not None:
@@ -172,27 +203,37 @@ class HFServer:
         return len(state)
 
     def sleep(self) -> None:
-        """Move the model off the GPU for the training phase."""
-        if self.device.type == "cuda":
-            self.model.to("cpu")
+        """Move the model off the GPU for the training phase (only with ``free_cache_engine``, as VeRL wakes it only then)."""
+        if self.device.type == "cuda" and self.free_cache_engine:
+            with self.lock:
+                self.model.to("cpu")
             torch.cuda.empty_cache()
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Move the model back onto the GPU (any tag: weights and cache are one thing here)."""
-        self.model.to(self.device)
+        with self.lock:
+            self.model.to(self.device)
+
+    async def wait_for_requests_to_drain(self) -> None:
+        """Return once no request is queued or being generated."""
+        while self.busy or any(self.queues.values()):
+            await asyncio.sleep(0.01)
 
     def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
 
     def stats(self) -> dict[str, Any]:
-        return {"device": str(self.device), "generated_tokens": self.generated_tokens, "global_steps": self.global_steps}
+        info = {"device": str(self.device), "generated_tokens": self.generated_tokens, "global_steps": self.global_steps}
+        if self.device.type == "cuda":
+            info["gpu_uuid"] = str(torch.cuda.get_device_properties(self.device).uuid)
+        return info
 
-    # VeRL's replica calls these on every server; transformers keeps no cache between requests.
+    # VeRL's replica calls these on every server; transformers keeps no cache between requests, and requests are
+    # not aborted (a batch in flight finishes; weight loads wait for it).
     def clear_kv_cache(self) -> None: ...
     def release_kv_cache(self) -> None: ...
     def resume_kv_cache(self) -> None: ...
     def resume_generation(self) -> None: ...
-    def wait_for_requests_to_drain(self) -> None: ...
     def start_profile(self, **_: Any) -> None: ...
     def stop_profile(self) -> None: ...
 
@@ -237,10 +278,13 @@ class HFServerAdapter(BaseRollout):
             await self._server().sleep.remote()
 
     @torch.no_grad()
-    async def update_weights(self, weights: Any, global_steps: int | None = None, wire_format: str = "named_tensors", **_: Any) -> None:
+    async def update_weights(self, weights: Any, global_steps: int | None = None, wire_format: str = "named_tensors",
+                             peft_config: Any = None, **_: Any) -> None:
         """Send the full weights (every rank walks the generator: gathering a sharded tensor is collective)."""
         if wire_format != "named_tensors":
             raise NotImplementedError(f"hf rollout takes full weights (checkpoint_engine.backend=naive), not {wire_format!r}")
+        if peft_config is not None:
+            raise NotImplementedError("hf rollout takes merged weights: set actor_rollout_ref.model.lora.merge=true for LoRA training")
         state = {}
         for name, tensor in weights:
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
@@ -266,13 +310,16 @@ class HFReplica(RolloutReplica):
             lambda self: (ray.get_runtime_context().get_node_id(), (ray.get_runtime_context().get_accelerator_ids().get("GPU") or [None])[0])
         )
         suffix = "_reward" if self.is_reward_model else "_teacher" if self.is_teacher_model else ""
+        env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}  # the worker's GPU, set before the process starts
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         server = ray.remote(HFServer).options(
             scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-            runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}},
+            runtime_env={"env_vars": env},
             name=server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}"),
             max_concurrency=self.max_concurrency,
             num_cpus=0,
-        ).remote(config=self.config, model_config=self.model_config, cuda_visible_devices=gpu)
+        ).remote(config=self.config, model_config=self.model_config)
         await server.stats.remote()  # the model is loaded: construction errors surface here
         self.servers = [server]
         self._server_handle = server

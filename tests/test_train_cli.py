@@ -57,6 +57,23 @@ def test_rl_verl_prepare_writes_data_and_launch_yaml(tmp_path):
     assert "algorithm.adv_estimator=grpo" in launch and "actor_rollout_ref.model.path=some/model" in launch
 
 
+def test_rl_verl_launch_with_the_hf_rollout_loads_it_in_verl(tmp_path, monkeypatch):
+    """--launch starts VeRL with the hf backend registered in every process; an unknown engine is a one-line error."""
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
+    args = ["rl", "--engine", "verl", "--no-prepare", "--launch", "--model_path", "m", "--data_dir", str(tmp_path / "vd"),
+            "--output_dir", str(tmp_path / "run"), "--python", "/usr/bin/python3"]
+    result = runner.invoke(train_app, [*args, "--rollout_engine", "hf"])
+    assert result.exit_code == 0, result.output
+    ((cmd, env),) = calls
+    assert cmd[:3] == ["/usr/bin/python3", "-m", "verl.trainer.main_ppo"] and "actor_rollout_ref.rollout.name=hf" in cmd
+    assert "dualmem.training.verl.hf_rollout" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    bad = runner.invoke(train_app, [*args, "--rollout_engine", "tgi"])
+    assert bad.exit_code != 0 and "rollout_engine 'tgi' is not one of vllm, sglang, hf" in bad.output and len(calls) == 1
+
+
 @pytest.mark.parametrize("module", ["dualmem.training.sft", "dualmem.training.grpo_trl"])
 def test_module_help_lists_every_field_and_unknown_flags_are_one_line_errors(module, capsys):
     import importlib

@@ -30,4 +30,11 @@ def test_the_recorded_gpu_run_is_what_verls_lines_say():
     reward = {v["step"]: v["dualmem/rolememo-writer/reward/mean@8"] for v in vals}
     assert reward == {0: -0.05, 4: -0.03125}  # README: -0.050 before training, -0.031 after step 4
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5] and result["versions"]["verl"] == "0.9.1"
+    parsed = {v["step"]: v["dualmem/rolememo-writer/parsed_share/mean@8"] for v in vals}
+    assert parsed == {0: 0.75, 4: 0.78125}  # README: parsed turns 75 % -> 78 %
+    step_s = [s["timing_s/step"] for s in steps]
+    gen_new = [s["timing_s/gen"] for s in steps if s["timing_s/gen"] > 1]  # steps that played new episodes
+    update = [s["timing_s/update_actor"] for s in steps]
+    assert (round(min(step_s)), round(max(step_s))) == (23, 57)  # README: a step took 23-57 s
+    assert (round(min(gen_new)), round(max(gen_new))) == (23, 36) and (round(min(update)), round(max(update))) == (11, 17)
     assert "H100" in result["device"]

@@ -186,7 +186,9 @@ def launch_env(env: dict[str, str] | None = None, rollout_engine: str = "vllm") 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), str(REPO), env.get("PYTHONPATH", "")]))
     if rollout_engine == "hf":
         modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-        env["VERL_USE_EXTERNAL_MODULES"] = ",".join([*modules, HF_MODULE] if HF_MODULE not in modules else modules)
+        if HF_MODULE not in modules:
+            modules.append(HF_MODULE)
+        env["VERL_USE_EXTERNAL_MODULES"] = ",".join(modules)
     return env
 
 

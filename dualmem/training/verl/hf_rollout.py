@@ -9,11 +9,12 @@ to install beyond what VeRL already needs, and exact for small writers (SmolLM2-
 Three parts, as for vLLM:
 
 - :class:`HFServer` — a Ray actor holding the model; ``generate`` batches concurrent requests (left-padded, one
-  ``generate`` call per group of equal sampling parameters) and returns VeRL's ``TokenOutput`` with the sampled
-  tokens' log-probs; ``update_weights`` loads the trainer's weights; ``sleep``/``wake_up`` move the model off and
-  back onto the GPU around the training phase.
+  ``generate`` call per group of equal sampling parameters and length, at most ``max_num_seqs`` rows) and returns
+  VeRL's ``TokenOutput`` with the sampled tokens' log-probs; ``update_weights`` loads the trainer's weights;
+  ``sleep``/``wake_up`` move the model off and back onto the GPU around the training phase.
 - :class:`HFServerAdapter` — VeRL's ``BaseRollout`` inside each trainer worker: streams the actor's full weights to
-  the server (every rank walks the generator, since gathering a sharded tensor is collective; rank 0 sends).
+  the server (every rank walks the generator, since gathering a sharded tensor is collective; each replica's leader
+  rank sends).
 - :class:`HFReplica` — VeRL's ``RolloutReplica``: starts one server per replica on its workers' node and GPU.
 
 Importing this module registers ``hf`` with VeRL (``VERL_USE_EXTERNAL_MODULES=dualmem.training.verl.hf_rollout``,
@@ -23,7 +24,6 @@ which :func:`dualmem.training.verl.config.launch_env` sets when ``rollout_engine
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -34,7 +34,6 @@ import torch
 from verl.workers.rollout.base import _ROLLOUT_REGISTRY, BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-logger = logging.getLogger(__name__)
 NAME = "hf"
 BATCH_WINDOW_S = 0.005  # how long the server waits for more requests before a batched generate
 
@@ -310,20 +309,21 @@ class HFReplica(RolloutReplica):
             lambda self: (ray.get_runtime_context().get_node_id(), (ray.get_runtime_context().get_accelerator_ids().get("GPU") or [None])[0])
         )
         suffix = "_reward" if self.is_reward_model else "_teacher" if self.is_teacher_model else ""
+        name = server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}")
         env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}  # the worker's GPU, set before the process starts
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         server = ray.remote(HFServer).options(
             scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
             runtime_env={"env_vars": env},
-            name=server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}"),
+            name=name,
             max_concurrency=self.max_concurrency,
             num_cpus=0,
         ).remote(config=self.config, model_config=self.model_config)
         await server.stats.remote()  # the model is loaded: construction errors surface here
         self.servers = [server]
         self._server_handle = server
-        self._server_address = server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}")  # no HTTP endpoint
+        self._server_address = name  # no HTTP endpoint
 
 
 _ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.HFServerAdapter"

@@ -74,6 +74,25 @@ def test_rl_verl_launch_with_the_hf_rollout_loads_it_in_verl(tmp_path, monkeypat
     assert bad.exit_code != 0 and "rollout_engine 'tgi' is not one of vllm, sglang, hf" in bad.output and len(calls) == 1
 
 
+def test_verl_validation_holds_the_named_personas(tmp_path):
+    import pandas as pd
+
+    from dualmem.training.verl.dataset import write_verl_dataset
+
+    ds = make_dataset(3)
+    held = ds.items[0].dialogue.persona.id
+    counts = write_verl_dataset(ds, tmp_path / "vd", chunk_tokens=200, val_personas=[held])
+    val, train = (pd.read_parquet(tmp_path / "vd" / f"{n}.parquet") for n in ("val", "train"))
+    assert counts["val"] == len(val) > 0 and counts["train"] == len(train) > 0
+    from dualmem.training.verl.dataset import load_episodes
+
+    persona = {k: e.persona.id for k, e in load_episodes(tmp_path / "vd" / "episodes.jsonl").items()}
+    assert {persona[x["episode_id"]] for x in val["extra_info"]} == {held}
+    assert held not in {persona[x["episode_id"]] for x in train["extra_info"]}
+    with pytest.raises(ValueError, match="val_personas: no history of nobody"):
+        write_verl_dataset(ds, tmp_path / "vd2", chunk_tokens=200, val_personas=["nobody"])
+
+
 @pytest.mark.parametrize("module", ["dualmem.training.sft", "dualmem.training.grpo_trl"])
 def test_module_help_lists_every_field_and_unknown_flags_are_one_line_errors(module, capsys):
     import importlib

@@ -29,8 +29,9 @@ PLAIN = ("vector", "hybrid")
 
 def cached_embeddings(folder: Path | None = None, embedder: str | None = None) -> Any:
     """Return the bundled (or ``embedder``) embeddings behind the disk cache (each text embedded once, ever)."""
+    from _lib.embedding_cache import DEFAULT_FOLDER, CachedEmbeddings, EmbeddingCache
+
     from dualmem.models import BUNDLED_EMBEDDER, load_embeddings
-    from dualmem.retrieval.cache import DEFAULT_FOLDER, CachedEmbeddings, EmbeddingCache
 
     cache = EmbeddingCache(load_embeddings(embedder or BUNDLED_EMBEDDER), folder or REPO / DEFAULT_FOLDER, autosave=2000)
     return CachedEmbeddings(cache)

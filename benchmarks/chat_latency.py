@@ -42,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _lib.embedding_cache import DEFAULT_FOLDER, EmbeddingCache  # noqa: E402
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage  # noqa: E402
@@ -53,10 +54,9 @@ from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_realmem  # noqa: E402
 from dualmem.models import BUNDLED_EMBEDDER, load_embeddings  # noqa: E402
 from dualmem.prompts.respond import render_respond_system  # noqa: E402
-from dualmem.retrieval.cache import DEFAULT_FOLDER, EmbeddingCache  # noqa: E402
 from dualmem.retrieval.pipeline import Ranker  # noqa: E402
 from dualmem.schema import DatasetItem, Fact, Insight, SourceRef  # noqa: E402
-from dualmem.stores import DualStore, LanceDBStore  # noqa: E402
+from dualmem.stores import LanceDBStore, LanceDualStore  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "realmem"
 OUT = REPO / "benchmarks" / "results" / "chat_latency.json"
@@ -102,7 +102,7 @@ class FixedLatencyModel(BaseChatModel):
             yield chunk
 
 
-def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str], cache_folder: Path) -> dict[str, int]:
+def fill(store: LanceDualStore, item: DatasetItem, namespace: tuple[str, str], cache_folder: Path) -> dict[str, int]:
     """Write the persona's whole history into ``namespace``: turns as facts, memory points as insights."""
     facts, insights = [], []
     for session in item.dialogue.sessions:
@@ -117,7 +117,7 @@ def fill(store: DualStore, item: DatasetItem, namespace: tuple[str, str], cache_
     vectors = cache.embed([i.text for i in items], progress="embedding the persona's memory")
     for start in range(0, len(items), 2000):
         store.upsert(items[start : start + 2000], vectors=vectors[start : start + 2000].tolist())
-    store.optimize()
+    store.maintain()
     return {"facts": len(facts), "insights": len(insights)}
 
 
@@ -204,9 +204,9 @@ def main() -> None:
     load_before = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory(prefix="chat-latency-") as tmp:
         settings = Settings(store_uri=f"{tmp}/db", embedder=args.embedder, formation_idle_s=10**6, chunk_tokens=10**9)
-        dual = DualStore(settings.store_uri, load_embeddings(args.embedder, settings))
+        dual = LanceDualStore(settings.store_uri, load_embeddings(args.embedder, settings))
         sizes = fill(dual, item, namespace, args.cache)
-        store = LanceDBStore(dual.uri, dual=dual)
+        store = LanceDBStore.over(dual)
         RANKERS.append(Ranker.from_settings(settings))
         models = {name: FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap, systems=[]) for name in ("off", "on")}
         formation = FormationExecutor(workers=1)  # its writes wait for the quiet time: none during the measurement

@@ -10,7 +10,7 @@ by a neutral assistant turn, at a seeded position among the session's first
 ``--host-turns`` turns.
 
 The histories are written with the product's writer entry point
-(:func:`dualmem.writer.graph.write_history`: chunking, the guard, validation,
+(:func:`dualmem.graphs.write.write_history`: chunking, the guard, validation,
 the LanceDB store) and a scripted **obeying** writer that sees only the
 prompt and knows which turns are requests (the oracle a real model does not
 need to be told): for every user turn it writes a fact and an insight in the
@@ -63,12 +63,12 @@ sys.path.insert(0, str(REPO))
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_dataset  # noqa: E402
 from dualmem.datasets._validate import write_json_atomic  # noqa: E402
+from dualmem.memory.guard import flag_turns  # noqa: E402
+from dualmem.memory.poisoning import STOP  # noqa: E402
 from dualmem.schema import Dialogue, Persona, Session, Turn  # noqa: E402
-from dualmem.stores import DualStore  # noqa: E402
+from dualmem.stores import open_store  # noqa: E402
 from dualmem.testing import FakeChatModel  # noqa: E402
-from dualmem.writer.graph import write_history  # noqa: E402
-from dualmem.writer.guard import flag_turns  # noqa: E402
-from dualmem.writer.poisoning import STOP  # noqa: E402
+from dualmem.writer import write_history  # noqa: E402
 
 SET = REPO / "dualmem" / "data" / "poisoning_set.json"
 DATA = REPO / ".." / "shared" / "data"
@@ -202,7 +202,7 @@ def obeying_writer(oracle: dict[str, dict[str, Any]], obeyed: set[str]) -> FakeC
     return FakeChatModel(responses=[answer], cycle=True)
 
 
-def score(store: DualStore, namespaces: Sequence[tuple[str, str]], report_rows: list[dict[str, Any]], oracle: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def score(store: Any, namespaces: Sequence[tuple[str, str]], report_rows: list[dict[str, Any]], oracle: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Return the figures of one run from the store and the report rows (see the module docstring)."""
     insights, facts = [], []
     for ns in namespaces:
@@ -276,7 +276,7 @@ def run_writer(woven: list[tuple[str, Persona, Session]], oracle: dict[str, dict
     by_persona: dict[str, tuple[Persona, list[Session]]] = {}
     for _src, persona, session in woven:
         by_persona.setdefault(persona.id, (persona, []))[1].append(session)
-    store = DualStore.from_settings(settings)
+    store = open_store(settings)
     for persona, sessions in by_persona.values():
         dialogue = Dialogue(id=persona.id, persona=persona, sessions=sessions)
         report = write_history(dialogue, persona, settings=settings, model=model, store=store, progress=False)

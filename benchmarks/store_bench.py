@@ -57,7 +57,7 @@ from rich.progress import track
 from rich.table import Table
 
 from dualmem.schema import Fact
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.stores._rows import item_schema
 from dualmem.stores._sql import ns_key, row_key
 
@@ -149,7 +149,7 @@ def dir_size(path: str) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def load_table(store: DualStore, total: int, ns_size: int, dims: int, target: int, words: list[str], seed: int):
+def load_table(store: LanceDualStore, total: int, ns_size: int, dims: int, target: int, words: list[str], seed: int):
     """Bulk-load ``total`` facts interleaved over namespaces; return the target namespace's data and timing."""
     rng = np.random.default_rng(seed)
     n_ns = max(1, total // ns_size)
@@ -211,7 +211,7 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str], load_seco
     q_texts = [" ".join(rng.choice(words, 3)) for _ in range(args.queries)]
     lookup = LookupEmbeddings({t: v.tolist() for t, v in zip(q_texts, q_vecs, strict=True)}, dims)
     min_rows = 1 if args.vector_index else 10**12
-    store = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows)
+    store = LanceDualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows)
     n_ns = max(1, total // args.ns_size)
     target = n_ns // 2
     ns = (f"persona-{target}", "user")
@@ -273,7 +273,7 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str], load_seco
         )
     )
     few = qs[: args.cold_queries]
-    other = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows)  # another writer (own view)
+    other = LanceDualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows)  # another writer (own view)
     foreign = unit(rng, len(qs), dims)
 
     def foreign_write(i: int) -> None:
@@ -282,7 +282,7 @@ def bench_size(args: argparse.Namespace, total: int, words: list[str], load_seco
     lat["lance vector after another writer's commit"] = timed(
         lambda i: store.search_vectors(ns, q_vecs[i], k=k), few, prep=foreign_write
     )
-    fresh = DualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows, flat_search_max_rows=0)
+    fresh = LanceDualStore(uri, lookup, dims=dims, vector_index_min_rows=min_rows, flat_search_max_rows=0)
     lat["lance fresh worker (no RAM view, prefiltered scan)"] = timed(lambda i: fresh.search_vectors(ns, q_vecs[i], k=k), qs[:100])
 
     # recall of the store against exact brute force

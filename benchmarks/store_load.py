@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from langchain_core.embeddings import Embeddings  # noqa: E402
 
 from dualmem.schema import Fact  # noqa: E402
-from dualmem.stores import DualStore  # noqa: E402
+from dualmem.stores import LanceDualStore  # noqa: E402
 
 
 class SeedEmbeddings(Embeddings):
@@ -58,7 +58,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def writer(args: argparse.Namespace) -> dict[str, Any]:
-    store = DualStore(args.uri, SeedEmbeddings(args.dims), dims=args.dims)
+    store = LanceDualStore(args.uri, SeedEmbeddings(args.dims), dims=args.dims)
     ns, end, n, laps, errors = tuple(args.ns.split(",")), time.time() + args.seconds, 0, [], 0
     with open(args.log, "a", buffering=1) as log:
         while time.time() < end:
@@ -77,7 +77,7 @@ def writer(args: argparse.Namespace) -> dict[str, Any]:
 
 def reader(args: argparse.Namespace) -> dict[str, Any]:
     emb = SeedEmbeddings(args.dims)
-    store = DualStore(args.uri, emb, dims=args.dims)
+    store = LanceDualStore(args.uri, emb, dims=args.dims)
     ns, end, offset = tuple(args.ns.split(",")), time.time() + args.seconds, 0
     pending: list[dict[str, Any]] = []
     laps, staleness, errors, stale_reads, reads = [], [], 0, 0, 0

@@ -59,16 +59,16 @@ def coverage(run_dir: Path, persona: str, limit: int) -> dict[str, float]:
     from dualmem.datasets import load_dataset
     from dualmem.evals.metrics import memory_point_recall
     from dualmem.evals.runners import realmem_plan
+    from dualmem.memory.chunking import chunk_sessions
     from dualmem.models import load_embeddings
-    from dualmem.stores import DualStore
-    from dualmem.writer.chunking import chunk_sessions
+    from dualmem.stores import open_store
 
     item = next(it for it in load_dataset("realmem", DATA).items if it.dialogue.id == persona)
     sessions, _ = realmem_plan(item, limit)
     ingested = sessions[:-1]  # the last session is the one of the last query: replay stops before it
     settings = Settings()
     embed = load_embeddings(settings.embedder)
-    store = DualStore.from_settings(Settings(store_uri=str(run_dir / "lancedb" / persona)), embeddings=embed)
+    store = open_store(Settings(store_uri=str(run_dir / "lancedb" / persona)), embeddings=embed)
     written = [i for ns in store.namespaces() for kind in ("fact", "insight") for i in store.list(ns, kind=kind, limit=100_000)]
     facts = [i.text for i in written if i.kind == "fact"]
     insights = [i.text for i in written if i.kind == "insight"]

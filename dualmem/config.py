@@ -74,9 +74,6 @@ class Settings:
     memory_label: str = _setting("dualmem", "first namespace label under which the LangGraph store shows facts and insights")
     lease_ttl_s: float = _setting(60.0, "seconds a writer's namespace lease lasts unrenewed (a killed writer's lease frees after it)", float)
     lease_wait_s: float = _setting(900.0, "seconds a writer waits for another writer of the same namespace before failing", float)
-    lease_linger_s: float = _setting(
-        0.5, "seconds a writer keeps a namespace's lease after a chunk, for its next one (0: release at once; at most lease_ttl_s / 3)", float
-    )
     checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
     user_id: str = _setting("user", "user id: second part of every memory namespace")
     chunk_tokens: int = _setting(1024, "writer chunk size in tokens (cut at turn boundaries)", int)
@@ -138,7 +135,7 @@ class Settings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
-                     "ranker_context_turns", "eval_workers", "lease_linger_s"):
+                     "ranker_context_turns", "eval_workers"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:

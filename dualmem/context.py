@@ -80,7 +80,7 @@ class Context(Settings):
 
     def dual(self, runtime_store: Any = None) -> Any:
         """Return the ``DualStore`` of the run: ``runtime.store``'s, else the injected one; never opens one."""
-        from dualmem.stores.dual import DualStore
+        from dualmem.stores import dual_of
 
         target = runtime_store if runtime_store is not None else self.store
         if target is None:
@@ -88,15 +88,7 @@ class Context(Settings):
                 "no memory store: run the graph with a store (graph.compile(store=LanceDBStore.from_settings()), "
                 "langgraph.json's store on the server) or pass store= to the Python API"
             )
-        if isinstance(target, DualStore):
-            return target
-        from dualmem.stores.langgraph_store import LanceDBStore
-
-        if isinstance(target, LanceDBStore):
-            return target.dual
-        raise ConfigurationError(
-            f"DualMem needs a LanceDB store, got {type(target).__name__}; use LanceDBStore.from_settings(...) or a DualStore"
-        )
+        return dual_of(target)
 
     def with_(self, **changes: Any) -> Context:
         """Return a copy with settings or objects changed (unknown names raise)."""

@@ -40,3 +40,11 @@ class ModelCallError(DualMemError):
     def __init__(self, message: str, *, attempts: int = 1, transient: bool = False, status: int | None = None) -> None:
         self.attempts, self.transient, self.status = attempts, transient, status
         super().__init__(message)
+
+
+class LeaseTimeout(DualMemError):
+    """Another writer held the namespace's write lease for longer than we were willing to wait."""
+
+
+class LeaseLost(DualMemError):
+    """This writer's lease expired or was taken over before its work was committed."""

@@ -28,6 +28,7 @@ from dualmem.local.bundled import bundled_embedder_path
 from dualmem.local.threads import embedding_threads
 
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
+BUNDLED_DIMS = 384  # vector size of the bundled embedder
 LOCAL_PREFIX = "local:"
 OPENAI_COMPATIBLE = ("vllm", "openai-compatible")
 # the API key each hosted provider of ``init_chat_model`` reads from the environment
@@ -205,6 +206,12 @@ def _local_embedder(spec: str) -> Embeddings:
 
 @lru_cache(maxsize=4)
 def _build_embeddings(spec: str) -> Embeddings:
+    embeddings = _new_embeddings(spec)
+    embeddings.spec = spec  # type: ignore[attr-defined]  # recorded by the stores it creates (LanceDualStore)
+    return embeddings
+
+
+def _new_embeddings(spec: str) -> Embeddings:
     if spec == BUNDLED_EMBEDDER or spec == "bundled":
         return SentenceTransformerEmbeddings(bundled_embedder_path())
     if spec.startswith("hash:"):

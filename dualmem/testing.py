@@ -127,6 +127,7 @@ class HashEmbeddings(Embeddings):
 
     def __init__(self, dims: int = 64) -> None:
         self.dims = dims
+        self.spec = f"hash:{dims}"  # what a store records, so LanceDBStore(path) reopens it with the same embedder
 
     def _embed(self, text: str) -> list[float]:
         vec = [0.0] * self.dims
@@ -249,3 +250,42 @@ def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None,
     if kind == "string":
         return (text if text is not None else "fake text that is long enough")[: schema.get("maxLength", 1000 if text else 64)]
     return None
+
+
+def editing_writer(messages: list[BaseMessage], tool: str | None = None) -> Any:
+    """A deterministic writer that also edits what it is shown: per chunk it ADDs a fact per user turn (up to two) and
+    an insight citing the first, UPDATEs a view fact and an insight and DELETEs another insight once the view holds
+    three of each — which item, by a hash of the chunk text, so the same prompt always gets the same answer."""
+    text = str(messages[-1].content)
+    view = text.split("## WORKING MEMORY", 1)[-1].split("## CONVERSATION CHUNK", 1)[0]
+    chunk = text.split("## CONVERSATION CHUNK", 1)[-1]
+    facts = re.findall(r"^(F\d+)", view, re.M)
+    insights = re.findall(r"^(I\d+)", view, re.M)
+    turns = re.findall(r'^\[([^\]]+)\] User: "(.*)"$', chunk, re.M)
+    h = int(hashlib.sha256(chunk.encode()).hexdigest()[:8], 16)
+    f_ops: list[dict[str, Any]] = [
+        {"op": "ADD", "id": f"N{i + 1}", "text": f"The user said {said[:80]}", "turn_ids": [tid]} for i, (tid, said) in enumerate(turns[:2])
+    ]
+    i_ops: list[dict[str, Any]] = [{"op": "ADD", "id": "M1", "text": f"I read {turns[0][1][:50]} as a sign", "fact_ids": ["N1"]}] if turns else []
+    if len(facts) >= 3:
+        f_ops.append({"op": "UPDATE", "id": facts[h % len(facts)], "text": f"Updated fact {h % 3}", "turn_ids": []})
+    if len(insights) >= 3:
+        i_ops.append({"op": "DELETE", "id": insights[(h // 7) % len(insights)]})
+        i_ops.append({"op": "UPDATE", "id": insights[(h // 3) % len(insights)], "text": f"Revised insight {h % 2}", "fact_ids": []})
+    return {"facts": f_ops, "insights": i_ops}
+
+
+def synthetic_history(sessions: int = 32, turns: int = 6) -> list[Any]:
+    """Return a deterministic multi-session history whose user turns repeat words across sessions (ties to break)."""
+    from dualmem.schema import Session, Turn
+
+    words = "amber birch cobalt denim ember fjord garnet harbor indigo juniper kelp lagoon maple nutmeg opal".split()
+    out = []
+    for s in range(sessions):
+        said = [
+            Turn(id=f"s{s}:t{t}", role="user" if t % 2 == 0 else "assistant",
+                 text=f"I keep thinking about {' '.join(words[(s * 7 + t * 3 + k) % len(words)] for k in range(5))} today")
+            for t in range(turns)
+        ]  # fmt: skip
+        out.append(Session(id=f"s{s}", time=f"2024-{s // 28 + 1:02d}-{s % 28 + 1:02d}", turns=said))
+    return out

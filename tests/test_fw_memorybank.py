@@ -72,8 +72,8 @@ def test_recalled_memory_decays_slower_and_old_unrecalled_fall_below_newer(tmp_s
     ranked = [i for i in (m["id"] for m, *_ in fw.score_all(twin)) if i in pieces]
     assert ranked == [newer, recalled, unrecalled]
     # retrieving is recalling: strength grows, the clock resets
-    top = fw.retrieve(twin, k=1)
-    assert top[0].id == newer
+    top = fw.retrieve(twin, k=2)  # the newer piece and its session's summary (same words) tie at the top
+    assert newer in {t.id for t in top} and all(t.meta.get("session") == "s2" or t.source_session == "s2" for t in top)
     assert {m["id"]: m for m in fw.memories()}[newer]["strength"] == 2.0
 
 

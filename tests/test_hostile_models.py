@@ -15,10 +15,10 @@ from dualmem.errors import ConfigurationError, ModelCallError
 from dualmem.models import load_chat_model
 from dualmem.retry import RetryPolicy, invoke_with_retry, next_wait, retry_after
 from dualmem.schema import MemoryUpdate, Persona, Session, Turn
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.structured import invoke_structured
 from dualmem.testing import HashEmbeddings
-from dualmem.writer.graph import write_history
+from dualmem.writer import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")
@@ -132,7 +132,7 @@ def test_a_chunk_whose_model_call_fails_is_recorded_and_the_run_goes_on(tmp_path
         # chunk 1 ok; chunk 2 fails on every retry; chunk 3 ok
         server.script = [("ok", None), ("status", 500), ("status", 500), ("status", 500), ("ok", None)]
         settings = _settings(tmp_path, server.base_url, call_retries=2)
-        store = DualStore(settings.store_uri, HashEmbeddings(64))
+        store = LanceDualStore(settings.store_uri, HashEmbeddings(64))
         report = write_history(_sessions(3), PERSONA, settings=settings, store=store, progress=False, thread_id="t")
         assert [r["status"] for r in report.chunks] == ["applied", "failed", "applied"]
         (failed,) = report.failed_chunks
@@ -148,7 +148,7 @@ def test_the_endpoint_is_checked_once_before_any_chunk(tmp_path):
     settings = _settings(tmp_path, closed_port_url(), call_retries=0)
     started = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"cannot reach the model endpoint .*refused.*OPENAI_BASE_URL"):
-        write_history(_sessions(50), PERSONA, settings=settings, store=DualStore(settings.store_uri, HashEmbeddings(64)), progress=False)
+        write_history(_sessions(50), PERSONA, settings=settings, store=LanceDualStore(settings.store_uri, HashEmbeddings(64)), progress=False)
     assert time.monotonic() - started < 10
     with Endpoint(memory_answer, models=("another-model",)) as server:
         with pytest.raises(ConfigurationError, match=r"'test-model' is not served .* it serves: another-model"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dualmem.schema import MemoryUpdate, Persona, Session, Turn
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.writer.graph import write_history
+from dualmem.writer import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee")
 NS = ("dr-lee", "user")
@@ -17,7 +17,7 @@ GOOD = {"facts": [{"op": "ADD", "id": "N1", "text": "moved to night shifts", "tu
 
 @pytest.fixture
 def store(tmp_path):
-    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    return LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
 
 
 @pytest.mark.parametrize("answer", [{"memories": [{"text": "moved to night shifts"}]},

@@ -112,7 +112,7 @@ def test_structured_output_is_schema_valid(vllm_url):
 def test_writer_runs_through_vllm(vllm_url, tmp_path):
     from dualmem.config import Settings
     from dualmem.datasets import load_sample
-    from dualmem.writer.graph import write_history
+    from dualmem.writer import write_history
 
     sample = load_sample()
     settings = Settings(

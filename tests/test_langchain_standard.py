@@ -27,7 +27,7 @@ from langchain_tests.unit_tests import ChatModelUnitTests, EmbeddingsUnitTests, 
 from dualmem.retrieval.retriever import DualMemRetriever  # noqa: E402
 from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool  # noqa: E402
 from dualmem.schema import Fact, Insight, SourceRef  # noqa: E402
-from dualmem.stores import DualStore  # noqa: E402
+from dualmem.stores import LanceDualStore  # noqa: E402
 from dualmem.testing import FakeChatModel, HashEmbeddings  # noqa: E402
 
 NS = ("coach", "alice")
@@ -52,17 +52,17 @@ def _facts() -> list[Fact | Insight]:
 
 
 @pytest.fixture(scope="module")
-def dual_store(tmp_path_factory: pytest.TempPathFactory) -> DualStore:
+def dual_store(tmp_path_factory: pytest.TempPathFactory) -> LanceDualStore:
     """A LanceDB dual store in a temporary folder holding four facts and two insights of ``NS``."""
-    store = DualStore(str(tmp_path_factory.mktemp("lc") / "db"), HashEmbeddings(64))
+    store = LanceDualStore(str(tmp_path_factory.mktemp("lc") / "db"), HashEmbeddings(64))
     store.upsert(_facts())
     return store
 
 
 @pytest.fixture
-def fresh_store(tmp_path) -> DualStore:
+def fresh_store(tmp_path) -> LanceDualStore:
     """A dual store of its own for one test that writes (the manage tool), with the same memories."""
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     store.upsert(_facts())
     return store
 
@@ -70,20 +70,20 @@ def fresh_store(tmp_path) -> DualStore:
 class _WithStore:
     """Mixin: the module's dual store as ``self.store`` (the standard suites read constructor params as properties)."""
 
-    store: DualStore
+    store: LanceDualStore
 
     @pytest.fixture(autouse=True)
-    def _bind_store(self, dual_store: DualStore) -> None:
+    def _bind_store(self, dual_store: LanceDualStore) -> None:
         self.store = dual_store
 
 
 class _WithFreshStore:
     """Mixin: a store of the test's own as ``self.store``."""
 
-    store: DualStore
+    store: LanceDualStore
 
     @pytest.fixture(autouse=True)
-    def _bind_store(self, fresh_store: DualStore) -> None:
+    def _bind_store(self, fresh_store: LanceDualStore) -> None:
         self.store = fresh_store
 
 

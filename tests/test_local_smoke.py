@@ -43,7 +43,7 @@ def test_local_model_answers_in_schema(local_model):
 
 def test_writer_and_responder_run_on_the_bundled_model(local_model, tmp_path):
     from dualmem.graphs.respond import respond
-    from dualmem.writer.graph import write_history
+    from dualmem.writer import write_history
 
     settings = Settings(
         store_uri=str(tmp_path / "db"), checkpoint_path=str(tmp_path / "ck.sqlite"), embedder="hash:64", max_new_tokens=200

@@ -6,9 +6,9 @@ import pytest
 
 from dualmem.graphs.respond import respond
 from dualmem.schema import EMOTIONS, Persona, Session, Turn
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.writer.graph import write_history
+from dualmem.writer import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee")
 NS = ("dr-lee", "user")
@@ -38,7 +38,7 @@ def _model(query_mood: str):
 
 @pytest.fixture
 def store(tmp_path):
-    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    return LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
 
 
 def _write(settings, store, model):

@@ -12,9 +12,9 @@ from dualmem.frameworks.base import answer_from_items
 from dualmem.frameworks.dualmem import DualMemFramework
 from dualmem.graphs.respond import arespond, builder, respond
 from dualmem.schema import Persona, Session, Turn
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.writer.graph import write_history
+from dualmem.writer import write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")
@@ -47,7 +47,7 @@ def _writer(messages, tool=None):
 
 @pytest.fixture
 def store(tmp_path):
-    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    return LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from dualmem.retrieval.features import FEATURES
 from dualmem.retrieval.pipeline import order, strip_names
 from dualmem.retrieval.weights import shipped_path
 from dualmem.schema import Fact, Insight, Session, SourceRef, Turn
-from dualmem.stores.dual import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.testing import HashEmbeddings
 
 NS = ("sophie", "u1")
@@ -126,7 +126,7 @@ def test_plain_rankers_are_the_store_search(raw):
 
 
 def test_ranking_stays_in_its_namespace_and_sees_new_rows_at_once(tmp_path):
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     store.upsert([Fact(id="a", namespace=NS, text="climbing on thursday", source=SourceRef(session_id="s1")),
                   Fact(id="b", namespace=("other", "u1"), text="climbing on thursday", source=SourceRef(session_id="s1"))])
     ranker = Ranker()
@@ -136,8 +136,8 @@ def test_ranking_stays_in_its_namespace_and_sees_new_rows_at_once(tmp_path):
     assert ranker.rank(store, ("nobody", "u1"), "climbing", 5) == []
 
 
-def _dual_store(tmp_path) -> DualStore:
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+def _dual_store(tmp_path) -> LanceDualStore:
+    store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     store.upsert([
         Fact(id="f1", namespace=NS, text="works night shifts at the warehouse", source=SourceRef(session_id="s1")),
         Fact(id="f2", namespace=NS, text="plays games until 3 am", source=SourceRef(session_id="s2")),
@@ -188,7 +188,7 @@ class _CountingEmbeddings(HashEmbeddings):
 
 def test_remembered_query_vectors_are_reused_until_forgotten(tmp_path):
     emb = _CountingEmbeddings(64)
-    store = DualStore(str(tmp_path / "db"), emb)
+    store = LanceDualStore(str(tmp_path / "db"), emb)
     store.upsert([Fact(id="a", namespace=NS, text="climbing on thursday", source=SourceRef(session_id="s1"))])
     ranker = Ranker()
     first = [h.item.id for h in ranker.rank(store, NS, "climbing", 5)]

@@ -1,4 +1,5 @@
-"""One behaviour, two backends: LanceDBStore must act like LangGraph's InMemoryStore."""
+"""One behaviour for every LangGraph store view: LanceDBStore and DualMemStore over the in-memory stores must act
+like LangGraph's own InMemoryStore."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ import pytest
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
+from dualmem.stores import DualMemStore, InMemoryDualStore
 from dualmem.stores.langgraph_store import LanceDBStore
 from dualmem.testing import HashEmbeddings
 
 DIMS = 64
 
 
-@pytest.fixture(params=["lancedb", "inmemory"])
+@pytest.fixture(params=["lancedb", "langgraph-inmemory", "dualmem-inmemory"])
 def store(request, tmp_path):
     index = {"dims": DIMS, "embed": HashEmbeddings(DIMS), "fields": ["text"]}
     if request.param == "lancedb":
         return LanceDBStore(str(tmp_path / "db"), index=index)
+    if request.param == "dualmem-inmemory":
+        return DualMemStore(InMemoryStore(index=index), InMemoryDualStore(HashEmbeddings(DIMS)))
     return InMemoryStore(index=index)
 
 

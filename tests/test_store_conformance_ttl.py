@@ -35,7 +35,7 @@ def test_expired_items_are_swept_and_unexpired_ones_stay(tmp_path):
 
 def test_a_sweep_keeps_an_item_put_again_after_it_looked_for_expired_ones(tmp_path, monkeypatch):
     """Another worker re-puts an expired item between the sweeper's scan and its delete: the item and its vectors stay."""
-    import dualmem.stores._kv as kv
+    import dualmem.stores.kv as kv
 
     index = {"dims": DIMS, "embed": HashEmbeddings(DIMS), "fields": ["text"]}
     store = _store(tmp_path, index=index)
@@ -145,11 +145,11 @@ def test_unknown_distance_type_is_refused(tmp_path):
 
 
 def test_facts_do_not_expire_and_a_ttl_on_them_warns(tmp_path, monkeypatch):
-    from dualmem.stores.dual import DualStore
+    from dualmem.stores import LanceDualStore
 
     monkeypatch.setattr(memory_view, "_WARNED", set())
     uri = str(tmp_path / "db")
-    store = LanceDBStore(uri, dual=DualStore(uri, HashEmbeddings(DIMS)))
+    store = LanceDBStore(uri, dual=LanceDualStore(uri, HashEmbeddings(DIMS)))
     ns = ("dualmem", "mara", "alice", "fact")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -175,7 +175,7 @@ def test_omit_expired_filters_before_paging(tmp_path):
 
 
 def test_a_refreshing_read_never_brings_an_expired_item_back(tmp_path):
-    from dualmem.stores._kv import item_id
+    from dualmem.stores.kv import item_id
 
     store = _store(tmp_path, ttl={"omit_expired": True})
     ns = ("refresh",)
@@ -184,7 +184,9 @@ def test_a_refreshing_read_never_brings_an_expired_item_back(tmp_path):
     time.sleep(0.8)
 
     def expires(key):
-        return store.kv.by_ids([item_id(ns, key)])[item_id(ns, key)]["expires_at"]
+        from dualmem.stores._lance import query_rows
+
+        return query_rows(store.kv.items, f"id = '{item_id(ns, key)}'", ["expires_at"])[0]["expires_at"]
 
     expired_before, live_before = expires("expired"), expires("live")
     assert store.get(ns, "expired", refresh_ttl=True) is None

@@ -1,4 +1,4 @@
-"""DualStore on a real LanceDB directory with deterministic hash embeddings."""
+"""The DualStore contract, one test body over both backends: a real LanceDB folder and the in-memory store."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import pytest
 
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight, SourceRef
-from dualmem.stores import DualStore
+from dualmem.stores import InMemoryDualStore, LanceDualStore, open_store
 from dualmem.testing import HashEmbeddings
 
 NS = ("psychologist", "user")
 
 
-@pytest.fixture
-def store(tmp_path):
-    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+@pytest.fixture(params=["lancedb", "memory"])
+def store(request, tmp_path):
+    if request.param == "memory":
+        return InMemoryDualStore(HashEmbeddings(64))
+    return LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
 
 
 def fact(fid, text, ns=NS, **kw):
@@ -66,15 +68,18 @@ def test_get_keeps_order_and_skips_missing(filled):
     assert filled.get(NS, []) == []
 
 
-def test_upsert_is_idempotent_and_keeps_created_at(filled):
+def test_upsert_is_idempotent_writes_items_as_given_and_stamps_the_write(filled):
     before = {m.id: m for m in filled.list(NS)}
+    v0 = filled.version()
     time.sleep(0.01)
-    filled.upsert([fact("f1", "works night shifts at a warehouse"), fact("f1", "works night shifts at a warehouse")])
-    filled.upsert([fact("f1", "works night shifts at a warehouse")])
-    assert filled.count(NS) == 5 and filled.count(NS, kind="fact") == 3
+    kept = before["f1"].created_at
+    filled.upsert([fact("f1", "works night shifts", created_at=kept), fact("f1", "works night shifts at a warehouse", created_at=kept)])
+    filled.upsert([fact("f1", "works night shifts at a warehouse", created_at=kept)])
+    assert filled.count(NS) == 5 and filled.count(NS, kind="fact") == 3  # one row per key; the last of a batch wins
     after = filled.get(NS, ["f1"])[0]
-    assert after.created_at == before["f1"].created_at
-    assert after.updated_at > before["f1"].updated_at
+    assert after.text == "works night shifts at a warehouse" and after.created_at == kept
+    assert after.updated_at > before["f1"].updated_at  # updated_at is the store's write time
+    assert filled.version() != v0
 
 
 def test_upsert_new_text_is_reembedded(filled):
@@ -102,11 +107,10 @@ def test_hybrid_fuses_both_rankings(filled):
     assert hits[0].score == pytest.approx(2 / 61)  # first in both rankings
 
 
-def test_fts_finds_items_written_after_the_index_was_built(tmp_path):
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32), fts_reindex_rows=1)
+def test_fts_finds_items_written_after_maintenance(store):
     store.upsert([fact("a", "likes hiking in the alps")])
     assert [h.item.id for h in store.search(NS, "hiking", mode="fts")] == ["a"]
-    store.optimize()
+    store.maintain()
     store.upsert([fact("b", "collects vintage typewriters")])
     assert [h.item.id for h in store.search(NS, "typewriters", mode="fts")] == ["b"]
     store.upsert([fact("a", "likes sailing on lakes")])
@@ -189,113 +193,35 @@ def test_namespaces_with_prefix(filled):
 def test_chunk_ledger(filled):
     assert not filled.chunk_applied(NS, "c1")
     filled.ledger.mark(NS, "c1", "pending", '{"plan": 1}')
-    assert not filled.chunk_applied(NS, "c1") and filled.ledger.pending(NS) == [("c1", '{"plan": 1}')]
+    assert not filled.chunk_applied(NS, "c1") and filled.ledger.look(NS, "c2") == (None, [("c1", '{"plan": 1}')])
     filled.ledger.mark(NS, "c1", "applied", '{"facts": []}')
     filled.ledger.mark(NS, "c1", "applied", '{"facts": []}')
     assert filled.chunk_applied(NS, "c1") and not filled.chunk_applied(("other",), "c1")
-    assert filled.ledger.get(NS, "c1") == ("applied", '{"facts": []}') and filled.ledger.pending(NS) == []
+    assert filled.ledger.look(NS, "c1") == (("applied", '{"facts": []}'), [])
     assert filled.ledger.applied_ids(NS) == {"c1"}
     filled.drop_namespace(NS)
     assert not filled.chunk_applied(NS, "c1") and filled.count(NS, status=None) == 0
 
 
-def test_reopening_sees_the_data_and_checks_dims(tmp_path):
+def test_scan_returns_one_row_per_item_sorted_by_key_with_stamps_or_vectors(filled):
+    rows = filled.scan(NS, columns="vectors")
+    assert rows.column("id").to_pylist() == ["f1", "f2", "f3", "i1", "i2"] and rows.column("vector").type.list_size == 64
+    assert filled.scan(NS, kind="insight", columns="stamps").column_names == ["pk", "id", "updated_at"]
+    assert filled.scan(NS, ids=["f2", "nope"]).column("id").to_pylist() == ["f2"]
+
+
+def test_lancedb_reopening_sees_the_data_and_checks_dims(tmp_path):
     uri = str(tmp_path / "db")
-    DualStore(uri, HashEmbeddings(32)).upsert([fact("a", "likes tea")])
-    assert DualStore(uri, HashEmbeddings(32)).get(NS, ["a"])[0].text == "likes tea"
+    LanceDualStore(uri, HashEmbeddings(32)).upsert([fact("a", "likes tea")])
+    assert LanceDualStore(uri, HashEmbeddings(32)).get(NS, ["a"])[0].text == "likes tea"
     with pytest.raises(ConfigurationError, match="DUALMEM_EMBEDDER"):
-        DualStore(uri, HashEmbeddings(16))
+        LanceDualStore(uri, HashEmbeddings(16))
 
 
-def test_from_settings_uses_store_uri(tmp_settings):
-    store = DualStore.from_settings(tmp_settings)
+def test_open_store_uses_store_uri(tmp_settings):
+    store = open_store(tmp_settings)
     store.upsert([fact("a", "likes tea")])
-    assert DualStore(tmp_settings.store_uri, HashEmbeddings(64)).count(NS) == 1
-
-
-def test_vector_index_search_agrees_with_flat(tmp_path):
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32), vector_index_min_rows=300, flat_search_max_rows=0)
-    words = ["tea", "hiking", "cat", "chess", "piano", "garden", "coffee", "bike", "novel", "rain"]
-    items = [fact(f"v{i}", f"{words[i % 10]} {words[(i // 10) % 10]} {words[(i // 100) % 10]} {i}") for i in range(400)]
-    store.upsert(items)
-    assert not any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())  # never built inside a write
-    store.optimize()
-    assert any(i.columns == ["vector"] for i in store._tables["fact"].list_indices())
-    hits = store.search(NS, items[123].text, kind="fact", k=5, mode="vector")
-    assert hits[0].item.id == "v123"
-    assert store.search_vectors(NS, HashEmbeddings(32).embed_query(items[7].text), k=1)[0][0] == "v7"
-
-
-def test_ram_cache_never_serves_stale_rows(tmp_path):
-    uri = str(tmp_path / "db")
-    a, b = DualStore(uri, HashEmbeddings(32)), DualStore(uri, HashEmbeddings(32))
-    a.upsert([fact("c1", "likes green tea"), fact("c2", "likes black coffee")])
-    assert a.search(NS, "green tea", k=1, mode="vector")[0].item.id == "c1"  # loads the cache
-    b.upsert([fact("c3", "likes green tea very much"), fact("c1", "owns a red kayak")])
-    hits = {h.item.id: h.item.text for h in a.search(NS, "green tea", k=3, mode="vector")}
-    assert "c3" in hits and hits["c1"] == "owns a red kayak"
-    b.supersede(NS, ["c3"])
-    assert "c3" not in {h.item.id for h in a.search(NS, "green tea", k=3, mode="vector")}
-    b.delete(NS, ["c2"])
-    assert "c2" not in {h.item.id for h in a.search(NS, "coffee", k=3, mode="vector")}
-    b.drop_namespace(NS)
-    assert a.search(NS, "green tea", mode="vector") == []
-
-
-@pytest.mark.parametrize(
-    "filters",
-    [{}, {"since": "2024-02-01"}, {"until": "2024-02-28"}, {"since": "2024-01-01", "until": "2024-03-01"},
-     {"filter": {"session_id": "s1"}}, {"filter": {"status": "active"}, "since": "2024-03-01"}],
-)  # fmt: skip
-def test_ram_cache_agrees_with_lance_scan(filled, tmp_path, filters):
-    scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)  # never cached: LanceDB prefilter
-    for query in ("night shifts", "grey cat", "video games morning"):
-        cached = filled.search(NS, query, kind="fact", k=3, mode="vector", **filters)
-        scanned = scan.search(NS, query, kind="fact", k=3, mode="vector", **filters)
-        assert [h.item.id for h in cached] == [h.item.id for h in scanned]
-        assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)
-
-
-def test_own_writes_patch_the_ram_cache_without_reloading(filled, monkeypatch):
-    from dualmem.stores import _vcache
-
-    filled.search(NS, "cat", kind="fact", mode="vector")  # load facts of NS once
-    loads = []
-    real_load = _vcache.load
-    monkeypatch.setattr(_vcache, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
-    filled.upsert([fact("f4", "sings in a gospel choir", event_time="2024-04-01"), fact("f1", "drives a night bus")])
-    filled.upsert([fact("f2", "plays video games until three in the morning", status="superseded")])
-    filled.upsert([insight("f3", "the cat is a coping strategy", ["f1"])])  # moves f3 to insights
-    filled.supersede(NS, ["f4"])
-    filled.upsert([fact("f5", "sings in a gospel choir on sundays")])
-    filled.delete(NS, ["f5"])
-    filled.upsert([fact("f6", "bakes sourdough bread", event_time="2024-05-01")])
-    scan = DualStore(filled.uri, HashEmbeddings(64), flat_search_max_rows=0)
-    for query in ("night bus", "gospel choir", "video games", "grey cat", "sourdough bread"):
-        for filters in ({}, {"since": "2024-03-01"}):
-            cached = filled.search(NS, query, kind="fact", k=5, mode="vector", **filters)
-            scanned = scan.search(NS, query, kind="fact", k=5, mode="vector", **filters)
-            assert [(h.item.id, h.item.text) for h in cached] == [(h.item.id, h.item.text) for h in scanned]
-            assert [h.score for h in cached] == pytest.approx([h.score for h in scanned], abs=1e-5)
-    assert [a for a in loads if a[4] > 0] == []  # `filled` never reloaded: its writes patched the cache
-
-
-def test_optimize_gathers_scattered_namespaces_without_changing_them(tmp_path):
-    from dualmem.stores._cluster import scattered
-
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32))
-    a, b = ("p", "a"), ("p", "b")
-    for i in range(6):  # interleaved commits: each namespace's rows spread over six fragments
-        store.upsert([fact(f"x{i}", f"alpha note {i} about tea", ns=a)])
-        store.upsert([fact(f"x{i}", f"beta note {i} about chess", ns=b)])
-    table = store._tables["fact"]
-    assert set(scattered(table)) == {'["p", "a"]', '["p", "b"]'}
-    before = {ns: [(h.item.id, h.item.text, round(h.score, 5)) for h in store.search(ns, "note tea chess", k=6, mode="vector")] for ns in (a, b)}
-    assert store.optimize() == {"fact": 2, "insight": 0}
-    assert scattered(table) == []
-    after = {ns: [(h.item.id, h.item.text, round(h.score, 5)) for h in store.search(ns, "note tea chess", k=6, mode="vector")] for ns in (a, b)}
-    assert after == before and store.count(a) == store.count(b) == 6
-    assert store.optimize() == {"fact": 0, "insight": 0}  # nothing left to gather
+    assert LanceDualStore(tmp_settings.store_uri, HashEmbeddings(64)).count(NS) == 1
 
 
 def test_namespaces_that_join_to_the_same_string_stay_apart(store):
@@ -309,28 +235,3 @@ def test_namespaces_that_join_to_the_same_string_stay_apart(store):
         store.delete(left, ["same-id"])
         assert store.count(left) == 0 and store.count(right) == 1
         assert [h.item.text for h in store.search(right, "coffee", mode="hybrid")] == ["drinks coffee at six"]
-
-
-def test_gathering_never_undoes_a_write_made_after_it_read_the_rows(tmp_path, monkeypatch):
-    """A store-API put (no write lease) lands between the gather's read and its commit: the put stays."""
-    import dualmem.stores._cluster as cluster
-
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(32))
-    other = DualStore(str(tmp_path / "db"), HashEmbeddings(32))  # another worker
-    a, b = ("p", "a"), ("p", "b")
-    for i in range(6):
-        store.upsert([fact(f"x{i}", f"alpha note {i} about tea", ns=a)])
-        store.upsert([fact(f"x{i}", f"beta note {i} about chess", ns=b)])
-    commit = cluster.L.retry
-
-    def late_write_then_commit(fn, *args, **kwargs):
-        if fn.__code__.co_filename == cluster.__file__ and not getattr(late_write_then_commit, "done", False):
-            late_write_then_commit.done = True  # type: ignore[attr-defined]  # the gather's own commit, not the lease's
-            other.upsert([fact("x0", "alpha note 0, rewritten while maintenance ran", ns=a)])
-        return commit(fn, *args, **kwargs)
-
-    monkeypatch.setattr(cluster.L, "retry", late_write_then_commit)
-    cluster.gather(store, store._tables["fact"], '["p", "a"]')
-    monkeypatch.setattr(cluster.L, "retry", commit)
-    assert {it.id: it.text for it in store.list(a)}["x0"] == "alpha note 0, rewritten while maintenance ran"
-    assert store.count(a) == 6

@@ -92,7 +92,7 @@ def test_make_store_reads_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("DUALMEM_STORE_URI", str(tmp_path / "env-db"))
     monkeypatch.setenv("DUALMEM_EMBEDDER", "hash:24")
     store = make_store()
-    assert store.uri == str(tmp_path / "env-db") and store.index_config["dims"] == 24
+    assert store.uri == str(tmp_path / "env-db") and store.kv.index_config["dims"] == 24
     store.put(("u",), "k", {"text": "hello"})
     assert store.search(("u",), query="hello")[0].score is not None
 

@@ -1,15 +1,28 @@
-"""The dual memory through the LangGraph store API: ("dualmem", persona, user, kind) namespaces."""
+"""The dual memory through the LangGraph store API: ("dualmem", persona, user, kind) namespaces, on both stores."""
 
 from __future__ import annotations
 
+import pytest
+from langgraph.store.memory import InMemoryStore
+
 from dualmem.schema import Fact, Insight, SourceRef
+from dualmem.stores import DualMemStore, InMemoryDualStore
 from dualmem.stores.langgraph_store import LanceDBStore
 from dualmem.testing import HashEmbeddings
 
 
-def _store(tmp_path):
+@pytest.fixture(params=["lancedb", "memory"])
+def kind(request):
+    return request.param
+
+
+def _store(tmp_path, kind="lancedb"):
     emb = HashEmbeddings(32)
-    store = LanceDBStore(str(tmp_path / "db"), index={"dims": 32, "embed": emb, "fields": ["$"]})
+    index = {"dims": 32, "embed": emb, "fields": ["$"]}
+    if kind == "memory":
+        store = DualMemStore(InMemoryStore(index=index), InMemoryDualStore(emb))
+    else:
+        store = LanceDBStore(str(tmp_path / "db"), index=index)
     ns = ("mia", "user")
     store.dual.upsert(
         [
@@ -22,8 +35,8 @@ def _store(tmp_path):
     return store
 
 
-def test_get_search_and_list_memory_through_the_store_api(tmp_path):
-    store = _store(tmp_path)
+def test_get_search_and_list_memory_through_the_store_api(tmp_path, kind):
+    store = _store(tmp_path, kind)
     item = store.get(("dualmem", "mia", "user", "fact"), "f1")
     assert item is not None and item.value["text"].startswith("works night") and item.value["source"]["session_id"] == "s1"
     assert store.get(("dualmem", "mia", "user", "insight"), "f1") is None, "kind is part of the namespace"
@@ -36,8 +49,8 @@ def test_get_search_and_list_memory_through_the_store_api(tmp_path):
     assert ("dualmem", "mia", "user", "fact") in store.list_namespaces(prefix=("dualmem",))
 
 
-def test_put_and_delete_memory_through_the_store_api(tmp_path):
-    store = _store(tmp_path)
+def test_put_and_delete_memory_through_the_store_api(tmp_path, kind):
+    store = _store(tmp_path, kind)
     store.put(("dualmem", "mia", "user", "fact"), "f2", {"text": "stopped gaming at night"})
     assert store.dual.get(("mia", "user"), ["f2"])[0].text == "stopped gaming at night"
     store.put(("dualmem", "mia", "user", "fact"), "f3", {"text": "adopted a dog"})
@@ -49,9 +62,9 @@ def test_put_and_delete_memory_through_the_store_api(tmp_path):
     assert store.get(("notes", "mia"), "k").value == {"text": "likes tea"}
 
 
-def test_a_filtered_query_search_fills_its_page_however_rare_the_matches(tmp_path):
+def test_a_filtered_query_search_fills_its_page_however_rare_the_matches(tmp_path, kind):
     """Only the 5 facts least like the query match the filter, behind 400 closer ones: the page still holds all 5."""
-    store = _store(tmp_path)
+    store = _store(tmp_path, kind)
     ns = ("rare", "user")
     near = [Fact(id=f"n{i}", namespace=ns, text=f"night shifts at the warehouse, week {i}", event_time="2024-01-01") for i in range(400)]
     far = [Fact(id=f"r{i}", namespace=ns, text=f"collects stamps from Peru {i}", event_time="2023-05-0" + str(i + 1)) for i in range(5)]

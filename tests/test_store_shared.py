@@ -18,10 +18,15 @@ import pytest
 
 from dualmem.retrieval import DualMemRetriever, create_search_memory_tool
 from dualmem.schema import Fact, Insight
-from dualmem.stores import DualStore, LanceDBStore
+from dualmem.stores import LanceDBStore, LanceDualStore
 from dualmem.testing import HashEmbeddings
 
 WORKER = Path(__file__).parent / "fixtures" / "store_worker.py"
+
+
+def dual_at(uri: str) -> LanceDualStore:
+    """Open the store at ``uri`` with the object-store options the ``uri`` fixture put in the environment."""
+    return LanceDualStore(uri, HashEmbeddings(64), storage_options=os.environ.get("DUALMEM_STORE_OPTIONS") or None)
 NS = ("mara", "alice")
 
 
@@ -52,8 +57,8 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> dict:
 
 
 def test_a_reader_opened_before_another_process_writes_sees_it_through_every_read_api(uri, tmp_path):
-    dual = DualStore(uri, HashEmbeddings(64))
-    graph_store = LanceDBStore(uri, dual=DualStore(uri, HashEmbeddings(64)))
+    dual = dual_at(uri)
+    graph_store = LanceDBStore(uri, dual=dual_at(uri))
     retriever = DualMemRetriever(store=dual, namespace=NS, k=5)
     tool = create_search_memory_tool(NS, store=dual)
     # warm every read path (and the in-RAM namespace views) on an empty namespace
@@ -85,7 +90,7 @@ def test_several_processes_create_a_fresh_store_at_once(uri, tmp_path):
     at = time.time() + 6  # every process is started and imported by then: they open the store together
     procs = [start("open", uri=uri, start=at, tag=f"w{i}") for i in range(4)]
     assert all(finish(p)["ok"] for p in procs)
-    dual = DualStore(uri, HashEmbeddings(64))
+    dual = dual_at(uri)
     assert sorted(dual.namespaces()) == [("p", f"w{i}") for i in range(4)]
     store = LanceDBStore(uri, dual=dual)
     assert sorted(store.list_namespaces(prefix=("kv",))) == [("kv", f"w{i}") for i in range(4)]
@@ -101,12 +106,12 @@ def test_two_writers_of_one_namespace_apply_every_chunk_exactly_once(uri, tmp_pa
     assert ra["calls"] + rb["calls"] == n, "each chunk was drafted by one writer only"
     applied = [x for x, y in zip(ra["status"], rb["status"], strict=True) if (x, y).count("applied") == 1]
     assert len(applied) == n, (ra["status"], rb["status"])
-    dual = DualStore(uri, HashEmbeddings(64))
+    dual = dual_at(uri)
     assert dual.count(NS, kind="fact", status=None) == n and dual.count(NS, kind="insight", status=None) == n
-    assert len(dual.ledger.applied_ids(NS)) == n and dual.ledger.pending(NS) == []
+    assert len(dual.ledger.applied_ids(NS)) == n and dual.ledger.look(NS, "")[1] == []
     rows = dual.ledger.table.search().where("namespace = '[\"mara\", \"alice\"]'").limit(None).to_list()
     assert len(rows) == n, "one ledger row per chunk"
-    facts = dual._tables["fact"].search().limit(None).to_list()
+    facts = dual.table.search().where("kind = 'fact'").limit(None).to_list()
     assert len({r["pk"] for r in facts}) == len(facts) == n, "no row written twice"
 
 
@@ -116,7 +121,7 @@ def test_kill_9_of_a_writer_while_another_process_reads_loses_and_duplicates_not
     run("write", uri=uri, ns=list(NS), facts=[{"id": "seed", "text": "seed fact"}])
     reader = start("read", uri=uri, ns=list(NS), stop=str(stop))
     writer = start("ingest", checkpoint=str(tmp_path / "a.sqlite"), delay=0.3, **common)
-    dual = DualStore(uri, HashEmbeddings(64))
+    dual = dual_at(uri)
     deadline = time.time() + 120
     while len(dual.ledger.applied_ids(NS)) < 3 and time.time() < deadline:
         time.sleep(0.1)
@@ -132,7 +137,7 @@ def test_kill_9_of_a_writer_while_another_process_reads_loses_and_duplicates_not
     assert seen["errors"] == [] and seen["reads"] > 10
     assert seen["seen"] == sorted(seen["seen"]), "a reader never saw memory shrink"
     assert resumed["calls"] <= 10 - killed_at + 1  # only chunks not applied (and a drafted-but-lost one) asked again
-    assert len(dual.ledger.applied_ids(NS)) == 10 and dual.ledger.pending(NS) == []
+    assert len(dual.ledger.applied_ids(NS)) == 10 and dual.ledger.look(NS, "")[1] == []
     assert dual.count(NS, kind="fact") == 11 and dual.count(NS, kind="insight") == 10  # + the seed fact
 
 
@@ -142,7 +147,7 @@ def test_two_users_of_one_persona_ingested_at_once_each_get_exactly_their_memory
     b = start("ingest", checkpoint=str(tmp_path / "b.sqlite"), user="bob", **common)
     ra, rb = finish(a), finish(b)
     assert ra["status"] == ["applied"] * 6 and rb["status"] == ["applied"] * 6, "same chunks, separate namespaces"
-    dual = DualStore(uri, HashEmbeddings(64))
+    dual = dual_at(uri)
     for user in ("alice", "bob"):
         items = dual.list(("mara", user), status=None)
         assert len(items) == 12 and {i.namespace for i in items} == {("mara", user)}
@@ -162,7 +167,7 @@ def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
     procs = [subprocess.Popen([*cmd, "--user", u], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for u in ("ann", "ben")]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    dual = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    dual = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     persona = load_sample().dialogue.persona.id
     assert dual.namespaces() == [(persona, "ann"), (persona, "ben")]
     counts = [dual.count((persona, u), status=None) for u in ("ann", "ben")]
@@ -179,7 +184,7 @@ def test_two_cli_ingests_of_one_history_into_one_store_write_each_chunk_once(tmp
     env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_STORE_URI": str(tmp_path / "db"),
            "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"), "DUALMEM_CHUNK_TOKENS": "200"}  # fmt: skip
     from dualmem.datasets import load_sample
-    from dualmem.writer.chunking import chunk_sessions
+    from dualmem.memory.chunking import chunk_sessions
 
     item = load_sample()
     cmd = [sys.executable, "-m", "dualmem.cli", "ingest", str(sample)]
@@ -187,12 +192,12 @@ def test_two_cli_ingests_of_one_history_into_one_store_write_each_chunk_once(tmp
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     ns = (item.dialogue.persona.id, item.dialogue.user_id)
-    dual = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    dual = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     chunks = chunk_sessions(item.dialogue, ns, 200, skip_queries=True)
     facts, insights = dual.list(ns, kind="fact", status=None), dual.list(ns, kind="insight", status=None)
     assert len(chunks) > 2 and len(facts) == len(insights) == len(chunks), "fake:memory writes one fact and one insight per chunk"
     assert len({f.source.chunk_id for f in facts}) == len(chunks), "every chunk applied once"
-    assert len(dual.ledger.applied_ids(ns)) == len(chunks) and dual.ledger.pending(ns) == []
+    assert len(dual.ledger.applied_ids(ns)) == len(chunks) and dual.ledger.look(ns, "")[1] == []
 
 
 def test_nothing_crosses_namespaces(tmp_path):
@@ -200,7 +205,7 @@ def test_nothing_crosses_namespaces(tmp_path):
     from dualmem.retrieval import create_manage_memory_tool
 
     uri = str(tmp_path / "db")
-    dual = DualStore(uri, HashEmbeddings(64))
+    dual = dual_at(uri)
     alice, bob = ("mara", "alice"), ("mara", "bob")
     dual.upsert([Fact(id="x1", namespace=bob, text="bob's secret: allergic to cats"),
                  Insight(id="y1", namespace=bob, text="bob needs care", grounding=["x1"])])  # fmt: skip

@@ -15,7 +15,7 @@ from dualmem.errors import ConfigurationError
 from dualmem.retrieval.retriever import DualMemRetriever
 from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool, resolve_namespace
 from dualmem.schema import Fact, Insight, SourceRef
-from dualmem.stores import DualStore
+from dualmem.stores import LanceDualStore
 from dualmem.stores.langgraph_store import LanceDBStore
 from dualmem.testing import HashEmbeddings
 
@@ -24,7 +24,7 @@ NS = ("coach", "user")
 
 @pytest.fixture
 def dual(tmp_path):
-    store = DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     store.upsert(
         [
             Fact(id="f1", namespace=NS, text="runs five kilometres every morning",
@@ -167,7 +167,7 @@ def test_tools_run_in_a_tool_node(tmp_path):
 def test_tools_write_dual_memory_facts_through_the_graph_store(tmp_path):
     """LangMem-style tools (``content``) on the server's store, in the dual memory's namespace, write facts."""
     uri = str(tmp_path / "g")
-    dual_store = DualStore(uri, HashEmbeddings(32))
+    dual_store = LanceDualStore(uri, HashEmbeddings(32))
     store = LanceDBStore(uri, dual=dual_store)
     manage = create_manage_memory_tool(("dualmem", "mara", "{user_id}", "fact"), store=store)
     key = manage.invoke({"content": "Alice started night shifts"}, config=CFG).split()[-1]

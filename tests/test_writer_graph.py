@@ -1,4 +1,5 @@
-"""The writer graph on a real LanceDB directory with a scripted structured-output model."""
+"""The writer (write_history and the write graph) on both stores — a real LanceDB folder and the in-memory store —
+with a scripted structured-output model."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import re
 import pytest
 
 from dualmem.context import context_of
+from dualmem.graphs.write import builder
 from dualmem.schema import Persona, Session, Turn
-from dualmem.stores import DualStore
+from dualmem.stores import InMemoryDualStore, LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.writer.graph import awrite_history, builder, retry_failed, write_history
+from dualmem.writer import awrite_history, write_history
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = ("dr-lee", "user")
@@ -45,9 +47,11 @@ def _one_fact_each(messages, tool=None):
     }
 
 
-@pytest.fixture
-def store(tmp_path):
-    return DualStore(str(tmp_path / "db"), HashEmbeddings(64))
+@pytest.fixture(params=["lancedb", "memory"])
+def store(request, tmp_path):
+    if request.param == "memory":
+        return InMemoryDualStore(HashEmbeddings(64))
+    return LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
 
 
 def _run(tmp_settings, model, store, sessions, **kw):
@@ -116,7 +120,7 @@ def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
     broken = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
     settings = tmp_settings.replace(chunk_tokens=40, max_retries=1)
     sessions = _sessions(3)
-    report = write_history(sessions, PERSONA, settings=settings, model=broken, store=store, progress=False, thread_id="t-fail")
+    report = write_history(sessions, PERSONA, settings=settings, model=broken, store=store, progress=False)
     assert [r["status"] for r in report.chunks] == ["applied", "failed", "applied"]
     (failed,) = report.failed_chunks
     assert failed["chunk_id"] == report.chunks[1]["chunk_id"] and failed["error"] and failed["attempts"] == 2
@@ -124,27 +128,24 @@ def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
     assert store.count(NS, kind="fact") == 2
 
     fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    again = retry_failed(sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False, thread_id="t-fail")
+    again = write_history(sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False)  # the same call again
     assert len(fixed.calls) == 1  # only the failed chunk was redone
     assert [r["status"] for r in again.chunks] == ["skipped", "applied", "skipped"] and again.failed_chunks == []
     assert store.count(NS, kind="fact") == 3
 
 
-def test_graph_retry_failed_flag_redoes_only_failed_chunks(tmp_settings, store):
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    graph = builder.compile(checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "studio"}}
+def test_the_graph_run_again_on_its_input_redoes_only_failed_chunks(tmp_settings, store):
+    graph = builder.compile()
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(3)]}
     flaky = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
     settings = tmp_settings.replace(chunk_tokens=40, max_retries=0)
-    out = graph.invoke(inputs, config, context=context_of(settings, models={"writer": flaky}, store=store))
+    out = graph.invoke(inputs, context=context_of(settings, models={"writer": flaky}, store=store))
     (failed,) = out["failed_chunks"]
-    assert failed["chunk"]["turn_ids"] == ["s1t0", "s1t1"] and out["sessions"] == []
+    assert failed["index"] == 1 and failed["error"] and out["sessions"] == []
     fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    again = graph.invoke({"retry_failed": True}, config, context=context_of(settings, models={"writer": fixed}, store=store))
+    again = graph.invoke(inputs, context=context_of(settings, models={"writer": fixed}, store=store))
     assert len(fixed.calls) == 1 and again["failed_chunks"] == []
-    assert [r["status"] for r in again["report"]] == ["applied"]
+    assert [r["status"] for r in again["report"]] == ["skipped", "applied", "skipped"]
     assert store.count(NS, kind="fact") == 3
 
 
@@ -171,16 +172,16 @@ def test_resume_after_a_crash_in_the_model_step(tmp_settings, store):
     model = FakeChatModel(responses=[answer], cycle=True)
     sessions = _sessions(5)
     with pytest.raises(KeyboardInterrupt, match="simulated crash"):
-        _run(tmp_settings, model, store, sessions, thread_id="t-crash")
+        _run(tmp_settings, model, store, sessions)
     assert store.count(NS, kind="fact") == 2
-    report = _run(tmp_settings, model, store, sessions, thread_id="t-crash")
+    report = _run(tmp_settings, model, store, sessions)
     assert len(model.calls) == 5 + 1  # each chunk once, plus the call that crashed
     assert [r["status"] for r in report.chunks] == ["skipped"] * 2 + ["applied"] * 3  # 2 applied by the killed run
     assert store.count(NS, kind="fact") == 5 and store.count(NS, kind="insight") == 5
     assert all(store.chunk_applied(NS, r["chunk_id"]) for r in report.chunks)
 
 
-class _FlakyStore(DualStore):
+class _FlakyStore(LanceDualStore):
     """A real store whose "applied" ledger mark fails once on a chosen chunk (after the rows were written)."""
 
     crash: _CrashOnce
@@ -204,9 +205,9 @@ def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
     store.crash = _CrashOnce(lambda cid: seen.append(cid) or len(seen) == 3)
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _run(tmp_settings, model, store, sessions, thread_id="t-apply")
+        _run(tmp_settings, model, store, sessions)
     assert len(model.calls) == 3
-    report = _run(tmp_settings, model, store, sessions, thread_id="t-apply")
+    report = _run(tmp_settings, model, store, sessions)
     assert len(model.calls) == 4  # the drafted plan of chunk 3 was replayed, not re-asked
     assert [r["status"] for r in report.chunks] == ["skipped"] * 2 + ["applied"] * 2
     assert store.count(NS, kind="fact") == 4 and store.count(NS, kind="insight") == 4
@@ -215,8 +216,8 @@ def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
 
 def test_rerun_of_a_finished_history_asks_nothing(tmp_settings, store):
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    _run(tmp_settings, model, store, _sessions(2), thread_id="a")
-    report = _run(tmp_settings, model, store, _sessions(3), thread_id="b")  # other thread, one new session
+    _run(tmp_settings, model, store, _sessions(2))
+    report = _run(tmp_settings, model, store, _sessions(3))  # one new session
     assert len(model.calls) == 3
     assert [r["status"] for r in report.chunks] == ["skipped", "skipped", "applied"]
     assert store.count(NS, kind="fact") == 3
@@ -246,7 +247,7 @@ def test_prompt_tokens_stay_flat_as_memory_grows(tmp_settings, store):
 
     settings = tmp_settings.replace(chunk_tokens=40, view_k=3, view_recent=2)
     model = FakeChatModel(responses=[two_facts], cycle=True)
-    report = write_history(_sessions(24), PERSONA, settings=settings, model=model, store=store, progress=False, checkpointer=False)
+    report = write_history(_sessions(24), PERSONA, settings=settings, model=model, store=store, progress=False)
     tokens = report.prompt_tokens
     assert len(tokens) == 24 and store.count(NS, kind="fact") == 48
     early, late = tokens[6:12], tokens[-6:]
@@ -276,8 +277,8 @@ async def test_async_write_history(tmp_settings, store):
 
 def test_exported_graph_with_a_settings_dict_context(tmp_settings):
     from dualmem.errors import ConfigurationError
+    from dualmem.graphs.write import graph
     from dualmem.stores import LanceDBStore
-    from dualmem.writer.graph import graph
 
     context = {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chat_model": "fake:memory", "chunk_tokens": 40}
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
@@ -286,7 +287,7 @@ def test_exported_graph_with_a_settings_dict_context(tmp_settings):
     served = builder.compile(store=LanceDBStore(tmp_settings.store_uri, index={"dims": 64, "embed": HashEmbeddings(64)}))
     out = served.invoke(inputs, context=context)  # as `langgraph dev` runs it: the server's store is runtime.store
     assert [r["status"] for r in out["report"]] == ["applied", "applied"]
-    store = DualStore(tmp_settings.store_uri, HashEmbeddings(64))
+    store = LanceDualStore(tmp_settings.store_uri, HashEmbeddings(64))
     added = [op for r in out["report"] for op in r["applied"] if op["op"] == "ADD"]
     assert added and store.count(NS) == len(added)  # the fake writer's facts (near-duplicates merged)
     assert all(store.chunk_applied(NS, r["chunk_id"]) for r in out["report"])
@@ -301,23 +302,7 @@ def test_a_crashed_thread_given_a_longer_history_finishes_both(tmp_settings, sto
 
     model = FakeChatModel(responses=[answer], cycle=True)
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_settings, model, store, _sessions(2), thread_id="grow")
-    report = _run(tmp_settings, model, store, _sessions(4), thread_id="grow")
+        _run(tmp_settings, model, store, _sessions(2))
+    report = _run(tmp_settings, model, store, _sessions(4))
     assert [r["status"] for r in report.chunks] == ["skipped"] + ["applied"] * 3
     assert store.count(NS, kind="fact") == 4 and len(model.calls) == 5
-
-
-def test_checkpoints_hold_one_batch_not_the_whole_history(tmp_settings, store):
-    import sqlite3
-
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from dualmem.writer.graph import BATCH_CHUNKS
-
-    model = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    report = _run(tmp_settings, model, store, _sessions(BATCH_CHUNKS * 2 + 3), thread_id="long")
-    assert len(report.chunks) == BATCH_CHUNKS * 2 + 3 and {r["status"] for r in report.chunks} == {"applied"}
-    with sqlite3.connect(tmp_settings.checkpoint_path, check_same_thread=False) as conn:
-        state = builder.compile(checkpointer=SqliteSaver(conn)).get_state({"configurable": {"thread_id": "long"}})
-    assert len(state.values["chunks"]) == 3 and len(state.values["report"]) == 3  # the last batch only
-    assert not state.values.get("sessions")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from dualmem.memory.chunking import chunk_sessions
+from dualmem.memory.plan import plan_update
+from dualmem.memory.view import build_view, view_text
 from dualmem.prompts.writer import format_chunk, render_writer_messages
 from dualmem.schema import Fact, FactOp, Insight, InsightOp, MemoryUpdate, Persona, Session, SourceRef, Turn
 from dualmem.testing import HashEmbeddings
 from dualmem.tokens import count_tokens
-from dualmem.writer.chunking import chunk_sessions
-from dualmem.writer.recall import build_view, view_text
-from dualmem.writer.update import plan_update
 
 NS = ("dr-lee", "user")
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist", core_values=["empathy"])

@@ -16,8 +16,8 @@ from dualmem.chat.runtime import chat_thread
 from dualmem.config import Settings
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
+from dualmem.memory.guard import TurnFlag, flag_turns
 from dualmem.schema import Persona, Turn
-from dualmem.writer.guard import TurnFlag, flag_turns
 from dualmem.writer.pending import EARLIER_MESSAGES, PendingTurn, Snapshot, new_turn, turn_id
 from dualmem.writer.sealing import graph_store
 

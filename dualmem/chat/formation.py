@@ -9,7 +9,7 @@ executor of this process (:mod:`dualmem.chat.executor`) or scheduled runs of
 the ``write`` graph on a LangGraph server (:mod:`dualmem.chat.server`). Both
 run the same graph, in its pending mode (input ``pending: {"thread", "flush"}``),
 which seals the thread's turns into chunks, writes them and settles them
-(:mod:`dualmem.writer.sealing`).
+(:func:`dualmem.writer.sealing.form_pending`; in this process that function runs directly).
 
 A process killed anywhere in between loses nothing (the turns stay pending) and
 writes nothing twice (a sealed chunk already applied is skipped by the ledger).
@@ -26,7 +26,6 @@ from langgraph.store.base import BaseStore
 from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
-from dualmem.schema import Persona
 from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot
 
 
@@ -102,22 +101,15 @@ def formation_input(request: FormationRequest, *, flush: bool = False) -> dict[s
 
 
 def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
-    """Run the write graph on the thread's pending turns in this process (``flush``: write them all now)."""
+    """Form the thread's pending turns in this process (``flush``: write them all now), as the write graph does."""
     from dualmem.models import load_chat_model
-    from dualmem.writer.graph import builder
+    from dualmem.writer.sealing import form_pending
 
     store = _store(request)
     model = None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
     context = context_of(request.settings, models={"writer": model} if model is not None else None, store=store)
-    graph = builder.compile(store=store)
-    out = graph.invoke(formation_input(request, flush=flush), {"recursion_limit": 10_000}, context=context)  # type: ignore[call-overload]
-    formed = out.get("formed") or {}
+    rows, formed = form_pending(context, store, request.namespace, request.thread, flush=flush, persona=request.persona)
     return Formed(
-        request.namespace, request.thread, list(out.get("report") or []), int(formed.get("pending_turns") or 0),
+        request.namespace, request.thread, rows, int(formed.get("pending_turns") or 0),
         int(formed.get("pending_tokens") or 0), formed.get("newest_at"),
     )  # fmt: skip
-
-
-def persona_dict(persona: Persona | dict[str, Any]) -> dict[str, Any]:
-    """Return a persona as the JSON dict formation requests carry."""
-    return (persona if isinstance(persona, Persona) else Persona.model_validate(persona)).model_dump(mode="json")

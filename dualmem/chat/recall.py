@@ -17,7 +17,7 @@ from dualmem.frameworks.base import FrameworkContext
 from dualmem.frameworks.dualmem import DualMemFramework
 from dualmem.prompts.respond import render_respond_system
 from dualmem.schema import Persona
-from dualmem.stores.dual import DualStore
+from dualmem.stores.contract import DualStore
 
 
 def recall_for_chat(

@@ -20,7 +20,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
     from dualmem.datasets import load_dataset, load_sample
     from dualmem.graphs.respond import respond
     from dualmem.stores.personas import save_persona
-    from dualmem.writer.graph import write_history
+    from dualmem.writer import write_history
 
     console = console or Console()
     root = Path(store)
@@ -32,7 +32,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
     console.print(Panel(persona.render(), title=f"persona: {persona.name}", expand=False))
     save_persona(settings.store_uri, persona)
     console.print(f"writing memory with [bold]{settings.writer}[/] from {len(sample.dialogue.sessions)} sessions…")
-    reports = {"sample": write_history(sample.dialogue, persona, settings=settings, thread_id=f"demo-{persona.id}")}
+    reports = {"sample": write_history(sample.dialogue, persona, settings=settings)}
 
     realmem = REALMEM_SOPHIE if REALMEM_SOPHIE.exists() else Path(__file__).resolve().parents[1] / REALMEM_SOPHIE
     if realmem_sessions > 0 and realmem.exists():
@@ -41,7 +41,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
         who = prefix.persona or persona
         save_persona(settings.store_uri, who)
         console.print(f"also ingesting the first {realmem_sessions} RealMem sessions of {who.name} ({realmem})…")
-        reports["realmem"] = write_history(prefix, who, settings=settings, thread_id=f"demo-{who.id}")
+        reports["realmem"] = write_history(prefix, who, settings=settings)
     elif realmem_sessions > 0:
         console.print("[dim]../shared/data not found: skipping the RealMem prefix[/]")
 

@@ -37,13 +37,12 @@ def ingest(
     sessions: int | None = typer.Option(None, "--sessions", help="ingest only the first N sessions"),
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
-    thread: str | None = typer.Option(None, "--thread", help="checkpoint thread id (re-run the same id to resume)"),
     user: str | None = typer.Option(None, "--user", "-u", help="user id of every history (default: each dialogue's own user)"),
 ) -> None:
     """Write facts and insights from a dialogue history into the store (resumable; several writers may run at once)."""
     from dualmem.datasets import load_dataset
     from dualmem.stores.personas import load_persona_file, save_persona
-    from dualmem.writer.graph import write_history
+    from dualmem.writer import write_history
 
     if dataset not in DATASETS:
         raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
@@ -58,7 +57,7 @@ def ingest(
         dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
         save_persona(settings.store_uri, who)
         namespace = (who.id, user or item.dialogue.user_id or settings.user_id)
-        report = write_history(dialogue, who, settings=settings, thread_id=thread, namespace=namespace)
+        report = write_history(dialogue, who, settings=settings, namespace=namespace)
         _print_report(report, f"{who.id} / {namespace[1]}")
         failed += len(report.failed_chunks)
     console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}", soft_wrap=True)
@@ -107,16 +106,16 @@ def chat(
 
     from dualmem.chat import FormationExecutor
     from dualmem.graphs.respond import respond
-    from dualmem.stores import DualStore, LanceDBStore
+    from dualmem.stores import langgraph_view, open_store
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store, user_id=user)
     _preflight(settings, ("chat", "writer") if remember else ("chat",))
     who = find_persona(settings.store_uri, persona)
-    db = DualStore.from_settings(settings)
+    db = open_store(settings)
     formation = FormationExecutor() if remember else None
     if formation is not None:  # turns an earlier chat left pending (a crash, an exit before they were written)
-        formation.recover(LanceDBStore(db.uri, dual=db), settings, namespace=(who.id, settings.user_id))
+        formation.recover(langgraph_view(db), settings, namespace=(who.id, settings.user_id))
     thread = f"cli-{uuid.uuid4().hex[:12]}"
     console.print(f"Chatting with [bold]{who.name}[/] (empty line or Ctrl-D to stop).")
     history: list[tuple[str, str]] = []
@@ -215,13 +214,13 @@ def inspect(
     user: str | None = UserOpt,
 ) -> None:
     """List or search a persona's facts and insights (of one user)."""
-    from dualmem.stores import DualStore
+    from dualmem.stores import open_store
     from dualmem.stores.personas import find_persona
 
     settings = _settings(None, store, user_id=user)
     _preflight(settings)
     who = find_persona(settings.store_uri, persona)
-    db = DualStore.from_settings(settings)
+    db = open_store(settings)
     namespace = (who.id, settings.user_id)
     status = None if all_status else "active"
     if kind not in (None, "fact", "insight"):
@@ -243,24 +242,21 @@ def inspect(
 
 @app.command()
 @friendly
-def maintain(
-    store: str | None = StoreOpt,
-    cluster: bool = typer.Option(True, "--cluster/--no-cluster", help="gather each scattered namespace's rows together"),
-) -> None:
-    """Maintain a shared store: delete expired store items, gather namespaces, compact, fold rows into indexes, build the vector index.
+def maintain(store: str | None = StoreOpt) -> None:
+    """Maintain a shared store: delete expired store items, repair duplicate rows of one key left by older versions
+    (keeping the latest), compact the tables, fold new rows into the indexes, drop old versions.
 
-    Safe while servers and writers use the store (run it from cron, say): a namespace is gathered
-    under its write lease, and every reader sees the data before or after, never half.
+    Safe while servers and writers use the store (run it from cron, say): every reader sees the data before or after.
     """
     from dualmem.stores import LanceDBStore
 
     settings = _settings(None, store)
     lg = LanceDBStore.from_settings(settings)
     swept = lg.sweep_ttl()
-    gathered = lg.dual.optimize(cluster=cluster)
+    done = lg.maintain()
     console.print(
-        f"{swept} expired store item(s) deleted; gathered {gathered['fact']} fact and {gathered['insight']} insight "
-        f"namespace(s); tables compacted and indexed in {settings.store_uri}"
+        f"{swept} expired store item(s) deleted; {done.get('duplicates_removed', 0)} duplicate row(s) removed; "
+        f"tables compacted and indexed in {settings.store_uri}", soft_wrap=True,
     )
 
 

@@ -19,7 +19,7 @@ def warm() -> None:
     import openai.resources  # noqa: F401 - ChatOpenAI imports it on first use (about 1 s)
     from langchain_openai import ChatOpenAI
 
-    import dualmem.writer.graph  # noqa: F401 - the writer, imported on a persona's first session
+    import dualmem.graphs.write  # noqa: F401 - the writer, imported on a persona's first session
     from dualmem.tokens import count_tokens
 
     count_tokens("warm")

@@ -26,7 +26,7 @@ from dualmem.frameworks.base import FrameworkContext
 from dualmem.frameworks.raw_turns import RawTurnsFramework, turn_item_id
 from dualmem.retrieval.fit import Example
 from dualmem.schema import DatasetItem
-from dualmem.stores.dual import DualStore, Namespace
+from dualmem.stores.contract import DualStore, Namespace
 
 USER = "user"
 

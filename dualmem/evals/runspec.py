@@ -29,7 +29,7 @@ from dualmem.schema import stable_id
 RUN_FILE = "run.json"
 # settings that say how or where to run, not what: not part of the fingerprint (secrets are never written at all);
 # the endpoint (openai_base_url) and the local runtime serve the model that chat_model names
-OPERATIONAL = frozenset({"concurrency", "eval_workers", "lease_linger_s", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
+OPERATIONAL = frozenset({"concurrency", "eval_workers", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
 SECRETS = frozenset({"openai_api_key"})
 
 

@@ -69,13 +69,25 @@ class FrameworkContext:
     def __post_init__(self) -> None:
         self._chat_given = self.chat_model is not None  # a given chat model also writes unless writer_model names another
 
-    def open_store(self, name: str) -> Any:
-        """Return the DualStore of the framework ``name`` at ``{uri}/{name}`` (opened once per context)."""
-        if name not in self._stores:
-            from dualmem.stores.dual import DualStore
+    def memory_store(self) -> Any:
+        """Return the run's DualMem store: the given one, else the one at ``uri`` (opened once per context)."""
+        if self.store is None:
+            self.store = self._open(self.uri)
+        return self.store
 
-            self._stores[name] = DualStore(f"{self.uri.rstrip('/')}/{name}", self.embedder())
+    def open_store(self, name: str) -> Any:
+        """Return the store of the framework ``name`` at ``{uri}/{name}`` (opened once per context; in RAM when the
+        run's store is)."""
+        if name not in self._stores:
+            self._stores[name] = self._open(f"{self.uri.rstrip('/')}/{name}")
         return self._stores[name]
+
+    def _open(self, uri: str) -> Any:
+        from dualmem.stores import InMemoryDualStore, LanceDualStore
+
+        if uri.startswith("memory://") or isinstance(self.store, InMemoryDualStore):
+            return InMemoryDualStore(self.embedder())
+        return LanceDualStore(uri, self.embedder(), storage_options=self.settings.store_options)
 
     def chat(self) -> BaseChatModel:
         """Return the shared chat model (built from the settings if not given)."""

@@ -22,7 +22,7 @@ from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramew
 from dualmem.prompts.respond import format_dual_memory
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, Persona, Session
-from dualmem.stores.dual import DualResult, DualStore, ScoredItem
+from dualmem.stores.results import DualResult, ScoredItem
 
 
 class DualMemFramework(MemoryFramework):
@@ -41,16 +41,16 @@ class DualMemFramework(MemoryFramework):
         self.mode = cast(Literal["merged", "dual"], chosen)
         self.namespace = tuple(context.namespace)
         self.persona = context.persona or Persona(id=self.namespace[0], name=self.namespace[0])
-        self.store = context.store if context.store is not None else DualStore(context.uri, context.embedder())
+        self.store = context.memory_store()
         self.ranker = Ranker.from_settings(context.settings)
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
-        from dualmem.writer.graph import write_history
+        from dualmem.writer import write_history
 
         report = write_history(
             [session], self.persona, settings=self.context.settings, model=self.context.writer(), store=self.store,
-            namespace=self.namespace, progress=False, checkpointer=False,
+            namespace=self.namespace, progress=False,
         )
         return IngestReport(
             session_id=session.id,

@@ -7,7 +7,7 @@
   (summaries, clocks, counters) items of the LangGraph store at the same
   folder, and ``once(session)`` ingests a session exactly once across writers
   and restarts (write lease + ledger).
-- :func:`session_chunks` — the writer's chunker (:func:`dualmem.writer.chunking.split_turns`):
+- :func:`session_chunks` — the writer's chunker (:func:`dualmem.memory.chunking.split_turns`):
   whole turns up to a token budget, never splitting a turn.
 - :func:`ask` — a structured question to the chat model with repairs; a failure is
   recorded in the ingest report one way (``failed_chunks`` plus its reason).
@@ -24,10 +24,11 @@ from langgraph.store.base import PutOp
 from pydantic import BaseModel
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport
+from dualmem.memory.chunking import split_turns
 from dualmem.schema import Fact, Session, SourceRef, Turn
+from dualmem.stores.langgraph_store import langgraph_view
 from dualmem.structured import invoke_structured
 from dualmem.tokens import count_tokens
-from dualmem.writer.chunking import split_turns
 
 RECORD = "records"
 
@@ -95,9 +96,7 @@ class Space:
         self.context, self.name = context, name
         self.store = context.open_store(name)
         self.namespace = tuple(context.namespace)
-        from dualmem.stores.langgraph_store import LanceDBStore
-
-        self.kv = LanceDBStore(self.store.uri, dual=self.store)
+        self.kv = langgraph_view(self.store)
 
     def _ns(self, collection: str) -> tuple[str, ...]:
         return (*self.namespace, collection)

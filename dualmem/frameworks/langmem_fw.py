@@ -67,13 +67,17 @@ class LangMemFramework(MemoryFramework):
 
     @property
     def store(self) -> BaseStore:
-        """Return the LangGraph store (the LanceDB one at ``{uri}/langmem`` unless one was given)."""
+        """Return the LangGraph store (key-value items at ``{uri}/langmem``, in RAM for an in-memory run, unless one was given)."""
         if self._store is None:
-            from dualmem.stores.langgraph_store import LanceDBStore
+            from langgraph.store.memory import InMemoryStore
+
+            from dualmem.stores.kv import LanceKVStore
 
             embedder = self.context.embedder()
             index: IndexConfig = {"dims": embedding_dims(embedder), "embed": embedder, "fields": ["content.content"]}
-            self._store = LanceDBStore(f"{self.context.uri}/{self.name}", index=index)
+            uri = f"{self.context.uri}/{self.name}"
+            in_ram = uri.startswith("memory://") or getattr(self.context.store, "uri", "") == "memory://"
+            self._store = InMemoryStore(index=index) if in_ram else LanceKVStore(uri, index=index, storage_options=self.context.settings.store_options)
         return self._store
 
     def manager(self) -> Any:
@@ -135,9 +139,13 @@ class LangMemFramework(MemoryFramework):
         On the LanceDB store the ledger check and the chunk's writes then happen under the lease; another
         ``BaseStore`` given by the caller (e.g. ``InMemoryStore``) lives in one process and needs none.
         """
-        from dualmem.stores.langgraph_store import LanceDBStore
+        from dualmem.stores.kv import LanceKVStore
+        from dualmem.stores.leases import Leases
 
-        return self.store.dual.exclusive(self.memories_ns) if isinstance(self.store, LanceDBStore) else nullcontext()
+        if not isinstance(self.store, LanceKVStore):
+            return nullcontext()
+        s = self.context.settings
+        return Leases(self.store.db, ttl_s=s.lease_ttl_s, wait_s=s.lease_wait_s).hold(self.memories_ns)
 
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` memories most similar to ``query`` (the store's semantic search)."""

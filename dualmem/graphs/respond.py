@@ -34,7 +34,7 @@ from dualmem.context import Context, context_of
 from dualmem.frameworks.base import RetrievedItem
 from dualmem.nodes.respond import RespondInput, RespondState, aremember, remember, reply, retrieve, route_after_reply
 from dualmem.schema import MemoryItem, Persona
-from dualmem.stores.dual import DualStore, ScoredItem
+from dualmem.stores.results import ScoredItem
 
 builder = StateGraph(RespondState, context_schema=Context, input_schema=RespondInput)
 builder.add_node("retrieve", retrieve)
@@ -91,7 +91,7 @@ class RespondOptions(TypedDict, total=False):
 
     settings: Settings | dict[str, Any] | None  # per-run settings (over the environment's)
     model: Any  # the chat model: a "provider:model" string or a model object
-    store: DualStore | None  # default: the store ``settings`` names
+    store: Any  # a DualStore or LanceDBStore; default: the store ``settings`` names
     embeddings: Any
     k: int | None  # how many items to retrieve
     mode: str | None
@@ -105,14 +105,14 @@ class RespondOptions(TypedDict, total=False):
 
 def _call(
     query: str, persona: Persona | dict[str, Any], *, settings: Settings | dict[str, Any] | None = None, model: Any = None,
-    store: DualStore | None = None, embeddings: Any = None, k: int | None = None, mode: str | None = None,
+    store: Any = None, embeddings: Any = None, k: int | None = None, mode: str | None = None,
     history: Sequence[Any] | None = None, remember: bool = False, namespace: Iterable[str] | None = None,
     writer_model: Any = None, thread_id: str | None = None, formation: Any = None,
 ) -> tuple[dict[str, Any], Context, Any, dict[str, Any] | None]:
     """Prepare one respond run: its input, context, compiled graph and config (the core both shells run)."""
     from dualmem.models import load_chat_model
     from dualmem.prompts.respond import history_messages
-    from dualmem.stores.langgraph_store import LanceDBStore
+    from dualmem.stores import dual_of, langgraph_view, open_store
 
     ctx = context_of(settings)
     models = {}
@@ -122,7 +122,7 @@ def _call(
         models["writer"] = load_chat_model(writer_model, ctx.settings, role="writer")
     changes = {k: v for k, v in {"models": {**(ctx.models or {}), **models} if models else None, "embeddings": embeddings, "memory_formation": formation}.items() if v is not None}
     ctx = ctx.with_(**changes) if changes else ctx
-    db = store if store is not None else DualStore.from_settings(ctx.settings, embeddings)
+    db = dual_of(store) if store is not None else open_store(ctx.settings, embeddings)
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
     inputs: dict[str, Any] = {
         "persona": who.model_dump(mode="json"),
@@ -134,7 +134,7 @@ def _call(
     if namespace:
         inputs["namespace"] = list(namespace)
     config = {"configurable": {"thread_id": thread_id}} if thread_id else None
-    return inputs, ctx, builder.compile(store=LanceDBStore.over(db)), config
+    return inputs, ctx, builder.compile(store=langgraph_view(db)), config
 
 
 def _reply(out: dict[str, Any]) -> Reply:

@@ -8,7 +8,7 @@ The chunk is data: every turn is one line whose text is a JSON string literal
 and whose id and speaker are labels without brackets, quotes or colons, so a
 message cannot forge a turn line, a speaker or a ``## …`` section; the system
 prompt says so and tells the writer never to adopt requests as insights
-(:mod:`dualmem.writer.guard` enforces that without relying on the model).
+(:mod:`dualmem.memory.guard` enforces that without relying on the model).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
   fitted weights, a ranked list; ``ranker="vector" | "hybrid" | "fts"`` is a
   plain store search;
 - :mod:`~dualmem.retrieval.candidates`, :mod:`~dualmem.retrieval.features`,
-  :mod:`~dualmem.retrieval.lexical` — what the ranker reads;
+  :mod:`~dualmem.lexical` — what the ranker reads;
 - :mod:`~dualmem.retrieval.context` — the recent turns a caller passes as ``context``;
 - :mod:`~dualmem.retrieval.weights` — the weights file (the shipped ``learned`` one or your own);
 - :mod:`~dualmem.retrieval.fit` — fitting weights on labelled queries, leave one
@@ -13,10 +13,8 @@
   from RealMem and LoCoMo);
 - :mod:`~dualmem.retrieval.retriever`, :mod:`~dualmem.retrieval.tools` — the
   LangChain retriever and the memory tools (search ranks dual memory);
-- :mod:`~dualmem.retrieval.cache` — a disk cache of embeddings (benchmarks).
 """
 
-from dualmem.retrieval.cache import CachedEmbeddings, EmbeddingCache
 from dualmem.retrieval.context import ContextTurn, context_turns
 from dualmem.retrieval.pipeline import Ranker, rank
 from dualmem.retrieval.retriever import DualMemRetriever
@@ -24,10 +22,8 @@ from dualmem.retrieval.tools import create_manage_memory_tool, create_search_mem
 from dualmem.retrieval.weights import RankerWeights, load_weights
 
 __all__ = [
-    "CachedEmbeddings",
     "ContextTurn",
     "DualMemRetriever",
-    "EmbeddingCache",
     "Ranker",
     "RankerWeights",
     "context_turns",

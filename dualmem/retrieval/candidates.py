@@ -1,7 +1,7 @@
 """The items a ranker scores: a namespace's memory as arrays (texts, vectors, sessions, order, speakers).
 
-:class:`Candidates` is built from the store's in-RAM snapshots of a namespace
-(:meth:`dualmem.stores.dual.DualStore.snapshot`, one per kind) or directly from
+:class:`Candidates` is built from a namespace's RAM snapshot
+(:mod:`dualmem.retrieval.snapshot`, one kind at a time) or directly from
 arrays (tests, fitting). Every item belongs to a session: its source session,
 or a session of its own when it has none (a memory written by a tool).
 Sessions are numbered oldest first by their first item's ``created_at``
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from scipy import sparse
 
-from dualmem.retrieval.lexical import TermMatrix
-from dualmem.stores._search import Snapshot
+from dualmem.lexical import TermMatrix
+from dualmem.retrieval.snapshot import Snapshot
 
 DERIVED_KEY = "dualmem.retrieval.candidates"
 
@@ -176,52 +177,42 @@ def _matrix(vectors: np.ndarray, n: int) -> np.ndarray:
     return out if out.ndim == 2 else out.reshape(n, -1) if n else out.reshape(0, 0)
 
 
-def from_snapshots(snapshots: Sequence[Snapshot]) -> Candidates:
-    """Return the candidates of one namespace's snapshots (one per kind), restricted to their allowed rows."""
-    parts = [_prepared(s) for s in snapshots]
-    whole = parts[0] if len(parts) == 1 else _joined(snapshots, parts)
-    keep = np.concatenate([s.allowed if s.allowed is not None else np.ones(s.rows.num_rows, bool) for s in snapshots])
+def from_snapshot(snap: Snapshot, kinds: Sequence[str], mask: np.ndarray | None = None) -> Candidates:
+    """Return the candidates of a namespace's snapshot: its rows of ``kinds`` (each kind's neighbours among its own
+    rows, as the kinds were joined), restricted to ``mask`` (rows of the snapshot) when given."""
+    key = f"{DERIVED_KEY}:{','.join(kinds)}"
+    whole = snap.derived.get(key)
+    if whole is None:
+        parts = [_of_kind(snap, kind) for kind in kinds]
+        whole = snap.derived[key] = parts[0] if len(parts) == 1 else _concat(parts)
+    if mask is None:
+        return whole
+    keep = mask[[row for _, row in whole.refs]] if len(whole) else np.zeros(0, dtype=bool)
     return whole if keep.all() else whole.subset(keep)
 
 
-def _joined(snapshots: Sequence[Snapshot], parts: Sequence[Candidates]) -> Candidates:
-    """Return the kinds' candidates joined, kept on the first snapshot while the others hold the same rows.
-
-    A snapshot's ``derived`` dict lives as long as its rows (the namespace's RAM view at one table
-    version), so the others' dicts, compared by identity, say whether their rows changed.
-    """
-    key = DERIVED_KEY + ":joined"
-    others = [s.derived for s in snapshots[1:]]
-    kept = snapshots[0].derived.get(key)
-    if kept is not None and len(kept[0]) == len(others) and all(a is b for a, b in zip(kept[0], others, strict=True)):
-        return kept[1]
-    whole = _concat(parts)
-    snapshots[0].derived[key] = (others, whole)
-    return whole
-
-
-def _prepared(snapshot: Snapshot) -> Candidates:
-    cached = snapshot.derived.get(DERIVED_KEY)
-    if cached is None:
-        cached = snapshot.derived[DERIVED_KEY] = _from_rows(snapshot)
-    return cached
-
-
-def _from_rows(snapshot: Snapshot) -> Candidates:
-    rows = snapshot.rows
+def _of_kind(snap: Snapshot, kind: str) -> Candidates:
+    """Return the candidates of one kind's rows of a snapshot (kept in its ``derived`` slot)."""
+    key = f"{DERIVED_KEY}:{kind}"
+    cached = snap.derived.get(key)
+    if cached is not None:
+        return cached
+    rows_at = np.flatnonzero(snap.kinds == kind)
+    rows = snap.rows.take(pa.array(rows_at, pa.int64()))
     metas = [json.loads(m) if m else {} for m in rows.column("meta").to_pylist()]
     created = rows.column("created_at").cast("int64").fill_null(0).to_numpy(zero_copy_only=False)
-    return Candidates.build(
+    cached = snap.derived[key] = Candidates.build(
         ids=rows.column("id").to_pylist(),
         texts=rows.column("text").to_pylist(),
-        vectors=snapshot.vectors,
+        vectors=snap.vectors[rows_at],
         session_ids=rows.column("session_id").to_pylist(),
         times=created.astype(np.float64),
         positions=[m.get("turn_index") if isinstance(m.get("turn_index"), int | float) else None for m in metas],
         speakers=[m.get("speaker") for m in metas],
-        roles=[m.get("role") or k for m, k in zip(metas, rows.column("kind").to_pylist(), strict=True)],
-        refs=[(snapshot, i) for i in range(rows.num_rows)],
+        roles=[m.get("role") or kind for m in metas],
+        refs=[(snap, int(r)) for r in rows_at],
     )
+    return cached
 
 
 def _concat(parts: Sequence[Candidates]) -> Candidates:

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
+from dualmem.lexical import bm25
 from dualmem.retrieval.candidates import Candidates
-from dualmem.retrieval.lexical import bm25
 
 FEATURES: tuple[str, ...] = (
     "dense",

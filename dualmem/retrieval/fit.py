@@ -31,7 +31,7 @@ from dualmem.retrieval.features import FEATURES, features
 from dualmem.retrieval.pipeline import KINDS, Ranker, order
 from dualmem.retrieval.weights import RankerWeights
 from dualmem.schema import MemoryKind
-from dualmem.stores.dual import DualStore, Namespace
+from dualmem.stores.contract import DualStore, Namespace
 
 POLICIES = ((0, 0), (1, 0), (2, 0), (1, 5), (1, 10), (2, 10))  # (max_per_session, cap_after) tried on the training groups
 DEPTH = 20  # items retrieved per query, as `dualmem eval` retrieves for RealMem and LoCoMo

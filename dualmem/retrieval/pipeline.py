@@ -4,8 +4,9 @@ Every reader of memory ranks through :class:`Ranker` (``raw-turns``, ``dualmem``
 ``DualMemRetriever``, the respond graph, the memory tools, the benchmarks):
 
 1. **candidates** — the namespace's active items of the asked kinds, with their
-   vectors, from the store's in-RAM snapshot (:meth:`DualStore.snapshot`, fresh
-   against the table version); a ``filter`` narrows them as in ``store.search``;
+   vectors, from the ranker's RAM snapshot of the namespace
+   (:mod:`dualmem.retrieval.snapshot`: fresh against the store's version); a
+   ``filter`` narrows them as in ``store.search``;
 2. **query** — the query embedded once by the store's embedder, without the
    names of the namespace's speakers (people do not say their own names, so a
    name pulls the query away from the turns it asks about); the context turns
@@ -16,11 +17,11 @@ Every reader of memory ranks through :class:`Ranker` (``raw-turns``, ``dualmem``
    ``max_per_session`` items of a session before items of other sessions (0: no
    cap) — both come with the weights (``ranker_max_per_session`` overrides the cap).
 
-``ranker="vector" | "hybrid" | "fts"`` skips 2-4 and returns the store's own
-search. A namespace larger than the store holds in RAM (``flat_search_max_rows``)
-falls back to the store's hybrid search.
+``ranker="vector" | "hybrid" | "fts"`` skips 3-4 and ranks the snapshot by cosine,
+BM25 or both (:mod:`dualmem.retrieval.plain`). A namespace too large to hold in
+RAM (``MAX_NAMESPACE_ROWS``) is searched in the store (hybrid).
 
->>> from dualmem.stores.dual import DualStore  # doctest: +SKIP
+>>> from dualmem.stores import open_store  # doctest: +SKIP
 >>> Ranker("learned").rank(store, ("sophie", "user"), "when is the exam?", k=5, context=["I start revising today"])  # doctest: +SKIP
 """
 
@@ -41,14 +42,17 @@ from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
-from dualmem.retrieval.candidates import Candidates, from_snapshots
+from dualmem.lexical import query_terms
+from dualmem.retrieval import plain
+from dualmem.retrieval.candidates import Candidates, from_snapshot
 from dualmem.retrieval.context import context_turns
 from dualmem.retrieval.features import QueryInput, features
-from dualmem.retrieval.lexical import query_terms
+from dualmem.retrieval.snapshot import Snapshots
 from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights, shipped_path
 from dualmem.schema import MemoryKind
-from dualmem.stores._rows import row_to_item
-from dualmem.stores.dual import DualResult, DualStore, Namespace, ScoredItem
+from dualmem.stores import dual_of
+from dualmem.stores.contract import DualStore, Namespace
+from dualmem.stores.results import DualResult, ScoredItem
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
@@ -126,6 +130,7 @@ class Ranker:
         self._memo: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
         self._memo_size = memo
         self._lock = threading.Lock()
+        self.snapshots = Snapshots()
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Ranker:
@@ -176,7 +181,7 @@ class Ranker:
             per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
         if expand and result.insights:
-            result.grounding = store.grounding(namespace, [h.item for h in result.insights])
+            result.grounding = dual_of(store).grounding(namespace, [h.item for h in result.insights])
         return result
 
     async def arank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any) -> list[ScoredItem]:
@@ -189,10 +194,10 @@ class Ranker:
     ) -> tuple[Candidates, QueryInput] | None:
         """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
         kinds = _check_kinds(kinds)
-        snapshots = [store.snapshot(namespace, kind, filter=filter) for kind in kinds]
-        if any(s is None for s in snapshots):
+        snap = self.snapshots.get(dual_of(store), namespace)
+        if snap is None:
             return None
-        cands = from_snapshots([s for s in snapshots if s is not None])
+        cands = from_snapshot(snap, kinds, snap.mask(filter=filter) if filter else None)
         turns = context_turns(context, self.context_turns)
         names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
         texts = [strip_names(query, names), *(t.text for t in turns)]
@@ -218,6 +223,7 @@ class Ranker:
     ) -> dict[str, list[ScoredItem]]:
         """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own."""
         chosen = _check_kinds(kinds)
+        store = dual_of(store)
         groups: dict[str, list[MemoryKind]] = {POOLED: chosen} if pooled else {kind: [kind] for kind in chosen}
         if self.weights is None:
             return {name: self._plain(store, namespace, query, k, group, filter, self.spec) for name, group in groups.items()}
@@ -226,7 +232,7 @@ class Ranker:
             return {name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()}
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
-        kind_of = None if pooled else np.asarray([snapshot.kind for snapshot, _ in cands.refs], dtype=object)
+        kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)
         out: dict[str, list[ScoredItem]] = {}
         for name, group in groups.items():
             rows = np.arange(len(cands)) if kind_of is None else np.flatnonzero(np.isin(kind_of, group))
@@ -262,15 +268,19 @@ class Ranker:
                 memo.popitem(last=False)
         return np.stack([query, *({**known, **vectors}[t] for t in texts[1:])])
 
-    @staticmethod
     def _plain(
-        store: DualStore, namespace: Namespace, query: str, k: int, kinds: Sequence[MemoryKind],
+        self, store: DualStore, namespace: Namespace, query: str, k: int, kinds: Sequence[MemoryKind],
         filter: Mapping[str, Any] | None, mode: str,  # noqa: A002
     ) -> list[ScoredItem]:
+        """Rank by cosine, BM25 or both over the snapshot (a namespace too large for RAM: the store's search)."""
         vector = None if mode == "fts" else store.embeddings.embed_query(query)
-        hits = [h for kind in _check_kinds(kinds)
-                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)]  # type: ignore[arg-type]
-        return sorted(hits, key=lambda h: -h.score)[:k]
+        snap = self.snapshots.get(store, namespace)
+        if snap is None:
+            hits = [h for kind in _check_kinds(kinds)
+                    for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)]  # type: ignore[arg-type]
+            return sorted(hits, key=lambda h: -h.score)[:k]
+        found = plain.search(snap, query, vector, k, mode, snap.mask(kinds=_check_kinds(kinds), filter=filter))
+        return [ScoredItem(item, score) for item, (_, score) in zip(snap.items([r for r, _ in found]), found, strict=True)]
 
 
 def rank(
@@ -309,6 +319,6 @@ def _items(cands: Candidates, picked: np.ndarray) -> list[Any]:
         by_snapshot[id(snapshot)][1].append(slot)
         by_snapshot[id(snapshot)][2].append(row)
     for snapshot, slots, rows in by_snapshot.values():
-        for slot, row in zip(slots, snapshot.rows.take(rows).to_pylist(), strict=True):
-            out[slot] = row_to_item(row)
+        for slot, item in zip(slots, snapshot.items(rows), strict=True):
+            out[slot] = item
     return out

@@ -13,7 +13,8 @@ from pydantic import ConfigDict, Field
 
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, MemoryKind
-from dualmem.stores.dual import DualStore, ScoredItem, SearchMode
+from dualmem.stores.contract import DualStore, SearchMode
+from dualmem.stores.results import ScoredItem
 
 
 class DualMemRetriever(BaseRetriever):

@@ -28,8 +28,9 @@ from pydantic import Field
 from dualmem.errors import ConfigurationError
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import Fact, MemoryKind
-from dualmem.stores.dual import DualStore, ScoredItem
+from dualmem.stores.contract import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
+from dualmem.stores.results import ScoredItem
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 

@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dualmem.config import STORE_SCHEMES as SCHEMES
 from dualmem.errors import ConfigurationError
+from dualmem.stores._rows import one_per_key
+from dualmem.stores._sql import sql_in
 
 T = TypeVar("T")
+KEEP_VERSIONS = timedelta(minutes=10)  # maintenance keeps versions this recent: readers in flight may still read them
 
 _CONFLICT_MARKERS = (
     "commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction",
@@ -149,7 +151,7 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
             return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
         except Exception as exc:  # noqa: BLE001 - only creation races are retried
             text = str(exc).lower()
-            racing = is_conflict(exc) or "not found" in text or "already exists" in text
+            racing = is_conflict(exc) or "not found" in text or "already exists" in text or "does not match existing" in text
             if not racing or attempt == 59:
                 raise
             time.sleep(0.01 * (1 + random.random()) * min(attempt + 1, 20))  # another process is creating it
@@ -198,12 +200,6 @@ def has_index(table: Any, column: str) -> bool:
     return index_name(table, column) is not None
 
 
-def unindexed_rows(table: Any, column: str) -> int:
-    """Return how many rows the index on ``column`` does not cover yet."""
-    name = index_name(table, column)
-    return table.index_stats(name).num_unindexed_rows if name else table.count_rows()
-
-
 def ensure_indexes(table: Any, wanted: Mapping[str, Any]) -> None:
     """Create the indexes of ``wanted`` (column -> lancedb index config) that ``table`` lacks.
 
@@ -231,49 +227,21 @@ def base_index_configs(columns: Mapping[str, str]) -> dict[str, Any]:
     return {column: make[kind]() for column, kind in columns.items()}
 
 
-def build_vector_index(table: Any, rows: int) -> None:
-    """Build a cosine IVF_PQ index sized for ``rows`` rows."""
-    from lancedb.index import IvfPq
+def ensure_primary_key(table: Any, column: str) -> None:
+    """Declare ``column`` the table's (unenforced) primary key, unless it already is.
 
-    dims = table.schema.field("vector").type.list_size
-    partitions = max(1, min(1024, int(rows**0.5)))
-    sub_vectors = next(d for d in (dims // 8, dims // 4, dims // 2, dims, 1) if d >= 1 and dims % d == 0)
-    config = IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors)
-    ensure_indexes(table, {"vector": config})
-
-
-class AutoOptimize:
-    """Fold a table's small fragments after every ``every`` commits made through this object, in the background.
-
-    Every commit adds a small fragment (and a version); a table of thousands of tiny
-    fragments makes every scan slow. The store that makes the commits starts a
-    maintenance run (compaction, index update, old versions dropped) in a background
-    thread now and then, so neither its writes nor anyone's reads wait for it.
+    LanceDB then detects concurrent ``merge_insert`` commits that insert the same key (from
+    threads, processes or machines) and redoes the losing one as an update, so a keyed upsert
+    never leaves two rows of one key. Without it, two writers inserting a new key both succeed.
     """
-
-    def __init__(self, every: int = 64) -> None:
-        self.every = every
-        self._counts: dict[int, int] = {}
-        self._running: set[int] = set()
-        self._lock = threading.Lock()
-
-    def committed(self, table: Any) -> None:
-        """Count one commit to ``table``; start its maintenance when the count reaches a multiple of ``every``."""
-        with self._lock:
-            count = self._counts[id(table)] = self._counts.get(id(table), 0) + 1
-            if count % self.every or id(table) in self._running:
-                return
-            self._running.add(id(table))
-        threading.Thread(target=self._run, args=(table,), name="lancedb-maintenance", daemon=True).start()
-
-    def _run(self, table: Any) -> None:
-        try:
-            optimize(table, keep_versions_for=timedelta(minutes=10))
-        except Exception:  # noqa: BLE001 - maintenance only: started again after the next commits
-            pass
-        finally:
-            with self._lock:
-                self._running.discard(id(table))
+    field = table.schema.field(column)
+    if any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (field.metadata or {})):
+        return
+    try:
+        retry(lambda: table.set_unenforced_primary_key(column))
+    except Exception:  # noqa: BLE001 - another process declared it first
+        if not any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (table.schema.field(column).metadata or {})):
+            raise
 
 
 def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:
@@ -287,97 +255,29 @@ def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:
 # --------------------------------------------------------------------------- rows
 
 
-def _handle(table: Any) -> Any:
-    """Return the async table a LanceDB sync table wraps (None for other table kinds).
-
-    Reads go through it on LanceDB's own event loop: the sync query builder re-reads the
-    table schema (a latest-version check each) two or three times per query, which cost
-    1.5-4.5 ms of every read here (lancedb 0.40).
-    """
-    handle = getattr(table, "_table", None)
-    return handle if handle is not None and hasattr(handle, "query") and hasattr(handle, "version") else None
-
-
-def _run(query: Any) -> pa.Table:
-    from lancedb.background_loop import LOOP
-
-    return LOOP.run(query.to_arrow())
-
-
-def scan(table: Any, where: str | None, columns: list[str], limit: int | None = None, offset: int | None = None) -> pa.Table:
-    """Return the rows matching ``where`` (all of them unless ``limit``; from the ``offset``-th on) with only ``columns``."""
-    handle = _handle(table)
-    query = table.search() if handle is None else handle.query()
+def scan(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> pa.Table:
+    """Return the rows matching ``where`` (all of them unless ``limit``) with only ``columns``."""
+    query = table.search()
     if where:
         query = query.where(where)
-    query = query.select(columns)
-    if offset:
-        query = query.offset(offset)
-    if handle is None:
-        return query.limit(limit).to_arrow()
-    return _run(query if limit is None else query.limit(limit))
+    return query.select(columns).limit(limit).to_arrow()
 
 
-def nearest(
-    table: Any, vector: Any, k: int, where: str | None, columns: list[str], *, distance: str = "cosine", exact: bool = False,
-    nprobes: int | None = None, refine_factor: int | None = None, unit: bool = False, row_ids: bool = False,
-) -> pa.Table:  # fmt: skip
-    """Return the ``k`` rows nearest ``vector`` (LanceDB ``distance`` type) among those matching ``where``
-    (prefiltered), with ``columns`` and ``_distance``; ``exact`` scans instead of using a vector index.
-
-    ``unit`` says the table's vectors are unit-normalised: an exact cosine search then runs
-    LanceDB's L2 kernel on the unit query (about 2 ms faster per 10k float16 rows; the
-    order is the cosine order up to float16 rounding) for ``k + 10`` rows, which are
-    scored by exact cosine and cut to ``k``.
-    """
-    if unit and exact and distance == "cosine" and k > 0:
-        q = np.asarray(vector, dtype=np.float32)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        wanted = columns if "vector" in columns else [*columns, "vector"]
-        found = nearest(table, q, k + 10, where, wanted, distance="l2", exact=True, row_ids=True)
-        if found.num_rows == 0:
-            return found.drop_columns(["_rowid"])
-        flat = found.column("vector").combine_chunks().values.to_numpy(zero_copy_only=False)
-        vecs = np.asarray(flat, dtype=np.float32).reshape(found.num_rows, -1)
-        cosine = (vecs @ q) / np.maximum(np.linalg.norm(vecs, axis=1), 1e-12)
-        order = np.lexsort((found.column("_rowid").to_numpy(), -cosine))[:k]  # ties: table order, as LanceDB's cosine
-        found = found.take(pa.array(order)).set_column(
-            found.schema.get_field_index("_distance"), "_distance", pa.array((1.0 - cosine[order]).astype(np.float32))
-        )
-        return found.drop_columns(["_rowid"] if "vector" in columns else ["_rowid", "vector"])
-    handle = _handle(table)
-    if handle is None:
-        query = table.search(list(vector), vector_column_name="vector").distance_type(distance)
-        if where:
-            query = query.where(where, prefilter=True)
-    else:
-        query = handle.query().nearest_to(list(vector)).column("vector").distance_type(distance)
-        if where:
-            query = query.where(where)
-    if exact:
-        query = query.bypass_vector_index()
-    if nprobes is not None:
-        query = query.nprobes(nprobes)
-    if refine_factor is not None:
-        query = query.refine_factor(refine_factor)
-    query = query.select([*columns, "_distance"]).limit(k)
-    if row_ids:
-        query = query.with_row_id(True) if handle is None else query.with_row_id()
-    return query.to_arrow() if handle is None else _run(query)
+def nearest(table: Any, vector: Any, k: int, where: str | None, columns: list[str]) -> pa.Table:
+    """Return the ``k`` rows of ``where`` nearest ``vector`` by cosine, exactly (a prefiltered scan), with
+    ``columns`` and ``_distance`` (1 - cosine)."""
+    query = table.search(list(vector), vector_column_name="vector").distance_type("cosine").bypass_vector_index()
+    if where:
+        query = query.where(where, prefilter=True)
+    return query.select([*columns, "_distance"]).limit(k).to_arrow()
 
 
 def text_search(table: Any, text: str, k: int, where: str | None, columns: list[str]) -> pa.Table:
     """Return the ``k`` best full-text (BM25) rows of the ``text`` column matching ``where`` (prefiltered), with ``_score``."""
-    handle = _handle(table)
-    if handle is None:
-        query = table.search(text, query_type="fts", fts_columns="text")
-        if where:
-            query = query.where(where, prefilter=True)
-        return query.select([*columns, "_score"]).limit(k).to_arrow()
-    query = handle.query().nearest_to_text(text, columns="text")
+    query = table.search(text, query_type="fts", fts_columns="text")
     if where:
-        query = query.where(where)
-    return _run(query.select([*columns, "_score"]).limit(k))
+        query = query.where(where, prefilter=True)
+    return query.select([*columns, "_score"]).limit(k).to_arrow()
 
 
 def query_rows(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> list[dict[str, Any]]:
@@ -385,10 +285,21 @@ def query_rows(table: Any, where: str | None, columns: list[str], limit: int | N
     return scan(table, where, columns, limit).to_pylist()
 
 
-def utc(value: datetime | None) -> datetime | None:
-    """Return ``value`` as an aware UTC datetime (naive values are taken as UTC)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+def repair_duplicates(table: Any, key: str) -> int:
+    """Delete all but the latest row of every key that has several (one commit); return how many rows went."""
+    keys = scan(table, None, [key]).column(key)
+    counts = pc.value_counts(keys)
+    dup = [v["values"] for v in counts.to_pylist() if v["counts"] > 1]
+    if not dup:
+        return 0
+    stamp = "updated_at" if "updated_at" in table.schema.names else "applied_at"
+    rows = table.search().where(sql_in(key, dup)).select([key, stamp]).with_row_id(True).to_arrow()
+    keep = one_per_key(rows, key, stamp)
+    losers = sorted(set(rows.column("_rowid").to_pylist()) - set(keep.column("_rowid").to_pylist()))
+    if not losers:
+        return 0
+    for start in range(0, len(losers), 10_000):
+        part = ", ".join(str(r) for r in losers[start : start + 10_000])
+        retry(lambda p=part: table.delete(f"_rowid IN ({p})"))  # type: ignore[misc]
+    return len(losers)
+

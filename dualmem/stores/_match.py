@@ -10,7 +10,10 @@ comparison; NaN matches nothing).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
+
+from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 
 def _number(value: Any) -> float | None:
@@ -91,3 +94,23 @@ def _compare(actual: Any, wanted: Any) -> bool:
     if isinstance(wanted, float) and math.isnan(wanted):
         return False
     return bool(actual == wanted)
+
+
+def list_namespaces(namespaces: Iterable[tuple[str, ...]], op: ListNamespacesOp) -> list[tuple[str, ...]]:
+    """Apply a ``ListNamespacesOp``'s match conditions, depth and paging to namespaces."""
+    found = list(set(namespaces))
+    for cond in op.match_conditions or ():
+        found = [ns for ns in found if _ns_matches(cond, ns)]
+    if op.max_depth is not None:
+        found = list({ns[: op.max_depth] for ns in found})
+    return sorted(found)[op.offset : op.offset + op.limit]
+
+
+def _ns_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
+    path = tuple(cond.path) if not isinstance(cond.path, str) else (cond.path,)
+    if len(ns) < len(path):
+        return False
+    if cond.match_type not in ("prefix", "suffix"):
+        raise ValueError(f"unsupported namespace match type {cond.match_type!r}; use prefix or suffix")
+    pairs = zip(ns, path, strict=False) if cond.match_type == "prefix" else zip(ns[::-1], path[::-1], strict=False)
+    return all(p == "*" or k == p for k, p in pairs)

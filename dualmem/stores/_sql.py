@@ -178,3 +178,45 @@ def rrf_fuse(rankings: list[list[dict[str, Any]]], k: int, rrf_k: int = 60) -> l
         row.pop("_score", None)
     order = sorted(fused, key=lambda i: -fused[i])[:k]
     return [(rows[i], fused[i]) for i in order]
+
+
+def row_matches(row: Mapping[str, Any], filt: Mapping[str, Any] | None, columns: Mapping[str, str]) -> bool:
+    """Return True if ``row`` passes the filter dict, with :func:`filter_sql`'s semantics (a NULL passes nothing).
+
+    The same filter compiled by :func:`filter_sql` and run by LanceDB keeps the same rows, so
+    a backend or a RAM snapshot without SQL filters exactly as the LanceDB backend does.
+    """
+    if not filt:
+        return True
+    filter_sql(filt, columns)  # validates keys, operators and values with the same errors
+    for key, wanted in filt.items():
+        actual = row.get(columns[key])
+        conditions = wanted if isinstance(wanted, Mapping) else {"$eq": wanted}
+        for op, arg in conditions.items():
+            if op == "$in":
+                if actual is None or actual not in list(arg):
+                    return False
+            elif arg is None:
+                if (actual is None) != (op != "$ne"):
+                    return False
+            elif actual is None or not _compare(actual, op, arg):
+                return False
+    return True
+
+
+def _compare(actual: Any, op: str, arg: Any) -> bool:
+    if isinstance(actual, str) != isinstance(arg, str):
+        return False
+    return {
+        "$eq": actual == arg, "$ne": actual != arg, "$gt": actual > arg,
+        "$gte": actual >= arg, "$lt": actual < arg, "$lte": actual <= arg,
+    }[op]  # fmt: skip
+
+
+def in_window(event_time: str | None, since: str | None, until: str | None) -> bool:
+    """Return True if an item's ``event_time`` lies in [since, until] (ISO text; a NULL time passes no bound)."""
+    if not (since or until):
+        return True
+    if not event_time:
+        return False
+    return (not since or event_time >= since) and (not until or event_time <= until)

@@ -18,37 +18,55 @@ one scale. Facts and insights do not expire: they are superseded instead.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.store.base import GetOp, Item, PutOp, SearchItem, SearchOp
 
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight, MemoryItem
+from dualmem.stores._match import matches
 
 KINDS = ("fact", "insight")
-Matcher = Callable[[Any, dict[str, Any]], bool]
+
+
+def memory_namespace(persona: str, user: str, kind: str, label: str = "dualmem") -> tuple[str, str, str, str]:
+    """Return the LangGraph store namespace of a (persona, user) memory's facts or insights.
+
+    >>> memory_namespace("mara-okafor", "theo", "fact")
+    ('dualmem', 'mara-okafor', 'theo', 'fact')
+    """
+    if kind not in KINDS:
+        raise ConfigurationError(f"memory kind {kind!r} is not one of fact, insight")
+    return (label, str(persona), str(user), kind)
 
 
 class MemoryView:
     """Facts and insights of a ``DualStore`` as LangGraph store items under ``(label, persona, user, kind)``."""
 
     def __init__(self, dual: Any, label: str) -> None:
-        if not label or "." in label:
-            raise ConfigurationError(f"memory_label {label!r} must be a non-empty label without '.'")
+        self.check_label(label)
         self.dual, self.label = dual, label
 
     # ------------------------------------------------------------------ shapes
 
-    def owns(self, namespace: Sequence[str]) -> bool:
+    @staticmethod
+    def check_label(label: str) -> None:
+        """Raise unless ``label`` can head memory namespaces."""
+        if not label or "." in label:
+            raise ConfigurationError(f"memory_label {label!r} must be a non-empty label without '.'")
+
+    @staticmethod
+    def owns_namespace(namespace: Sequence[str], label: str) -> bool:
         """Return True for a memory item namespace ``(label, persona, user, kind)``."""
         ns = tuple(namespace)
-        return len(ns) == 4 and ns[0] == self.label and ns[3] in KINDS
+        return len(ns) == 4 and ns[0] == label and ns[3] in KINDS
 
-    def covers(self, prefix: Sequence[str]) -> bool:
+    @staticmethod
+    def covers_prefix(prefix: Sequence[str], label: str) -> bool:
         """Return True if a search under ``prefix`` may reach memory items."""
         ns = tuple(prefix)
-        return not ns or (ns[0] == self.label and (len(ns) < 4 or self.owns(ns)))
+        return not ns or (ns[0] == label and (len(ns) < 4 or MemoryView.owns_namespace(ns, label)))
 
     def _targets(self, prefix: Sequence[str]) -> list[tuple[tuple[str, ...], str]]:
         """Return the (memory namespace, kind) pairs below a search prefix."""
@@ -73,26 +91,26 @@ class MemoryView:
         found = [i for i in self.dual.get((persona, user), [op.key]) if i.kind == kind]
         return self._item(found[0]) if found else None
 
-    def search(self, op: SearchOp, qvec: Sequence[float] | None, matches: Matcher) -> list[SearchItem]:
+    def search(self, op: SearchOp, qvec: Sequence[float] | None) -> list[SearchItem]:
         """Return the memory items below ``op.namespace_prefix`` (ranked when ``qvec``), before paging."""
         status = None if op.filter and "status" in op.filter else "active"
         hits: list[tuple[MemoryItem, float | None]] = []
         want = op.offset + op.limit
         for ns, kind in self._targets(op.namespace_prefix):
             if qvec is None:
-                hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status) if self._keeps(i, op, matches))
+                hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status) if self._keeps(i, op))
                 continue
             fetch = want if not op.filter else max(4 * want, 200)
             while True:  # a filter may drop most of the nearest items: fetch more until the page is full or none are left
                 found = self.dual.search(ns, op.query or "", kind=kind, k=fetch, mode="vector", status=status, vector=qvec)
-                kept = [(h.item, float(h.score)) for h in found if self._keeps(h.item, op, matches)]
+                kept = [(h.item, float(h.score)) for h in found if self._keeps(h.item, op)]
                 if len(kept) >= want or len(found) < fetch:
                     break
                 fetch *= 4
             hits.extend(kept)
         return [self._item(i, s) for i, s in hits]  # type: ignore[misc]
 
-    def _keeps(self, item: MemoryItem, op: SearchOp, matches: Matcher) -> bool:
+    def _keeps(self, item: MemoryItem, op: SearchOp) -> bool:
         return not op.filter or matches(self._item(item).value, op.filter)
 
     def put(self, op: PutOp) -> None:

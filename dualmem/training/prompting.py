@@ -2,7 +2,7 @@
 
 Training must show the model exactly what the writer graph shows it, so this
 module only adapts :mod:`dualmem.prompts.writer` (``render_writer_messages``,
-``format_view``) and :func:`dualmem.writer.chunking.chunk_sessions` to plain
+``format_view``) and :func:`dualmem.memory.chunking.chunk_sessions` to plain
 role/content dicts and tuples. Nothing here renders text of its own.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualmem.memory.chunking import chunk_sessions as writer_chunks
 from dualmem.prompts.writer import format_view, render_writer_messages
 from dualmem.schema import Persona, Session, Turn
-from dualmem.writer.chunking import chunk_sessions as writer_chunks
 
 ROLE = {"system": "system", "human": "user", "user": "user", "ai": "assistant", "assistant": "assistant"}
 

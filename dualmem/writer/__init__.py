@@ -1,10 +1,15 @@
 """The memory writer: a dialogue's chunks written through the persona as facts and insights, exactly once.
 
 ``chunking`` cuts a history into token-bounded chunks (shared with the
-baselines and training); ``recall`` gives the working view of a chunk;
-``guard``/``poisoning`` stop requests to change the persona's mind; ``update``
-validates a ``MemoryUpdate`` into a plan; ``core`` writes one chunk (lease,
-ledger, repairs); ``emotion`` scores and reranks by emotion; ``pending`` and
-``sealing`` keep chat turns until they form a chunk; ``nodes`` and ``graph``
-are the ``write`` graph and its Python API (:func:`~dualmem.writer.graph.write_history`).
+baselines and training); ``core`` writes one chunk (view, model, plan, lease,
+ledger); ``history`` loops it over a history (:func:`write_history`);
+``report`` is what a call did; ``emotion`` scores and reranks by emotion;
+``pending`` and ``sealing`` keep chat turns until they form a chunk. The rules
+of memory (the view, plans, the guard) are the pure core :mod:`dualmem.memory`;
+the ``write`` graph is :mod:`dualmem.graphs.write`.
 """
+
+from dualmem.writer.history import WriteOptions, awrite_history, write_history
+from dualmem.writer.report import WriteReport
+
+__all__ = ["WriteOptions", "WriteReport", "awrite_history", "write_history"]

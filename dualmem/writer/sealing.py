@@ -7,9 +7,11 @@
   is always made of the same turns (its stable id hashes namespace, thread and
   turn ids) however many turns arrive later;
 - the writer drafts and applies each chunk exactly once (chunk ledger);
-- :func:`settle_pending` deletes the turns of applied chunks and reports what is left.
+- :func:`settle_pending` deletes the turns of applied chunks and reports what is left;
+- :func:`form_pending` is the three in a row (what the ``write`` graph's pending mode runs, and chat
+  formation in this process).
 
-How the turns get there and who runs the graph: :mod:`dualmem.chat.formation`.
+How the turns get there and who runs the writes: :mod:`dualmem.chat.formation`.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from dualmem.context import context_of
+from dualmem.context import Context
 from dualmem.errors import ConfigurationError
-from dualmem.schema import Session, Turn
-from dualmem.writer.chunking import Chunk, chunk_sessions
+from dualmem.memory.chunking import Chunk, chunk_sessions
+from dualmem.schema import Persona, Session, Turn
 from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot, seal_ops, settle_ops
 
 IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early (clocks, whole-second server delays)
@@ -32,11 +34,11 @@ IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early 
 
 def graph_store(store: Any) -> BaseStore:
     """Return the LangGraph store view of a graph's store (a ``LanceDBStore``, or one over a ``DualStore``)."""
-    from dualmem.stores.dual import DualStore
-    from dualmem.stores.langgraph_store import LanceDBStore
+    from dualmem.stores.contract import DualStore
+    from dualmem.stores.langgraph_store import langgraph_view
 
     if isinstance(store, DualStore):
-        return LanceDBStore.over(store)
+        return langgraph_view(store)
     if isinstance(store, BaseStore):
         return store
     raise ConfigurationError("chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()")
@@ -59,7 +61,7 @@ def _session(thread: str, turns: Sequence[PendingTurn]) -> tuple[Session, list[T
 def plan_chunks(snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tokens: int, *, write_tail: bool) -> tuple[list[Chunk], dict[str, str]]:
     """Return the chunks to write now (sealed ones first, in order) and the new seals (turn id → chunk id).
 
-    Unsealed turns are cut like any history (:func:`~dualmem.writer.chunking.chunk_sessions`);
+    Unsealed turns are cut like any history (:func:`~dualmem.memory.chunking.chunk_sessions`);
     every chunk but the last is full; the last is written when ``write_tail`` or when it is full.
     """
     chunks: list[Chunk] = []
@@ -83,32 +85,37 @@ def plan_chunks(snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tok
     return [Chunk(**{**c, "index": i}) for i, c in enumerate(chunks)], seals  # type: ignore[typeddict-item]
 
 
-def take_pending(state: dict[str, Any], runtime: Any, namespace: tuple[str, ...]) -> dict[str, Any]:
-    """Seal the thread's next chunks under the namespace's write lease; return them (and the thread's persona)."""
-    ctx = context_of(runtime)
-    job = state["pending"]
-    db = ctx.dual(getattr(runtime, "store", None))
-    thread = PendingThread(graph_store(getattr(runtime, "store", None) or db), namespace, job["thread"])
+def take_pending(
+    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
+    persona: dict[str, Any] | None = None,
+) -> tuple[list[Chunk], dict[str, Any] | None]:  # fmt: skip
+    """Seal the thread's next chunks under the namespace's write lease; return them and the thread's persona.
+
+    ``store``: the graph's store (a ``LanceDBStore`` / ``DualMemStore``), None for the context's, or a ``DualStore``.
+    """
+    db = ctx.dual(store)
+    thread = PendingThread(graph_store(store or db), namespace, thread_id)
     with db.exclusive(namespace) as lease:
         snap = thread.read()
-        quiet = bool(job.get("flush")) or is_quiet(snap, ctx.formation_idle_s)
-        chunks, seals = plan_chunks(snap, namespace, job["thread"], ctx.chunk_tokens, write_tail=quiet)
+        quiet = flush or is_quiet(snap, ctx.formation_idle_s)
+        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.chunk_tokens, write_tail=quiet)
         if seals:
             lease.check()  # type: ignore[union-attr]
             thread.write(seal_ops(thread.ns, snap, seals))
-    persona = state.get("persona") or snap.persona
+    persona = persona or snap.persona
     if chunks and not persona:
-        raise ConfigurationError(f"thread {job['thread']!r} has pending turns but no persona: pass `persona` in the write graph's input")
-    return {"chunks": chunks, "persona": persona}
+        raise ConfigurationError(f"thread {thread_id!r} has pending turns but no persona: pass `persona` in the write graph's input")
+    return chunks, persona
 
 
-def settle_pending(state: dict[str, Any], runtime: Any) -> dict[str, Any]:
-    """Delete the pending turns whose chunks are applied; report what the thread still has pending."""
-    db = context_of(runtime).dual(getattr(runtime, "store", None))
-    namespace, job = tuple(state["namespace"]), state["pending"]
-    thread = PendingThread(graph_store(getattr(runtime, "store", None) or db), namespace, job["thread"])
-    applied = {r["chunk_id"] for r in state.get("report") or [] if r.get("status") in ("applied", "skipped")}
-    done = [tid for chunk in state.get("chunks") or [] if chunk["id"] in applied for tid in chunk["turn_ids"]]
+def settle_pending(
+    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, chunks: list[Chunk], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Delete the pending turns whose chunks are applied; return what the thread still has pending."""
+    db = ctx.dual(store)
+    thread = PendingThread(graph_store(store or db), namespace, thread_id)
+    applied = {r["chunk_id"] for r in rows if r.get("status") in ("applied", "skipped")}
+    done = [tid for chunk in chunks if chunk["id"] in applied for tid in chunk["turn_ids"]]
     with db.exclusive(namespace) as lease:
         snap = thread.read()
         ops = settle_ops(thread.ns, snap, done)
@@ -116,10 +123,23 @@ def settle_pending(state: dict[str, Any], runtime: Any) -> dict[str, Any]:
             lease.check()  # type: ignore[union-attr]
             thread.write(ops)
     left = [t for t in snap.turns if t["id"] not in set(done)]
-    formed = {
-        "thread": job["thread"], "written_turns": len(done), "pending_turns": len(left),
+    return {
+        "thread": thread_id, "written_turns": len(done), "pending_turns": len(left),
         "pending_tokens": sum(t["tokens"] for t in left), "newest_at": max((t["at"] for t in left), default=None),
     }  # fmt: skip
-    return {"formed": formed}
+
+
+def form_pending(
+    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
+    persona: dict[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """Seal the thread's pending turns into chunks, write each exactly once, settle them; return the report rows and
+    what is still pending."""
+    from dualmem.writer.core import write_chunk
+
+    chunks, who = take_pending(ctx, store, namespace, thread_id, flush=flush, persona=persona)
+    db = ctx.dual(store)
+    rows = [dict(write_chunk(ctx, db, namespace, Persona.model_validate(who), chunk)) for chunk in chunks] if chunks else []
+    return rows, settle_pending(ctx, store, namespace, thread_id, chunks, rows)
 
 

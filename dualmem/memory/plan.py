@@ -11,7 +11,7 @@ Rules (each rejected op is recorded with its reason, never dropped silently):
   replayed plan writes the same rows;
 - at most ``max_ops`` operations per chunk, in answer order (facts first); the
   rest are rejected ("over the cap …");
-- the memory-poisoning guard (:func:`dualmem.writer.guard.screen`) runs before
+- the memory-poisoning guard (:func:`dualmem.memory.guard.screen`) runs before
   the rules above: a fact drawn from a request to change the persona's memory
   is kept as a request fact (``meta.guard``), which no insight may cite (nor
   one of an earlier chunk, shown in the view); an insight repeating a request
@@ -19,7 +19,13 @@ Rules (each rejected op is recorded with its reason, never dropped silently):
 
 ``UPDATE`` rewrites the item in place (same id, so insights citing it stay
 valid) and keeps the previous version as a superseded snapshot row; ``DELETE``
-supersedes. The plan is plain data, checkpointed before it is applied.
+supersedes. A ``DELETE`` wins over any other op of the same update on that item.
+
+Pure: the plan depends only on its arguments — the update, the view, the chunk,
+``now`` (the time written on the rows) and ``seq`` (the chunk's commit order,
+written as ``meta["seq"]`` on new items) — and on the embedder's vectors of the
+new texts. The plan is plain data (rows and their vectors), checkpointed before
+it is applied, so a replayed plan writes the same rows.
 """
 
 from __future__ import annotations
@@ -30,17 +36,18 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from typing_extensions import TypedDict
 
+from dualmem.memory import guard
+from dualmem.memory.chunking import Chunk
+from dualmem.memory.view import View, ViewEntry
 from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
 from dualmem.vectors import cosine
-from dualmem.writer import guard
-from dualmem.writer.chunking import Chunk
-from dualmem.writer.recall import View, ViewEntry
 
 
 class Plan(TypedDict):
-    """What applying one chunk's update writes."""
+    """What applying one chunk's update writes: item rows (the last row of an id wins) and their vectors."""
 
     upserts: list[dict[str, Any]]
+    vectors: dict[str, list[float]]
     supersede: list[str]
     applied: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
@@ -56,7 +63,7 @@ def _record(op: FactOp | InsightOp, stream: str, **extra: Any) -> dict[str, Any]
 
 
 def _snapshot(entry: ViewEntry, chunk_id: str) -> dict[str, Any]:
-    """Return the superseded copy of a view item's current version."""
+    """Return the superseded copy of a view item's current version (a history row under its own id)."""
     old = dict(entry["item"])
     old["id"] = stable_id(entry["id"], chunk_id, "version", prefix="v")
     old["status"] = "superseded"
@@ -67,7 +74,10 @@ def _snapshot(entry: ViewEntry, chunk_id: str) -> dict[str, Any]:
 class _Planner:
     """One update's validation pass (private: use :func:`plan_update`)."""
 
-    def __init__(self, view: View, chunk: Chunk, namespace: Sequence[str], embeddings: Embeddings | None, threshold: float) -> None:
+    def __init__(
+        self, view: View, chunk: Chunk, namespace: Sequence[str], embeddings: Embeddings | None, threshold: float,
+        now: Any, seq: int,
+    ) -> None:  # fmt: skip
         self.view, self.chunk, self.namespace = view, chunk, tuple(namespace)
         self.embeddings, self.threshold = embeddings, threshold
         self.facts = {e["label"]: e for e in view["facts"]}
@@ -80,8 +90,9 @@ class _Planner:
         self.requests: dict[str, Any] = {}  # label -> the flag of a request fact added by this update
         self.request_of_turn: dict[str, str] = {}  # flagged turn id -> its request fact's store id
         self.request_ids = {e["id"] for e in view["facts"] if guard.is_request_item(e["item"])}
-        self.now = utcnow()
-        self.plan = Plan(upserts=[], supersede=[], applied=[], rejected=[], merged=[])
+        self.now, self.seq = now, seq
+        self.plan = Plan(upserts=[], vectors={}, supersede=[], applied=[], rejected=[], merged=[])
+        self.pending_texts: dict[str, str] = {}  # row id -> text still to embed (rewrites)
 
     # ------------------------------------------------------------------ helpers
     def reject(self, op: FactOp | InsightOp, stream: str, reason: str) -> None:
@@ -100,21 +111,54 @@ class _Planner:
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts or self.embeddings is None:
             return [[] for _ in texts]
-        return self.embeddings.embed_documents(texts)
+        return [list(v) for v in self.embeddings.embed_documents(texts)]
+
+    def view_vectors(self, entries: Sequence[ViewEntry]) -> list[list[float]]:
+        """Return the view items' stored vectors (embedding only those the view came without)."""
+        missing = [e["text"] for e in entries if not e.get("vector")]
+        fresh = iter(self.embed(missing))
+        return [list(e["vector"]) if e.get("vector") else next(fresh) for e in entries]
+
+    def keep(self, row: dict[str, Any], vector: Sequence[float] | None) -> None:
+        """Add a row to write, with its vector when known."""
+        self.plan["upserts"].append(row)
+        if vector:
+            self.plan["vectors"][row["id"]] = [float(x) for x in vector]
 
     def rewrite(self, entry: ViewEntry, text: str, **changes: Any) -> None:
         """UPDATE in place: the snapshot keeps the old version."""
-        self.plan["upserts"].append(_snapshot(entry, self.chunk["id"]))
+        self.keep(_snapshot(entry, self.chunk["id"]), entry.get("vector"))
         item = dict(entry["item"])
         meta = {**(item.get("meta") or {}), "updated_by_chunk": self.chunk["id"]}
         item.update(text=text, updated_at=self.now.isoformat(), meta=meta, status="active", **changes)
-        self.plan["upserts"].append(item)
+        self.keep(item, entry.get("vector") if text == entry["text"] else None)
+        if text != entry["text"]:
+            self.pending_texts[item["id"]] = text
+
+    def delete(self, entry: ViewEntry) -> None:
+        """DELETE: the item stays as a superseded row (history), hidden from search."""
+        item = dict(entry["item"])
+        meta = {**(item.get("meta") or {}), "deleted_by_chunk": self.chunk["id"]}
+        item.update(status="superseded", updated_at=self.now.isoformat(), meta=meta)
+        self.keep(item, entry.get("vector"))
+        self.plan["supersede"].append(entry["id"])
+
+    def finish(self) -> Plan:
+        """Embed the rewritten texts, let a DELETE win over other rows of its item, and return the plan."""
+        todo = {i: t for i, t in self.pending_texts.items() if i not in self.plan["supersede"]}
+        for row_id, vec in zip(todo, self.embed(list(todo.values())), strict=True):
+            if vec:
+                self.plan["vectors"][row_id] = vec
+        deleted = set(self.plan["supersede"])
+        rows = [r for r in self.plan["upserts"] if r["id"] not in deleted or r["status"] == "superseded"]
+        self.plan["upserts"] = rows
+        return self.plan
 
     # ------------------------------------------------------------------ facts
     def facts_pass(self, ops: Sequence[FactOp]) -> None:
         adds = [op for op in ops if op.op == "ADD"]
-        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["facts"]]) if adds else []
-        new_vecs, view_vecs = vectors[: len(adds)], vectors[len(adds) :]
+        new_vecs = self.embed([op.text for op in adds]) if adds else []
+        view_vecs = self.view_vectors(self.view["facts"]) if adds else []
         known: list[tuple[str, list[float]]] = [(e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=False)]
         add_vec = {id(op): v for op, v in zip(adds, new_vecs, strict=True)}
         for op in ops:
@@ -135,7 +179,7 @@ class _Planner:
                 self.plan["applied"].append(_record(op, "fact", store_id=entry["id"]))
             else:  # DELETE
                 entry = self.facts[label]
-                self.plan["supersede"].append(entry["id"])
+                self.delete(entry)
                 self.deleted.add(entry["id"])
                 self.plan["applied"].append(_record(op, "fact", store_id=entry["id"]))
 
@@ -159,7 +203,7 @@ class _Planner:
             return
         source, inferred = self.source(op.turn_ids)
         sid = self.new_id("fact", label)
-        meta: dict[str, Any] = {"label": label, "turn_ids_inferred": inferred}
+        meta: dict[str, Any] = {"label": label, "turn_ids_inferred": inferred, "seq": self.seq}
         if flag is not None:  # kept as what the user asked, in their words
             text, meta["guard"], meta["model_text"] = guard.request_fact_text(flag), guard.guard_meta(flag), op.text.strip()
             source = source.model_copy(update={"turn_ids": [flag["turn_id"]]})
@@ -169,7 +213,9 @@ class _Planner:
             id=sid, namespace=self.namespace, kind="fact", text=text, source=source,
             event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, meta=meta,
         )
-        self.plan["upserts"].append(item.model_dump(mode="json"))
+        self.keep(item.model_dump(mode="json"), vec if flag is None else None)
+        if flag is not None:  # stored in the user's words: embedded as stored
+            self.pending_texts[sid] = text
         if label not in self.facts:  # a colliding label stays the view's
             self.labels[label] = sid
         self.turns_of[sid] = source.turn_ids
@@ -194,9 +240,10 @@ class _Planner:
 
     def insights_pass(self, ops: Sequence[InsightOp]) -> None:
         adds = [op for op in ops if op.op == "ADD"]
-        vectors = self.embed([op.text for op in adds] + [e["text"] for e in self.view["insights"]]) if adds else []
-        known = [(e["id"], v) for e, v in zip(self.view["insights"], vectors[len(adds) :], strict=False)]
-        add_vec = {id(op): v for op, v in zip(adds, vectors[: len(adds)], strict=True)}
+        new_vecs = self.embed([op.text for op in adds]) if adds else []
+        view_vecs = self.view_vectors(self.view["insights"]) if adds else []
+        known = [(e["id"], v) for e, v in zip(self.view["insights"], view_vecs, strict=False)]
+        add_vec = {id(op): v for op, v in zip(adds, new_vecs, strict=True)}
         seen: set[str] = set()
         for op in ops:
             label = _norm_label(op.id)
@@ -205,7 +252,7 @@ class _Planner:
                 continue
             if op.op == "DELETE":
                 entry = self.insights[label]
-                self.plan["supersede"].append(entry["id"])
+                self.delete(entry)
                 self.plan["applied"].append(_record(op, "insight", store_id=entry["id"]))
                 continue
             if not op.text.strip():
@@ -241,9 +288,9 @@ class _Planner:
                 id=sid, namespace=self.namespace, kind="insight", text=op.text.strip(),
                 source=SourceRef(session_id=self.chunk["session_id"], turn_ids=list(dict.fromkeys(turns)), chunk_id=self.chunk["id"]),
                 event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, grounding=grounding,
-                meta={"label": label},
+                meta={"label": label, "seq": self.seq},
             )
-            self.plan["upserts"].append(item.model_dump(mode="json"))
+            self.keep(item.model_dump(mode="json"), vec)
             known.append((sid, vec))
             self.plan["applied"].append(_record(op, "insight", store_id=sid, grounding=grounding))
 
@@ -257,9 +304,14 @@ def plan_update(
     embeddings: Embeddings | None = None,
     dedup_threshold: float = 0.92,
     max_ops: int | None = None,
+    now: Any = None,
+    seq: int = 0,
 ) -> Plan:
-    """Validate ``update`` against ``view`` and return the rows to write (see the module rules)."""
-    planner = _Planner(view, chunk, namespace, embeddings, dedup_threshold)
+    """Validate ``update`` against ``view`` and return the rows to write (see the module rules).
+
+    ``now``: the time written on new and changed rows (default: the clock); ``seq``: the chunk's commit order.
+    """
+    planner = _Planner(view, chunk, namespace, embeddings, dedup_threshold, now if now is not None else utcnow(), seq)
     facts, insights = list(update.facts), list(update.insights)
     if max_ops is not None and len(facts) + len(insights) > max_ops:
         keep_facts = facts[:max_ops]
@@ -275,4 +327,4 @@ def plan_update(
     planner.requests = dict(screened.requests)
     planner.facts_pass(screened.facts)
     planner.insights_pass(screened.insights)
-    return planner.plan
+    return planner.finish()

@@ -21,10 +21,10 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from dualmem.memory.guard import Claim, TurnFlag, flag_turns, turn_claims
 from dualmem.prompts.writer import format_chunk, format_turn
 from dualmem.schema import Dialogue, Session, Turn, stable_id
 from dualmem.tokens import count_tokens_batch
-from dualmem.writer.guard import Claim, TurnFlag, flag_turns, turn_claims
 
 
 class Chunk(TypedDict):

@@ -81,8 +81,11 @@ def text_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def query_terms(text: str) -> np.ndarray:
-    """Return the distinct term ids of a query (unknown terms included: they simply match nothing)."""
-    return text_terms(text)[0]
+    """Return the distinct term ids of a query, in the order of the terms themselves (unknown terms included: they
+    match nothing). Term ids depend on what a process tokenized first; a score summed over the query's terms in id
+    order would differ in its last bits from one process to the next, and break ties differently."""
+    terms = sorted(set(tokenize(text)))
+    return np.fromiter((term_id(t) for t in terms), dtype=np.int64, count=len(terms))
 
 
 class TermMatrix:

@@ -1,0 +1,119 @@
+"""Nodes of the writer graph: cut the history into chunks, write them one by one exactly once.
+
+``prepare`` chunks the sessions (or takes ready ``chunks``, or, with
+``pending: {"thread", "flush"}``, seals a chat thread's pending turns into
+chunks: :mod:`dualmem.chat.formation`); ``write`` writes the chunk at ``cursor`` through
+:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease, with
+the pending-plan ledger) and records its report row; ``route`` loops. A chunk
+whose answer stays malformed after the repairs, or whose model call fails, is
+recorded in ``failed_chunks`` with its reason — never dropped; running the
+graph again on the same input asks it again (applied chunks are skipped by the
+ledger). In pending mode ``settle`` then removes the written turns from the
+thread and reports what is left (``formed``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from dualmem.context import Context, context_of
+from dualmem.memory.chunking import Chunk, as_sessions, chunk_sessions
+from dualmem.schema import Persona
+from dualmem.writer.core import write_chunk
+from dualmem.writer.sealing import settle_pending, take_pending
+
+
+def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Merge report rows by ``chunk_id`` (a newer row replaces; ``{"chunk_id", "drop": True}`` removes)."""
+    rows = {r["chunk_id"]: r for r in left or []}
+    for row in right or []:
+        if row.get("drop"):
+            rows.pop(row["chunk_id"], None)
+        else:
+            rows[row["chunk_id"]] = row
+    return list(rows.values())
+
+
+class PendingJob(TypedDict, total=False):
+    """A chat thread whose pending turns to write (``flush``: the last, unfinished chunk too)."""
+
+    thread: str
+    flush: bool
+
+
+class WriteInput(TypedDict, total=False):
+    """Input of the writer graph: persona, sessions (or ready chunks, or a chat thread's pending turns), optional namespace."""
+
+    persona: dict[str, Any]
+    sessions: list[dict[str, Any]]
+    chunks: list[Chunk]
+    pending: PendingJob | None
+    namespace: list[str]
+
+
+class WriteState(WriteInput, total=False):
+    """State of the writer graph (``report`` holds the rows of the latest run)."""
+
+    cursor: int
+    report: Annotated[list[dict[str, Any]], merge_rows]
+    failed_chunks: Annotated[list[dict[str, Any]], merge_rows]
+    formed: dict[str, Any]
+
+
+def namespace_of(state: WriteState, ctx: Context) -> tuple[str, ...]:
+    """Return the namespace written: the input's, else (persona id, the context's user)."""
+    if state.get("namespace"):
+        return tuple(state["namespace"])
+    return (Persona.model_validate(state["persona"]).id, ctx.user_id)
+
+
+def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Chunk the sessions (or take the given chunks, or a chat thread's pending turns)."""
+    ctx = context_of(runtime)
+    namespace = namespace_of(state, ctx)
+    reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
+    update: dict[str, Any] = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": []}
+    if job := state.get("pending"):
+        chunks, persona = take_pending(ctx, runtime.store, namespace, job["thread"], flush=bool(job.get("flush")), persona=state.get("persona"))
+        return {**update, "chunks": chunks, "persona": persona}
+    update["pending"] = None
+    if state.get("sessions"):
+        return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.chunk_tokens)}
+    return {**update, "chunks": list(state.get("chunks") or [])}
+
+
+def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Write the chunk at ``cursor`` exactly once, record its report row, move to the next chunk."""
+    ctx = context_of(runtime)
+    chunk = state["chunks"][state["cursor"]]
+    persona = Persona.model_validate(state["persona"])
+    row = write_chunk(ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk)  # the view: a fresh snapshot
+    update: dict[str, Any] = {"report": [row], "cursor": state["cursor"] + 1}
+    if row["status"] == "failed":
+        entry = {"chunk_id": row["chunk_id"], "index": row["index"], "error": row.get("error"), "attempts": row.get("attempts")}
+        update["failed_chunks"] = [entry]
+    else:
+        update["failed_chunks"] = [{"chunk_id": row["chunk_id"], "drop": True}]
+    return update
+
+
+def settle(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Remove the chat thread's turns whose chunks are applied; report what it still has pending."""
+    job = state.get("pending")
+    if not job:
+        raise ValueError("settle runs only for a chat thread's pending turns (input `pending`)")  # route() never sends it here
+    namespace, chunks = tuple(state["namespace"]), list(state.get("chunks") or [])
+    rows = list(state.get("report") or [])
+    return {"formed": settle_pending(context_of(runtime), runtime.store, namespace, job["thread"], chunks, rows)}
+
+
+def route(state: WriteState) -> Literal["write", "settle", "__end__"]:
+    """Go on with the next chunk, or settle a chat thread's written turns, or end."""
+    if state.get("cursor", 0) < len(state.get("chunks") or []):
+        return "write"
+    return "settle" if state.get("pending") else "__end__"
+
+

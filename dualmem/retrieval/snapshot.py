@@ -1,0 +1,180 @@
+"""The RAM snapshot retrieval ranks over: a namespace's active memory with its vectors, kept fresh by one rule.
+
+**The rule.** A snapshot records the store's :meth:`~dualmem.stores.contract.DualStore.version`
+when it was taken. On every read the version is asked again (one cheap call);
+if it moved, the namespace's ``(id, updated_at)`` pairs are compared with the
+snapshot's and only the rows that changed are fetched (or the namespace is
+reloaded when much changed). Nothing else refreshes, patches or tails it, so
+a snapshot always holds exactly the rows a fresh load would: sorted by key,
+one per item — a pure function of the store's contents.
+
+Snapshots belong to their reader (a :class:`~dualmem.retrieval.pipeline.Ranker`,
+a writer run), kept in a :class:`Snapshots` LRU bounded by rows; the store
+keeps no cache. ``derived`` holds what readers compute from exactly these
+rows (candidate arrays, term matrices): it dies with the snapshot.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dualmem.schema import MemoryItem
+from dualmem.stores._rows import row_to_item, stamps, vectors_of
+from dualmem.stores._sql import filter_sql
+from dualmem.stores.contract import FILTERABLE, DualStore, Namespace
+
+MAX_NAMESPACE_ROWS = 200_000  # a namespace larger than this is searched in the store, not held in RAM
+
+
+@dataclass
+class Snapshot:
+    """A namespace's active items at one store version: item columns (no vectors), unit vectors, stamps."""
+
+    namespace: Namespace
+    version: Any
+    rows: pa.Table
+    vectors: np.ndarray
+    derived: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ids: list[str] = self.rows.column("id").to_pylist()
+        self.index = {i: n for n, i in enumerate(self.ids)}
+        self.stamps = stamps(self.rows) if self.rows.num_rows else np.zeros(0, dtype=np.int64)
+        self.kinds = np.asarray(self.rows.column("kind").to_pylist(), dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def at(self, version: Any) -> Snapshot:
+        """Mark this (copied) snapshot exact at ``version``: the namespace did not change (its ``derived`` stays)."""
+        self.version = version
+        return self
+
+    def items(self, positions: Sequence[int]) -> list[MemoryItem]:
+        """Return the memory items at these row positions."""
+        if not len(positions):
+            return []
+        return [row_to_item(r) for r in self.rows.take(pa.array(list(positions), pa.int64())).to_pylist()]
+
+    def mask(
+        self, kinds: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None,  # noqa: A002
+        since: str | None = None, until: str | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """Return which rows are of ``kinds`` and pass ``filter`` and the ``event_time`` window (as the store filters)."""
+        keep = np.ones(len(self), dtype=bool)
+        if kinds is not None:
+            keep &= np.isin(self.kinds, list(kinds))
+        if filter:
+            keep &= filter_mask(self.rows, filter)
+        if since or until:
+            times = self.rows.column("event_time")
+            ok = pc.is_valid(times)
+            if since:
+                ok = pc.and_(ok, pc.greater_equal(times, since))
+            if until:
+                ok = pc.and_(ok, pc.less_equal(times, until))
+            keep &= ok.fill_null(False).to_numpy(zero_copy_only=False)
+        return keep
+
+
+def filter_mask(rows: pa.Table, filt: Mapping[str, Any]) -> np.ndarray:
+    """Return the rows that pass a filter dict over :data:`FILTERABLE` fields, with the store's SQL semantics."""
+    filter_sql(filt, FILTERABLE)  # validates keys, operators and values with the store's errors
+    ops = {"$eq": pc.equal, "$ne": pc.not_equal, "$gt": pc.greater, "$gte": pc.greater_equal, "$lt": pc.less, "$lte": pc.less_equal}
+    keep = pa.array(np.ones(rows.num_rows, dtype=bool))
+    for key, wanted in filt.items():
+        column = rows.column(FILTERABLE[key])
+        for op, arg in (wanted if isinstance(wanted, Mapping) else {"$eq": wanted}).items():
+            if op == "$in":
+                test = pc.is_in(column, value_set=pa.array([str(v) for v in arg if isinstance(v, str)], pa.string()))
+                test = pc.and_(test, pc.is_valid(column))
+            elif arg is None:
+                test = pc.is_valid(column) if op == "$ne" else pc.is_null(column)
+            elif not isinstance(arg, str):
+                test = pa.array(np.zeros(rows.num_rows, dtype=bool))  # a text column never equals a number
+            else:
+                test = ops[op](column, arg)
+            keep = pc.and_(keep, test.fill_null(False))
+    return keep.to_numpy(zero_copy_only=False)
+
+
+def load(store: DualStore, namespace: Namespace, version: Any) -> Snapshot | None:
+    """Read a namespace's active rows and vectors (None when it holds over ``MAX_NAMESPACE_ROWS``)."""
+    if store.count(namespace) > MAX_NAMESPACE_ROWS:
+        return None
+    data = store.scan(namespace, columns="vectors")
+    return Snapshot(tuple(namespace), version, data.drop_columns(["vector"]), vectors_of(data, store.dims))
+
+
+def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot | None:
+    """Bring ``snap`` to ``version``: fetch the rows whose ``(id, updated_at)`` changed, drop the rows gone."""
+    now = store.scan(snap.namespace, columns="stamps")
+    if now.num_rows > MAX_NAMESPACE_ROWS:
+        return None
+    ids, times = now.column("id"), stamps(now)
+    known = snap.rows.column("id")
+    where = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
+    old = snap.stamps[np.maximum(where, 0)] if len(snap.stamps) else np.full(len(times), -2, dtype=np.int64)
+    changed = pc.filter(ids, pa.array((where < 0) | (old != times))).to_pylist()
+    gone_mask = pc.invert(pc.is_in(known, value_set=ids)).to_numpy(zero_copy_only=False)
+    if not changed and not gone_mask.any():
+        return copy.copy(snap).at(version)
+    if len(changed) > max(256, now.num_rows // 4):
+        return load(store, snap.namespace, version)
+    keep = ~gone_mask & ~np.isin(np.asarray(snap.ids, dtype=object), np.asarray(changed, dtype=object))
+    parts, vecs = [snap.rows.filter(pa.array(keep))], [snap.vectors[keep]]
+    if changed:
+        fresh = store.scan(snap.namespace, columns="vectors", ids=changed)
+        parts.append(fresh.drop_columns(["vector"]).cast(snap.rows.schema))
+        vecs.append(vectors_of(fresh, store.dims))
+    rows = pa.concat_tables(parts)
+    order = pc.sort_indices(rows, sort_keys=[("pk", "ascending")])
+    matrix = np.concatenate(vecs)[order.to_numpy()]
+    return Snapshot(snap.namespace, version, rows.take(order).combine_chunks(), np.ascontiguousarray(matrix))
+
+
+class Snapshots:
+    """The snapshots one reader holds, per store and namespace (LRU, at most ``max_rows`` rows in all); thread-safe."""
+
+    def __init__(self, max_rows: int = 500_000) -> None:
+        self.max_rows = max_rows
+        self._by_store: weakref.WeakKeyDictionary[DualStore, OrderedDict[Namespace, Snapshot]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, store: DualStore, namespace: Namespace) -> Snapshot | None:
+        """Return the namespace's snapshot at the store's latest version (None: too large to hold in RAM)."""
+        namespace = tuple(namespace)
+        version = store.version()
+        with self._lock:
+            held = self._by_store.setdefault(store, OrderedDict())
+            snap = held.get(namespace)
+        if snap is not None and snap.version == version:
+            fresh: Snapshot | None = snap
+        else:
+            fresh = load(store, namespace, version) if snap is None else refresh(snap, store, version)
+        with self._lock:
+            held = self._by_store.setdefault(store, OrderedDict())
+            if fresh is None:
+                held.pop(namespace, None)
+                return None
+            held[namespace] = fresh
+            held.move_to_end(namespace)
+            self._evict()
+        return fresh
+
+    def _evict(self) -> None:
+        total = sum(len(s) for held in self._by_store.values() for s in held.values())
+        for held in list(self._by_store.values()):
+            while total > self.max_rows and len(held) > 1:
+                _, gone = held.popitem(last=False)
+                total -= len(gone)

@@ -1,0 +1,240 @@
+"""The LanceDB backend of the dual store: a local folder or object storage, shared by many processes and machines.
+
+Layout at ``uri``: the table ``memory`` (one row per ``MemoryItem``, keyed by
+``pk`` = namespace + id, declared LanceDB's unenforced primary key so that
+concurrent keyed upserts never insert a key twice), ``chunk_ledger``
+(:mod:`~dualmem.stores.ledger`) and ``write_leases`` (:mod:`~dualmem.stores.leases`).
+Stores of older versions (tables ``facts`` and ``insights``) are copied into
+``memory`` once, when first opened.
+
+Every read goes to LanceDB through its public API with
+``read_consistency_interval=0`` (each read sees every commit that finished
+before it began, from any process); this object caches no rows. Searches are
+exact: cosine over a prefiltered scan of the namespace (bitmap index on
+``namespace``), native full text (BM25), and reciprocal-rank fusion of both.
+Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``,
+``kind`` and ``status``, full text on ``text``. Rows written since the last
+:meth:`LanceDualStore.maintain` are searched as well; ``maintain`` compacts,
+folds them into the indexes, repairs legacy duplicate rows and drops old versions.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import dualmem.stores._lance as L
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.schema import utcnow
+from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, one_per_key, row_to_item
+from dualmem.stores._sql import and_all, filter_sql, ns_eq_sql, ns_parse, ns_prefix_sql, row_key, sql_in, sql_str
+from dualmem.stores.contract import (
+    FILTERABLE,
+    CountItems,
+    DeleteItems,
+    DualStore,
+    GetItems,
+    ListNamespaces,
+    MemoryOp,
+    Namespace,
+    PutItems,
+    ScanItems,
+    SearchItems,
+    SetStatus,
+    put_rows,
+    rrf,
+)
+from dualmem.stores.leases import Lease, Leases
+from dualmem.stores.ledger import LanceLedger
+from dualmem.stores.results import ScoredItem
+
+TABLE = "memory"
+LEGACY_TABLES = ("facts", "insights")
+INDEXES = {
+    "pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "kind": "BITMAP", "status": "BITMAP",
+    "event_time": "BTREE", "text": "FTS",
+}  # fmt: skip
+EMBEDDER_KEY = "dualmem.embedder"  # schema metadata: the embedder spec the store was created with
+
+
+class LanceDualStore(DualStore):
+    """Facts and insights in one LanceDB table (see the module docstring)."""
+
+    def __init__(
+        self, uri: str, embeddings: Any, *, dims: int | None = None, storage_options: Mapping[str, str] | str | None = None,
+        lease_ttl_s: float = 60.0, lease_wait_s: float = 900.0,
+    ) -> None:  # fmt: skip
+        if embeddings is None:
+            raise ConfigurationError("LanceDualStore needs an embeddings object; use open_store(settings) for the configured one")
+        from dualmem.models import embedding_dims
+
+        self.uri = str(uri)
+        self.embeddings = embeddings
+        self.dims = dims or embedding_dims(embeddings)
+        self.storage_options = L.storage_options(storage_options)
+        self._db = L.connect(self.uri, self.storage_options)
+        spec = getattr(embeddings, "spec", None)
+        schema = item_schema(self.dims).with_metadata({EMBEDDER_KEY: spec} if spec else {})
+        self.table = _open_memory(self._db, schema)
+        L.check_dims(self.table, "vector", self.dims, self.uri)
+        L.ensure_primary_key(self.table, "pk")
+        L.ensure_indexes(self.table, L.base_index_configs(INDEXES))
+        self._schema = pa.schema([self.table.schema.field(n) for n in [*ITEM_COLUMNS, "vector"]])
+        self.ledger: LanceLedger = LanceLedger(self._db)
+        self.leases = Leases(self._db, ttl_s=lease_ttl_s, wait_s=lease_wait_s)
+        self._last = utcnow()
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, embeddings: Any = None) -> LanceDualStore:
+        """Open the store at ``settings.store_uri`` with the settings' embedder (or ``embeddings``)."""
+        from dualmem.models import load_embeddings
+
+        s = Settings.resolve(settings)
+        return cls(
+            s.store_uri, load_embeddings(embeddings, s), storage_options=s.store_options,
+            lease_ttl_s=s.lease_ttl_s, lease_wait_s=s.lease_wait_s,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ contract
+
+    def version(self) -> int:
+        """Return the memory table's latest version (any process's commit moves it)."""
+        return int(self.table.version)
+
+    @contextmanager
+    def exclusive(
+        self, namespace: Namespace, owner: str | None = None, wait_s: float | None = None,
+        give_up: Callable[[], bool] | None = None,
+    ) -> Iterator[Lease | None]:  # fmt: skip
+        """Hold the namespace's write lease for the block (one writer per namespace, any process)."""
+        with self.leases.hold(tuple(namespace), owner, wait_s, give_up) as lease:
+            yield lease
+
+    def maintain(self) -> dict[str, int]:
+        """Repair duplicate rows of one key left by older versions (keeping the latest), compact every table,
+        fold new rows into the indexes and drop versions older than ten minutes; return what was done."""
+        repaired = L.repair_duplicates(self.table, "pk") + L.repair_duplicates(self.ledger.table, "id")
+        for table in (self.table, self.ledger.table, self.leases.table):
+            L.optimize(table, keep_versions_for=L.KEEP_VERSIONS)
+        return {"duplicates_removed": repaired, "rows": self.table.count_rows()}
+
+    def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
+        return [self._one(op) for op in ops]
+
+    def _one(self, op: MemoryOp) -> Any:
+        t = self.table
+        if isinstance(op, GetItems):
+            rows = one_per_key(L.scan(t, sql_in("pk", [row_key(op.namespace, i) for i in op.ids]), ITEM_COLUMNS))
+            found = {r["id"]: r for r in rows.to_pylist()}
+            return [row_to_item(found[i]) for i in op.ids if i in found]
+        if isinstance(op, ScanItems):
+            ids = None if op.ids is None else sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
+            names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[op.columns]
+            rows = one_per_key(L.scan(t, and_all(_where(op.namespace, op.kind, op.status), ids), names))
+            return rows.sort_by("pk")
+        if isinstance(op, CountItems):
+            return pc.count_distinct(L.scan(t, _where(op.namespace, op.kind, op.status), ["pk"]).column("pk")).as_py()
+        if isinstance(op, SearchItems):
+            return self._search(op)
+        if isinstance(op, PutItems):
+            data = pa.Table.from_pylist(put_rows(op, self.dims, self._now()), schema=self._schema)
+            L.retry(lambda: t.merge_insert("pk").when_matched_update_all().when_not_matched_insert_all().execute(data))
+            return None
+        if isinstance(op, SetStatus):
+            where = sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
+            values = {"status": op.status, "updated_at": self._now()}
+            L.retry(lambda: t.update(where=where, values=values))
+            return None
+        if isinstance(op, DeleteItems):
+            only = None if op.ids is None else sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
+            where = and_all(ns_eq_sql(op.namespace), only) or ""
+            return int(L.retry(lambda: t.delete(where)).num_deleted_rows)
+        if isinstance(op, ListNamespaces):
+            under = and_all(ns_prefix_sql(op.prefix), None if op.kind is None else f"kind = {sql_str(op.kind)}")
+            return [ns_parse(k) for k in L.scan(t, under, ["namespace"]).column("namespace").unique().to_pylist()]
+        raise ValueError(f"unknown store operation {type(op).__name__}")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> Any:
+        """Return the write time: now, but after this object's previous write (updated_at orders its writes)."""
+        now = utcnow()
+        self._last = now if now > self._last else self._last + timedelta(microseconds=1)
+        return self._last
+
+    def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
+        where = and_all(
+            _where(op.namespace, op.kind, op.status), filter_sql(op.filter, FILTERABLE),
+            f"event_time >= {sql_str(op.since)}" if op.since else None,
+            f"event_time <= {sql_str(op.until)}" if op.until else None,
+        )  # fmt: skip
+        fetch = op.k if op.mode != "hybrid" else max(2 * op.k, 20)
+        found: dict[str, dict[str, Any]] = {}
+        rankings = []
+        if op.mode != "fts":
+            rows = one_per_key(L.nearest(self.table, op.vector, fetch + 8, where, ITEM_COLUMNS)).to_pylist()
+            rows.sort(key=lambda r: (r["_distance"], r["pk"]))
+            found.update((r["pk"], r) for r in rows)
+            rankings.append([(r["pk"], 1.0 - float(r["_distance"])) for r in rows[:fetch]])
+        if op.mode != "vector" and op.query.strip():
+            rows = one_per_key(L.text_search(self.table, op.query, fetch + 8, where, ITEM_COLUMNS)).to_pylist()
+            rows.sort(key=lambda r: (-float(r["_score"]), r["pk"]))
+            found.update((r["pk"], r) for r in rows)
+            rankings.append([(r["pk"], float(r["_score"])) for r in rows[:fetch]])
+        if not rankings:
+            return []
+        ranked = rankings[0][: op.k] if len(rankings) == 1 else rrf(rankings, op.k)
+        return [ScoredItem(row_to_item(found[pk]), float(score)) for pk, score in ranked]
+
+
+def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:
+    return and_all(
+        ns_eq_sql(namespace), None if kind is None else f"kind = {sql_str(kind)}",
+        None if status is None else f"status = {sql_str(status)}",
+    ) or ""  # fmt: skip
+
+
+def _open_memory(db: Any, schema: pa.Schema) -> Any:
+    """Open the memory table, creating it (from an older version's ``facts`` and ``insights`` tables, if any)."""
+    names = L.table_names(db)
+    if TABLE in names:
+        table = db.open_table(TABLE)
+        L.migrate_columns(table, schema, {})
+        return table
+    legacy = [db.open_table(n) for n in LEGACY_TABLES if n in names]
+    data = None
+    if legacy:
+        parts = [t.to_arrow() for t in legacy]
+        data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]) if parts else None
+        if data is not None and data.num_rows == 0:
+            data = None
+    return L.open_or_create(db, TABLE, schema, data=data)
+
+
+def recorded_embedder(db: Any) -> Any:
+    """Return the embedder the store's memory table records (created with), for openers that name none.
+
+    A store made before the embedder was recorded is opened with the default (bundled) embedder
+    when its vectors have that size; otherwise the caller must name the embedder.
+    """
+    from dualmem.config import setting_default
+    from dualmem.models import BUNDLED_DIMS, load_embeddings
+
+    table = db.open_table(TABLE)
+    spec = (table.schema.metadata or {}).get(EMBEDDER_KEY.encode(), b"").decode()
+    dims = getattr(table.schema.field("vector").type, "list_size", None)
+    if not spec and dims == BUNDLED_DIMS:
+        spec = setting_default("embedder")
+    if not spec:
+        raise ConfigurationError(
+            f"the store at {table.name!r} does not record its {dims}-dim embedder; open it with "
+            "LanceDBStore(uri, embeddings=...) or LanceDBStore.from_settings() naming the embedder it was written with"
+        )
+    return load_embeddings(spec)

@@ -1,0 +1,239 @@
+"""The in-memory backend of the dual store: tests, notebooks, training, and trying DualMem without a disk.
+
+Rows live in a dict keyed by ``pk`` (one row per key by construction) under one
+lock; a write bumps :meth:`InMemoryDualStore.version`. The ledger is a dict and
+a namespace's write lease a lock of this object: exactly-once holds between the
+threads of one process, which is all an in-memory store can be shared by.
+Searches rank like the LanceDB backend: exact cosine over the stored (float16,
+unit) vectors, BM25 over the texts, reciprocal-rank fusion for ``hybrid``; ties
+go to the smaller key.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from langchain_core.embeddings import Embeddings
+from langgraph.store.memory import InMemoryStore
+
+from dualmem.errors import ConfigurationError, LeaseTimeout
+from dualmem.schema import utcnow
+from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, row_to_item
+from dualmem.stores._sql import in_window, ns_key, ns_parse, row_key, row_matches
+from dualmem.stores.contract import (
+    FILTERABLE,
+    CountItems,
+    DeleteItems,
+    DualStore,
+    GetItems,
+    ListNamespaces,
+    MemoryOp,
+    Namespace,
+    PutItems,
+    ScanItems,
+    SearchItems,
+    SetStatus,
+    put_rows,
+    rrf,
+)
+from dualmem.stores.results import ScoredItem
+
+
+class _NoLease:
+    """The lease of an in-memory namespace: held while its lock is, never lost."""
+
+    def check(self) -> None:
+        """Nothing to check: no other process can take it."""
+
+
+class InMemoryLedger:
+    """Pending and applied units per namespace, in a dict (insertion order is drafting order)."""
+
+    def __init__(self) -> None:
+        self._units: dict[tuple[str, str], tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def look(self, namespace: Sequence[str], unit: str) -> tuple[tuple[str, str] | None, list[tuple[str, str]]]:
+        """Return (the state and payload of ``unit`` or None, the namespace's pending units oldest first)."""
+        key = ns_key(namespace)
+        with self._lock:
+            pending = [(u, p) for (ns, u), (s, p) in self._units.items() if ns == key and s == "pending"]
+            return self._units.get((key, unit)), pending
+
+    def applied(self, namespace: Sequence[str], unit: str) -> bool:
+        """Return True if ``unit`` was applied to ``namespace``."""
+        found = self._units.get((ns_key(namespace), unit))
+        return found is not None and found[0] == "applied"
+
+    def applied_ids(self, namespace: Sequence[str]) -> set[str]:
+        """Return the ids of every applied unit of a namespace."""
+        key = ns_key(namespace)
+        with self._lock:
+            return {u for (ns, u), (s, _) in self._units.items() if ns == key and s == "applied"}
+
+    def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
+        """Record a unit's state."""
+        with self._lock:
+            self._units[(ns_key(namespace), unit)] = (state, payload)
+
+    def drop(self, namespace: Sequence[str]) -> int:
+        """Forget every unit of a namespace; return how many."""
+        key = ns_key(namespace)
+        with self._lock:
+            gone = [k for k in self._units if k[0] == key]
+            for k in gone:
+                del self._units[k]
+        return len(gone)
+
+
+class InMemoryDualStore(DualStore):
+    """Facts and insights in a dict, with the LanceDB backend's behaviour (see the module docstring)."""
+
+    def __init__(self, embeddings: Embeddings, *, dims: int | None = None, lease_wait_s: float = 900.0) -> None:
+        if embeddings is None:
+            raise ConfigurationError("InMemoryDualStore needs an embeddings object (e.g. dualmem.testing.HashEmbeddings)")
+        from dualmem.models import embedding_dims
+
+        self.uri = "memory://"
+        self.embeddings = embeddings
+        self.dims = dims or embedding_dims(embeddings)
+        self.ledger = InMemoryLedger()
+        self.lease_wait_s = lease_wait_s
+        self._schema = item_schema(self.dims)
+        self._rows: dict[str, dict[str, Any]] = {}  # pk -> row
+        self._lock = threading.RLock()
+        self._version = 0
+        self._last = utcnow()
+        self._leases: dict[str, threading.Lock] = {}
+        self.kv = InMemoryStore(index={"dims": self.dims, "embed": embeddings, "fields": ["$"]})  # LangGraph items beside it
+
+    # ------------------------------------------------------------------ contract
+
+    def version(self) -> int:
+        """Return the number of writes made so far."""
+        return self._version
+
+    @contextmanager
+    def exclusive(
+        self, namespace: Namespace, owner: str | None = None, wait_s: float | None = None,
+        give_up: Callable[[], bool] | None = None,
+    ) -> Iterator[_NoLease | None]:  # fmt: skip
+        """Hold the namespace's lock for the block (waiting up to ``wait_s``, or until ``give_up`` answers True)."""
+        with self._lock:
+            lock = self._leases.setdefault(ns_key(namespace), threading.Lock())
+        limit = self.lease_wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + limit
+        while not lock.acquire(timeout=0.05):
+            if give_up is not None and give_up():
+                yield None
+                return
+            if time.monotonic() >= deadline:
+                raise LeaseTimeout(f"namespace {tuple(namespace)} is being written by another thread; waited {limit:.0f} s")
+        try:
+            yield _NoLease()
+        finally:
+            lock.release()
+
+    def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
+        with self._lock:
+            return [self._one(op) for op in ops]
+
+    def _one(self, op: MemoryOp) -> Any:
+        if isinstance(op, GetItems):
+            return [row_to_item(self._rows[pk]) for i in op.ids if (pk := row_key(op.namespace, i)) in self._rows]
+        if isinstance(op, ScanItems):
+            wanted = None if op.ids is None else set(op.ids)
+            rows = [r for r in self._select(op.namespace, op.kind, op.status) if wanted is None or r["id"] in wanted]
+            return self._table(rows, op.columns)
+        if isinstance(op, CountItems):
+            return len(self._select(op.namespace, op.kind, op.status))
+        if isinstance(op, SearchItems):
+            return self._search(op)
+        if isinstance(op, PutItems):
+            for row in put_rows(op, self.dims, self._now()):
+                self._rows[row["pk"]] = row
+            self._version += 1
+            return None
+        if isinstance(op, SetStatus):
+            now = self._now()
+            for i in op.ids:
+                if (key := row_key(op.namespace, i)) in self._rows:
+                    self._rows[key].update(status=op.status, updated_at=now)
+            self._version += 1
+            return None
+        if isinstance(op, DeleteItems):
+            key = ns_key(op.namespace)
+            gone = [pk for pk, r in self._rows.items() if r["namespace"] == key and (op.ids is None or r["id"] in op.ids)]
+            for pk in gone:
+                del self._rows[pk]
+            self._version += 1
+            return len(gone)
+        if isinstance(op, ListNamespaces):
+            found = {ns_parse(r["namespace"]) for r in self._rows.values() if op.kind is None or r["kind"] == op.kind}
+            return [ns for ns in found if ns[: len(op.prefix)] == tuple(op.prefix)]
+        raise ValueError(f"unknown store operation {type(op).__name__}")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> Any:
+        """Return the write time: now, but always after the previous write's (updated_at orders this store's writes)."""
+        now = utcnow()
+        self._last = now if now > self._last else self._last + timedelta(microseconds=1)
+        return self._last
+
+    def _select(self, namespace: Namespace, kind: str | None, status: str | None) -> builtins.list[dict[str, Any]]:
+        key = ns_key(namespace)
+        rows = [
+            r for r in self._rows.values()
+            if r["namespace"] == key and (kind is None or r["kind"] == kind) and (status is None or r["status"] == status)
+        ]  # fmt: skip
+        return sorted(rows, key=lambda r: r["pk"])
+
+    def _table(self, rows: builtins.list[dict[str, Any]], columns: str) -> pa.Table:
+        names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[columns]
+        schema = pa.schema([self._schema.field(n) for n in names])
+        return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=schema)
+
+    def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
+        rows = [
+            r for r in self._select(op.namespace, op.kind, op.status)
+            if row_matches(r, op.filter, FILTERABLE) and in_window(r["event_time"], op.since, op.until)
+        ]  # fmt: skip
+        if not rows or op.k <= 0:
+            return []
+        fetch = op.k if op.mode != "hybrid" else max(2 * op.k, 20)
+        rankings = []
+        if op.mode != "fts":
+            assert op.vector is not None
+            q = np.asarray(op.vector, dtype=np.float32)
+            q = q / (float(np.linalg.norm(q)) or 1.0)
+            scores = np.asarray([r["vector"] for r in rows], dtype=np.float32) @ q
+            order = sorted(range(len(rows)), key=lambda n: (-float(scores[n]), rows[n]["pk"]))[:fetch]
+            rankings.append([(rows[n]["pk"], float(scores[n])) for n in order])
+        if op.mode != "vector":
+            rankings.append(_bm25_ranking(rows, op.query, fetch))
+        by_pk = {r["pk"]: r for r in rows}
+        ranked = rankings[0][: op.k] if len(rankings) == 1 else rrf(rankings, op.k)
+        return [ScoredItem(row_to_item(by_pk[pk]), float(score)) for pk, score in ranked]
+
+
+def _bm25_ranking(rows: Sequence[dict[str, Any]], query: str, k: int) -> list[tuple[str, float]]:
+    """Return ``(pk, BM25)`` of the rows matching some query term, best first (ties: smaller key)."""
+    from dualmem.lexical import TermMatrix, bm25, query_terms
+
+    terms = query_terms(query)
+    if not query.strip() or not len(terms):
+        return []
+    matrix = TermMatrix.build([r["text"] or "" for r in rows])
+    scores = bm25(matrix.counts(terms), matrix.lengths)
+    hits = [n for n in range(len(rows)) if scores[n] > 0]
+    hits.sort(key=lambda n: (-float(scores[n]), rows[n]["pk"]))
+    return [(rows[n]["pk"], float(scores[n])) for n in hits[:k]]

@@ -143,20 +143,20 @@ class Settings:
 
     @property
     def writer(self) -> str:
-        """Return the writer model spec: ``writer_model``, else ``chat_model``, whose bundled model writes with its adapter."""
+        """Return the spec of the model that writes memory when no chat model object is given (see :meth:`writer_for`)."""
+        return self.writer_for(chat_given=False) or self.chat_model
+
+    def writer_for(self, chat_given: bool = False) -> str | None:
+        """Decide who writes memory — the one rule: ``writer_model`` when set; else a chat model object handed over
+        (``chat_given``) writes too (None); else ``chat_model``, whose bundled model writes with its SFT adapter
+        (``local:smollm2`` -> ``local:smollm2-writer``) unless ``local_engine`` is llama.cpp, which cannot apply it."""
         if self.writer_model:
             return self.writer_model
-        if self.local_engine == "llama.cpp":  # llama.cpp cannot apply a LoRA: the bundled model writes as it is
+        if chat_given:
+            return None
+        if self.local_engine == "llama.cpp":
             return self.chat_model
         return BUNDLED_WRITER.get(self.chat_model, self.chat_model)
-
-    def own_writer(self, chat_given: bool = False) -> bool:
-        """Whether memory is written by a model of its own rather than the chat model.
-
-        True when ``writer_model`` is set, or when the chat model writes through its bundled writer
-        (``local:smollm2``'s adapter) and no chat model object was given: a given chat model also writes.
-        """
-        return bool(self.writer_model) or (not chat_given and self.writer != self.chat_model)
 
     @property
     def judge(self) -> str:
@@ -169,6 +169,11 @@ class Settings:
         if unknown:
             raise ConfigurationError(f"unknown settings {sorted(unknown)}; see `dualmem --help` or the README table")
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """Return the names of every setting."""
+        return [f.name for f in fields(cls)]
 
     @classmethod
     def resolve(cls, settings: Settings | dict[str, Any] | None = None, **overrides: Any) -> Settings:

@@ -1,25 +1,26 @@
-"""The one context of every DualMem graph: the settings, plus objects injected by the Python API and tests.
+"""The one run context of every DualMem graph: a few per-run fields, any other setting by name, injected objects.
 
-Every graph declares ``context_schema=Context``. ``Context`` *is* a
-:class:`~dualmem.config.Settings` (every setting is a field, so ``langgraph
-dev`` and Studio pass a flat dict such as ``{"chat_model": "fake:memory",
-"user_id": "carol"}``, which LangGraph turns into a ``Context``) with a few
-optional objects that cannot travel as JSON:
+Every graph declares ``context_schema=Context``, so Studio and ``langgraph dev``
+show these twelve fields. The first five are the settings a caller most often
+changes per run; ``options`` takes any other setting by its name (``{"chunk_tokens":
+512}``); the rest are objects the Python API injects (they cannot travel as JSON):
 
-- ``models``: chat model objects by role (``"chat"``, ``"writer"``, ``"judge"``); a
-  role missing here is built from its setting (``writer_model`` / ``judge_model``
-  fall back to the chat model, object or spec);
+- ``models``: chat model objects by role (``"chat"``, ``"writer"``, ``"judge"``); who
+  writes memory when none is named is decided by :meth:`Settings.writer_for`;
 - ``embeddings``: an embeddings object used instead of the ``embedder`` setting;
-- ``store``: a ``DualStore`` or ``LanceDBStore`` used when the graph runs without
-  ``runtime.store`` (graphs prefer the store they were compiled with);
-- ``memory``: a memory framework object used instead of the ``framework`` setting's
-  (respond and simulate graphs);
+- ``store``: the store a graph uses when it runs without ``runtime.store``;
+- ``memory``: a memory framework object (respond and simulate graphs);
+- ``formation``: where chat exchanges are formed into memory (a :mod:`dualmem.chat` Formation);
 - ``run``: run resources of an evaluation (journal, judges, progress hooks).
 
+:attr:`Context.settings` is the resolved :class:`~dualmem.config.Settings`:
+the per-run fields over ``options`` over the environment over the defaults.
 Nodes read it with :func:`context_of` and never open a store themselves.
 
 >>> Context(chat_model="fake:memory").llm("writer").__class__.__name__
 'FakeChatModel'
+>>> Context(options={"chunk_tokens": 512}).settings.chunk_tokens
+512
 """
 
 from __future__ import annotations
@@ -33,24 +34,40 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 
 ROLES = ("chat", "writer", "judge")
+RUN_FIELDS = ("user_id", "chat_model", "writer_model", "framework", "retrieval_k")
+OBJECTS = ("models", "embeddings", "store", "memory", "formation", "run")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Context(Settings):
-    """Every setting plus optional injected objects (see the module docstring)."""
+class Context:
+    """Per-run settings, any other setting by name, and injected objects (see the module docstring)."""
 
+    user_id: str | None = field(default=None, metadata={"help": "whose memory: the second part of every memory namespace"})
+    chat_model: str | None = field(default=None, metadata={"help": "chat model as provider:model"})
+    writer_model: str | None = field(default=None, metadata={"help": "model of the memory writer (empty: the chat model's writer)"})
+    framework: str | None = field(default=None, metadata={"help": "memory framework of the respond graph and evaluations"})
+    retrieval_k: int | None = field(default=None, metadata={"help": "facts and insights retrieved per query"})
+    options: Settings | Mapping[str, Any] | None = field(default=None, metadata={"help": "any other setting by name"})
     models: Mapping[str, Any] | None = field(default=None, metadata={"help": "chat model objects by role: chat, writer, judge"})
     embeddings: Any = field(default=None, metadata={"help": "embeddings object used instead of the embedder setting"})
-    store: Any = field(default=None, metadata={"help": "DualStore / LanceDBStore used when the graph has no runtime.store"})
+    store: Any = field(default=None, metadata={"help": "the store used when the graph has no runtime.store"})
     memory: Any = field(default=None, metadata={"help": "memory framework object used instead of the framework setting's"})
+    formation: Any = field(default=None, metadata={"help": "where chat exchanges are formed into memory (a Formation)"})
     run: Any = field(default=None, metadata={"help": "run resources of an evaluation (journal, judges, hooks)"})
-    memory_formation: Any = field(default=None, metadata={"help": "where chat exchanges are formed into memory (a dualmem.chat Formation object); None = by the formation setting"})
-    _built: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, metadata={"help": "built objects"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_built", {})  # models and settings built for this context, once (not a field)
 
     @property
     def settings(self) -> Settings:
-        """Return the plain settings of this context."""
-        return Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
+        """Return the resolved settings: per-run fields over ``options`` over the environment."""
+        built: dict[str, Any] = self._built  # type: ignore[attr-defined]
+        if "settings" not in built:
+            base = self.options if isinstance(self.options, Settings) else None
+            overrides = dict(self.options) if isinstance(self.options, Mapping) else {}
+            overrides.update({name: getattr(self, name) for name in RUN_FIELDS if getattr(self, name) is not None})
+            built["settings"] = Settings.resolve(base, **overrides)
+        return built["settings"]
 
     def llm(self, role: str = "chat") -> Any:
         """Return the chat model of ``role``: injected, else built from the settings (once per context)."""
@@ -61,25 +78,25 @@ class Context(Settings):
         given = dict(self.models or {})
         if role in given:
             return given[role]
-        named = {"writer": self.writer_model, "judge": self.judge_model}.get(role, "")
-        if role != "chat" and not named and "chat" in given:
-            return given["chat"]  # an injected chat model also writes and judges unless another is named
-        if role not in self._built:
-            self._built[role] = load_chat_model(None, self.settings, role=role)
-        return self._built[role]
+        if role == "writer" and self.settings.writer_for(chat_given="chat" in given) is None:
+            return given["chat"]  # the chat model handed over also writes
+        if role == "judge" and not self.settings.judge_model and "chat" in given:
+            return given["chat"]
+        built: dict[str, Any] = self._built  # type: ignore[attr-defined]
+        if role not in built:
+            built[role] = load_chat_model(None, self.settings, role=role)
+        return built[role]
 
     def load_embedder(self) -> Any:
-        """Return the injected embeddings, else the ``embedder`` setting's (built once per context)."""
+        """Return the injected embeddings, else the ``embedder`` setting's."""
         if self.embeddings is not None:
             return self.embeddings
-        if "embeddings" not in self._built:
-            from dualmem.models import load_embeddings
+        from dualmem.models import load_embeddings
 
-            self._built["embeddings"] = load_embeddings(None, self.settings)
-        return self._built["embeddings"]
+        return load_embeddings(None, self.settings)
 
     def dual(self, runtime_store: Any = None) -> Any:
-        """Return the ``DualStore`` of the run: ``runtime.store``'s, else the injected one; never opens one."""
+        """Return the run's ``DualStore``: ``runtime.store``'s, else the injected one; never opens one."""
         from dualmem.stores import dual_of
 
         target = runtime_store if runtime_store is not None else self.store
@@ -91,35 +108,39 @@ class Context(Settings):
         return dual_of(target)
 
     def with_(self, **changes: Any) -> Context:
-        """Return a copy with settings or objects changed (unknown names raise)."""
-        known = {f.name for f in fields(self)}
-        unknown = set(changes) - known
-        if unknown:
-            raise ConfigurationError(f"unknown settings {sorted(unknown)}; see `dualmem --help` or the README table")
-        return dataclasses.replace(self, **changes, _built={})
+        """Return a copy with fields, objects or any setting (by name, into ``options``) changed; unknown names raise."""
+        own = {f.name for f in fields(self)}
+        settings = {k: v for k, v in changes.items() if k not in own}
+        if settings:
+            self.settings.replace(**settings)  # names and values checked now
+            base = self.options if isinstance(self.options, Settings) else None
+            merged = {**(dict(self.options) if isinstance(self.options, Mapping) else {}), **settings}
+            changes = {k: v for k, v in changes.items() if k in own}
+            changes["options"] = base.replace(**settings) if base is not None else merged
+        return dataclasses.replace(self, **changes)
 
 
 def context_of(source: Any = None, **changes: Any) -> Context:
-    """Return the Context of a graph runtime, a Context, Settings, a dict of settings or None (plus ``changes``)."""
+    """Return the Context of a graph runtime, a Context, Settings, a dict (context fields and settings by name) or None,
+    with ``changes`` applied (None values are ignored)."""
     context = getattr(source, "context", source) if not isinstance(source, (Context, Settings, dict)) else source
     if isinstance(context, Context):
         ctx = context
     elif isinstance(context, Settings):
-        ctx = Context(**{f.name: getattr(context, f.name) for f in fields(Settings)})
+        ctx = Context(options=context)
     elif isinstance(context, Mapping):
-        known = {f.name for f in fields(Context)}
-        unknown = set(context) - known
-        if unknown:
-            raise ConfigurationError(f"unknown context keys {sorted(unknown)}; a context takes the settings of the README table")
-        ctx = Context(**{k: v for k, v in context.items() if v is not None})
+        own = {f.name for f in fields(Context)}
+        given = {k: v for k, v in context.items() if v is not None}
+        known = set(Settings.field_names()) | own
+        if unknown := set(given) - known:
+            raise ConfigurationError(f"unknown context keys {sorted(unknown)}; a context takes its fields and the settings of the README table")
+        ctx = Context(**{k: v for k, v in given.items() if k in own})
+        settings = {k: v for k, v in given.items() if k not in own}
+        if settings:
+            ctx = ctx.with_(**settings)
     elif context is None:
         ctx = Context()
     else:
         raise ConfigurationError(f"a graph context is a Context, Settings or a dict of settings, got {type(context).__name__}")
     changes = {k: v for k, v in changes.items() if v is not None}
     return ctx.with_(**changes) if changes else ctx
-
-
-def runtime_store(runtime: Any) -> Any:
-    """Return ``runtime.store`` (None outside a graph or without a store)."""
-    return getattr(runtime, "store", None)

@@ -61,7 +61,7 @@ def run_graph(
     values when an interrupted run is resumed. A thread that finished before is
     returned as it is; one started with other options is refused.
     """
-    config = {"configurable": {"thread_id": thread_id}, "max_concurrency": context.concurrency, "recursion_limit": recursion_limit}
+    config = {"configurable": {"thread_id": thread_id}, "max_concurrency": context.settings.concurrency, "recursion_limit": recursion_limit}
     resumed = False
 
     def check(snapshot: Any) -> dict[str, Any] | None:
@@ -83,7 +83,7 @@ def run_graph(
         if not resumed:  # an interrupted thread is finished, not started again
             yield inputs
 
-    path = context.checkpoint_path if context.checkpoint_path != ":memory:" else None
+    path = context.settings.checkpoint_path if context.settings.checkpoint_path != ":memory:" else None
     return run_resumable(builder, batches(), config, context=context, path=path, on_update=on_update, check=check)
 
 

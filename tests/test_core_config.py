@@ -56,8 +56,8 @@ def test_who_writes_memory():
     """One rule for the graphs, the evaluations and the run records: a model of its own writes when
     writer_model is set, or when the bundled chat model's adapter writes and no chat model object was given."""
     bundled = Settings(chat_model="local:smollm2", writer_model="", local_engine="auto")
-    assert bundled.own_writer() and bundled.writer == "local:smollm2-writer"
-    assert not bundled.own_writer(chat_given=True)  # a chat model handed over also writes
-    assert Settings(chat_model="local:smollm2", writer_model="local:smollm2").own_writer(chat_given=True)
-    assert not Settings(chat_model="openai:gpt-4o-mini", writer_model="").own_writer()
-    assert not Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").own_writer()
+    assert bundled.writer_for() == bundled.writer == "local:smollm2-writer"
+    assert bundled.writer_for(chat_given=True) is None  # a chat model handed over also writes
+    assert Settings(chat_model="local:smollm2", writer_model="local:smollm2").writer_for(chat_given=True) == "local:smollm2"
+    assert Settings(chat_model="openai:gpt-4o-mini", writer_model="").writer_for() == "openai:gpt-4o-mini"
+    assert Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").writer_for() == "local:smollm2"

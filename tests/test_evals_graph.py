@@ -9,7 +9,7 @@ import pytest
 from conftest import REALMEM_SOPHIE, need
 
 from dualmem.config import Settings
-from dualmem.context import Context
+from dualmem.context import context_of
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
 from dualmem.errors import ConfigurationError
 from dualmem.evals.compare import compare_runs
@@ -136,7 +136,7 @@ def test_answers_are_ranked_with_the_same_context_as_the_scored_retrieval(tmp_pa
 
 def test_graph_is_exported_and_runs_with_a_context(three_personas):
     assert graph is not None and builder is not None
-    ctx = Context(embedder="hash:64", run=EvalRun(similarity=HashEmbeddings(64), framework_factory=Factory()))
+    ctx = context_of({"embedder": "hash:64"}, run=EvalRun(similarity=HashEmbeddings(64), framework_factory=Factory()))
     out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log",
                         "respond": False, "personas": ["c-last"]}, context=ctx)
     assert [r["persona"] for r in out["results"]] == ["c-last"]
@@ -172,7 +172,7 @@ def test_fan_out_is_bounded_by_settings_concurrency(three_personas, tmp_path):
 def test_graph_with_a_settings_dict_context_and_a_registered_framework(three_personas, tmp_path):
     out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "full-context",
                         "respond": False, "personas": ["a-first"]},
-                       context={"embedder": "hash:64", "store_uri": str(tmp_path / "db")})
+                       context={"options": {"embedder": "hash:64", "store_uri": str(tmp_path / "db")}})
     records = out["results"][0]["records"]
     assert len(records) == 3 and not any(r["errors"] for r in records)
     assert all(r["retrieved"] and r["retrieved"][0]["session"] == "s4" for r in records)  # full context: newest first
@@ -197,7 +197,7 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
             raise RuntimeError("judge crashed")
 
     journal = Journal(tmp_path / "journal.sqlite")
-    ctx = Context(embedder="hash:64", concurrency=1, judge_repetitions=1,
+    ctx = context_of({"embedder": "hash:64", "concurrency": 1, "judge_repetitions": 1},
                   run=EvalRun(similarity=HashEmbeddings(64), framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once))
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}

@@ -188,7 +188,7 @@ def test_respond_graph_with_a_settings_dict_context(tmp_settings, filled):
     from dualmem.graphs.respond import builder
     from dualmem.stores import LanceDBStore
 
-    context = {"embedder": "hash:64", "chat_model": "fake:memory", "retrieval_k": 1}
+    context = {"options": {"embedder": "hash:64"}, "chat_model": "fake:memory", "retrieval_k": 1}
     graph = builder.compile(store=LanceDBStore(filled.uri, dual=filled))  # the server's store is runtime.store
     out = graph.invoke({"persona": PERSONA.model_dump(mode="json"), "query": "the nursing exam"}, context=context)
     assert out["reply"].startswith("(fake reply)")

@@ -280,7 +280,7 @@ def test_exported_graph_with_a_settings_dict_context(tmp_settings):
     from dualmem.graphs.write import graph
     from dualmem.stores import LanceDBStore
 
-    context = {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chat_model": "fake:memory", "chunk_tokens": 40}
+    context = {"chat_model": "fake:memory", "options": {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chunk_tokens": 40}}
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
     with pytest.raises(ConfigurationError, match="no memory store"):  # the graph never opens a store of its own
         graph.invoke(inputs, context=context)

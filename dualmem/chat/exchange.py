@@ -43,7 +43,7 @@ def injected_writer(ctx: Context) -> Any:
     given = dict(ctx.models or {})
     if "writer" in given:
         return given["writer"]
-    return given.get("chat") if not ctx.writer_model else None
+    return given.get("chat") if not ctx.settings.writer_model else None
 
 
 def exchange_handover(

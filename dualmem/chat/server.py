@@ -45,7 +45,7 @@ def formation_thread(request: FormationRequest) -> str:
 def _context(request: FormationRequest) -> dict[str, Any]:
     """Return the write run's context: the caller's chunking and quiet time (never its keys or endpoints)."""
     s = request.settings
-    return {"chunk_tokens": s.chunk_tokens, "formation_idle_s": s.formation_idle_s}
+    return {"options": {"chunk_tokens": s.chunk_tokens, "formation_idle_s": s.formation_idle_s}}
 
 
 class ServerFormation:

@@ -30,7 +30,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
     persona = sample.dialogue.persona
     assert persona is not None, "the bundled sample has a persona"
     console.print(Panel(persona.render(), title=f"persona: {persona.name}", expand=False))
-    save_persona(settings.store_uri, persona)
+    save_persona(settings.store_uri, persona, settings.store_options)
     console.print(f"writing memory with [bold]{settings.writer}[/] from {len(sample.dialogue.sessions)} sessions…")
     reports = {"sample": write_history(sample.dialogue, persona, settings=settings)}
 
@@ -39,7 +39,7 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
         item = load_dataset("realmem", realmem).items[0]
         prefix = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:realmem_sessions]})
         who = prefix.persona or persona
-        save_persona(settings.store_uri, who)
+        save_persona(settings.store_uri, who, settings.store_options)
         console.print(f"also ingesting the first {realmem_sessions} RealMem sessions of {who.name} ({realmem})…")
         reports["realmem"] = write_history(prefix, who, settings=settings)
     elif realmem_sessions > 0:

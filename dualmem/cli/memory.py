@@ -55,7 +55,7 @@ def ingest(
         if who is None:
             raise ConfigurationError(f"{path} has no persona; pass --persona FILE.json")
         dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
-        save_persona(settings.store_uri, who)
+        save_persona(settings.store_uri, who, settings.store_options)
         namespace = (who.id, user or item.dialogue.user_id or settings.user_id)
         report = write_history(dialogue, who, settings=settings, namespace=namespace)
         _print_report(report, f"{who.id} / {namespace[1]}")
@@ -85,7 +85,7 @@ def ask(
 
     settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode, user_id=user)
     _preflight(settings, ("chat",))
-    who = find_persona(settings.store_uri, persona)
+    who = find_persona(settings.store_uri, persona, settings.store_options)
     reply = respond(question, who, settings=settings)
     if show_memory:
         _print_memory(reply)
@@ -111,7 +111,7 @@ def chat(
 
     settings = _settings(model, store, user_id=user)
     _preflight(settings, ("chat", "writer") if remember else ("chat",))
-    who = find_persona(settings.store_uri, persona)
+    who = find_persona(settings.store_uri, persona, settings.store_options)
     db = open_store(settings)
     formation = FormationExecutor() if remember else None
     if formation is not None:  # turns an earlier chat left pending (a crash, an exit before they were written)
@@ -219,7 +219,7 @@ def inspect(
 
     settings = _settings(None, store, user_id=user)
     _preflight(settings)
-    who = find_persona(settings.store_uri, persona)
+    who = find_persona(settings.store_uri, persona, settings.store_options)
     db = open_store(settings)
     namespace = (who.id, settings.user_id)
     status = None if all_status else "active"

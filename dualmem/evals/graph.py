@@ -112,7 +112,7 @@ class EvalRun:
         """Return the judges of ``dataset_kind`` (none unless a judge model or judges were given)."""
         if self.judges is None:
             self.judges = [] if self.judge is None else judges_for(
-                dataset_kind, self.judge, settings=ctx.settings, repetitions=ctx.judge_repetitions)
+                dataset_kind, self.judge, settings=ctx.settings, repetitions=ctx.settings.judge_repetitions)
         return self.judges
 
     def judging_for(self, dataset_kind: str, ctx: Context) -> Judging | None:
@@ -156,10 +156,10 @@ def default_framework(name: str, item: DatasetItem, ctx: Context) -> MemoryFrame
     """
     run = ctx.run if isinstance(ctx.run, EvalRun) else EvalRun()
     given = dict(ctx.models or {})
-    namespace = (item.dialogue.id, item.dialogue.user_id or ctx.user_id)
+    namespace = (item.dialogue.id, item.dialogue.user_id or ctx.settings.user_id)
     return open_framework(name, FrameworkContext(namespace=namespace, settings=ctx.settings, persona=item.dialogue.persona,
                                                  chat_model=given.get("chat"), writer_model=given.get("writer"), embeddings=ctx.embeddings,
-                                                 store_uri=persona_store(run.store_uri or ctx.store_uri, item)))
+                                                 store_uri=persona_store(run.store_uri or ctx.settings.store_uri, item)))
 
 
 def plan(state: EvalState) -> dict[str, Any]:
@@ -195,9 +195,9 @@ def persona_result(task: PersonaTask, ctx: Context, run: EvalRun, item: DatasetI
     journal = run.journal.scope(task["persona"]) if run.journal is not None else None
     opts = RunOptions(
         # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
-        retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.retrieval_k),
+        retrieve_k=RECALL_K if task["dataset_kind"] == "rolememo" else max(DEEP_K, ctx.settings.retrieval_k),
         recall_k=RECALL_K,
-        respond_k=ctx.retrieval_k,
+        respond_k=ctx.settings.retrieval_k,
         respond=task["respond"],
         limit=task["limit"],
         embed=run.similarity_embedder(ctx) if needs_embed else None,

@@ -43,9 +43,8 @@ def implied_writer(settings: Settings, model: Any = None) -> str | None:
 
     A chat model given to the run (``model``) also writes, so nothing is implied then.
     """
-    if settings.writer_model or not settings.own_writer(chat_given=model is not None):
-        return None
-    return settings.writer
+    spec = settings.writer_for(chat_given=model is not None)
+    return None if settings.writer_model or spec in (None, settings.chat_model) else spec
 
 
 def ranker_stamp(settings: Settings) -> str | None:

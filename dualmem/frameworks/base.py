@@ -103,8 +103,8 @@ class FrameworkContext:
         from dualmem.models import load_chat_model
 
         if self.writer_model is None:
-            own = self.settings.own_writer(chat_given=self._chat_given)
-            self.writer_model = load_chat_model(None, self.settings, role="writer") if own else self.chat()
+            spec = self.settings.writer_for(chat_given=self._chat_given)
+            self.writer_model = self.chat() if spec is None else load_chat_model(spec, self.settings)
         return self.writer_model
 
     def embedder(self) -> Embeddings:

@@ -120,7 +120,7 @@ def _call(
         models["chat"] = load_chat_model(model, ctx.settings, role="chat")
     if writer_model is not None:
         models["writer"] = load_chat_model(writer_model, ctx.settings, role="writer")
-    changes = {k: v for k, v in {"models": {**(ctx.models or {}), **models} if models else None, "embeddings": embeddings, "memory_formation": formation}.items() if v is not None}
+    changes = {k: v for k, v in {"models": {**(ctx.models or {}), **models} if models else None, "embeddings": embeddings, "formation": formation}.items() if v is not None}
     ctx = ctx.with_(**changes) if changes else ctx
     db = dual_of(store) if store is not None else open_store(ctx.settings, embeddings)
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)

@@ -76,16 +76,16 @@ def memory_of(ctx: Context, runtime: Runtime[Context] | Any, namespace: tuple[st
     from dualmem.frameworks import open_framework
 
     store = ctx.dual(getattr(runtime, "store", None))
-    ns = (namespace[0], namespace[1] if len(namespace) > 1 else ctx.user_id)
+    ns = (namespace[0], namespace[1] if len(namespace) > 1 else ctx.settings.user_id)
     fctx = FrameworkContext(
-        namespace=ns, settings=ctx, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
+        namespace=ns, settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
         embeddings=store.embeddings, store_uri=store.uri, store=store,
     )  # fmt: skip
-    return open_framework(ctx.framework, fctx)
+    return open_framework(ctx.settings.framework, fctx)
 
 
 def _namespace(state: RespondState, ctx: Context, persona: Persona) -> tuple[str, ...]:
-    return tuple(state.get("namespace") or (persona.id, ctx.user_id))
+    return tuple(state.get("namespace") or (persona.id, ctx.settings.user_id))
 
 
 def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     namespace = _namespace(state, ctx, persona)
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
-    k = state.get("k") or ctx.retrieval_k
-    recent = history[-ctx.ranker_context_turns :] if ctx.ranker_context_turns else []  # messages: the ranker reads who said what
+    k = state.get("k") or ctx.settings.retrieval_k
+    recent = history[-ctx.settings.ranker_context_turns :] if ctx.settings.ranker_context_turns else []  # messages: the ranker reads who said what
     items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
     return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
 
@@ -110,7 +110,7 @@ def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     items = [RetrievedItem(**i) for i in state.get("items") or []]
     memory = memory_of(ctx, runtime, _namespace(state, ctx, persona), persona)
     messages = render_respond_messages(persona, memory.memory_text(items), query, history)
-    answer = invoke_with_retry(ctx.llm("chat"), messages, policy=ctx)  # the node's config (callbacks, streaming) flows in implicitly
+    answer = invoke_with_retry(ctx.llm("chat"), messages, policy=ctx.settings)  # the node's config (callbacks, streaming) flows in implicitly
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
     return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
@@ -155,7 +155,7 @@ def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any,
         return None
     earlier, ids = _exchange(state)
     request, turns, flags = exchange_handover(ctx, runtime, namespace, persona, (state["query"], state["reply"]), earlier, ids)
-    return request, turns, flags, ctx.memory_formation or formation_for(ctx.settings, runtime)
+    return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
 
 
 def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -140,15 +140,16 @@ def open_memory(ctx: Context, name: str, persona: Persona, store_uri: str | None
     if ctx.memory is not None:
         return ctx.memory
     key = f"memory:{name}"
-    if key not in ctx._built:
+    built: dict[str, Any] = ctx._built  # type: ignore[attr-defined]  # built once per context
+    if key not in built:
         from dualmem.frameworks import open_framework
 
         context = FrameworkContext(
-            namespace=(persona.id, ctx.user_id), settings=ctx, persona=persona, chat_model=ctx.llm("chat"),
+            namespace=(persona.id, ctx.settings.user_id), settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"),
             writer_model=ctx.llm("writer"), embeddings=ctx.load_embedder(), store_uri=store_uri,
         )  # fmt: skip
-        ctx._built[key] = open_framework(name, context)
-    return ctx._built[key]
+        built[key] = open_framework(name, context)
+    return built[key]
 
 
 # --------------------------------------------------------------------------- scheduling (pure)
@@ -226,7 +227,7 @@ def user_message(
     later = [event_text(e) for e in events[index + 1 :]] + [p["summary"] for p in plans[index + 1 :]]
     known = [event_text(e) for e in events[: index + 1]] + [p["summary"] for p in plans[: index + 1]] + [persona.render()]
     feedback, leak = "", None
-    for _ in range(ctx.max_retries + 1):
+    for _ in range(ctx.settings.max_retries + 1):
         out = ask(ctx, [system, HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback))], UserTurn)
         if out.value is None:
             return None, f"user agent: model output invalid after {out.attempts} attempt(s): {out.error}"

@@ -26,7 +26,7 @@ Opts = TypeVar("Opts")
 
 def ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
     """Ask the generator (or judge) model for ``schema`` with repairs (the run's retry settings)."""
-    return invoke_structured(ctx.llm("judge") if judge else ctx.llm("chat"), messages, schema, retries=ctx.max_retries, policy=ctx)
+    return invoke_structured(ctx.llm("judge") if judge else ctx.llm("chat"), messages, schema, retries=ctx.settings.max_retries, policy=ctx.settings)
 
 
 def options_of(cls: type[Opts], value: Opts | Mapping[str, Any] | None, what: str) -> Opts:

@@ -159,7 +159,7 @@ def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
 def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Build every persona's histories of every target length; write the manifest."""
     opts = WeaveOptions.of(state.get("options"))
-    settings = context_of(runtime)
+    user = context_of(runtime).settings.user_id
     kept = [r for r in state.get("results") or [] if r["status"] == "kept"]
     items, histories, skipped = [], [], []
     for data in state.get("personas") or []:
@@ -171,7 +171,7 @@ def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
         for length in opts.lengths:
             item, stats = assemble_history(
                 persona, woven, length, seed=opts.seed, depths=opts.depths, fragment_distance=opts.fragment_distance,
-                tolerance=opts.tolerance, user_id=settings.user_id,
+                tolerance=opts.tolerance, user_id=user,
             )
             item.dialogue.meta["generator"] = {"graph": "weave", "options": opts.as_dict()}
             items.append(rolememo_json(item))

@@ -207,7 +207,7 @@ def check_necessity(ctx: Context, persona: Persona, insight: dict[str, Any], see
     """Answer without history, then judge whether the gold insight needed memory; return (kept, reason, answer)."""
     system = SystemMessage(content=P.ANSWER_SYSTEM.format(name=persona.name, persona=persona.render()))
     try:
-        reply = invoke_with_retry(ctx.llm("chat"), [system, HumanMessage(content=seed.question)], policy=ctx)
+        reply = invoke_with_retry(ctx.llm("chat"), [system, HumanMessage(content=seed.question)], policy=ctx.settings)
     except ModelCallError as exc:  # recorded as this insight's rejection reason; the run goes on
         return False, f"necessity: answer without history: {exc}", ""
     answer = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)

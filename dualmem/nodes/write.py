@@ -67,7 +67,7 @@ def namespace_of(state: WriteState, ctx: Context) -> tuple[str, ...]:
     """Return the namespace written: the input's, else (persona id, the context's user)."""
     if state.get("namespace"):
         return tuple(state["namespace"])
-    return (Persona.model_validate(state["persona"]).id, ctx.user_id)
+    return (Persona.model_validate(state["persona"]).id, ctx.settings.user_id)
 
 
 def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
         return {**update, "chunks": chunks, "persona": persona}
     update["pending"] = None
     if state.get("sessions"):
-        return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.chunk_tokens)}
+        return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.chunk_tokens)}
     return {**update, "chunks": list(state.get("chunks") or [])}
 
 

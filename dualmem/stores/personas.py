@@ -13,39 +13,40 @@ TABLE = "personas"
 _SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("json", pa.string())])
 
 
-def _table(uri: str):  # noqa: ANN202 - lancedb table
-    from dualmem.config import Settings
+def _table(uri: str, options: str | dict[str, str] | None):  # noqa: ANN202 - lancedb table
     from dualmem.stores import _lance as L
 
-    db = L.connect(uri, L.storage_options(Settings().store_options))
-    return L.open_or_create(db, TABLE, _SCHEMA)
+    table = L.open_or_create(L.connect(uri, L.storage_options(options)), TABLE, _SCHEMA)
+    L.ensure_primary_key(table, "id")
+    return table
 
 
-def save_persona(uri: str, persona: Persona) -> None:
-    """Insert or replace ``persona`` in the registry at ``uri`` (the newest row of an id wins)."""
+def save_persona(uri: str, persona: Persona, options: str | dict[str, str] | None = None) -> None:
+    """Insert or replace ``persona`` in the registry at ``uri`` (``options``: the store's storage options)."""
     from dualmem.stores import _lance as L
 
     row = {"id": persona.id, "json": persona.model_dump_json()}
-    table = _table(uri)
+    table = _table(uri, options)
     L.retry(lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row]))
 
 
-def list_personas(uri: str) -> list[Persona]:
+def list_personas(uri: str, options: str | dict[str, str] | None = None) -> list[Persona]:
     """Return every registered persona (one per id, even if two writers registered it at once)."""
-    rows = _table(uri).to_arrow().to_pylist()
+    rows = _table(uri, options).to_arrow().to_pylist()
     return list({r["id"]: Persona.model_validate_json(r["json"]) for r in rows}.values())
 
 
-def find_persona(uri: str, ref: str) -> Persona:
-    """Return a persona from a JSON file path or a registered id."""
+def find_persona(uri: str, ref: str, options: str | dict[str, str] | None = None) -> Persona:
+    """Return a persona from a JSON file path or a registered id or name."""
     path = Path(ref)
     if path.suffix == ".json" and path.exists():
         return load_persona_file(path)
-    for persona in list_personas(uri):
+    known = list_personas(uri, options)
+    for persona in known:
         if persona.id == ref or persona.name == ref:
             return persona
-    known = ", ".join(p.id for p in list_personas(uri)) or "none yet (run `dualmem ingest` first)"
-    raise ConfigurationError(f"no persona {ref!r} in {uri}; known: {known}; or pass a persona .json file")
+    names = ", ".join(p.id for p in known) or "none yet (run `dualmem ingest` first)"
+    raise ConfigurationError(f"no persona {ref!r} in {uri}; known: {names}; or pass a persona .json file")
 
 
 def load_persona_file(path: str | Path) -> Persona:

@@ -112,7 +112,7 @@ def recall_view(
 def draft(ctx: Context, store: DualStore, namespace: Namespace, persona: Persona, chunk: Chunk,
           snapshots: Snapshots | None = None) -> tuple[list[BaseMessage], View]:  # fmt: skip
     """Recall the view for ``chunk`` and return the writer's messages with it."""
-    view = recall_view(store, namespace, chunk["text"], k=ctx.view_k, recent=ctx.view_recent, mode=ctx.search_mode, snapshots=snapshots)
+    view = recall_view(store, namespace, chunk["text"], k=ctx.settings.view_k, recent=ctx.settings.view_recent, mode=ctx.settings.search_mode, snapshots=snapshots)
     return render_writer_messages(persona, view_text(view), chunk["text"]), view
 
 
@@ -133,9 +133,9 @@ def decide(
         error = out.error if out.call_failed else f"no valid MemoryUpdate after {out.attempts} attempt(s): {out.error}"
         raw = (out.raw[-1] if out.raw else "")[:2000]
         return _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=error, raw=raw), None
-    plan = plan_update(out.value, view, chunk, namespace, embeddings=store.embeddings, dedup_threshold=ctx.dedup_threshold,
-                       max_ops=ctx.max_ops_per_chunk, now=now or utcnow(), seq=seq)  # fmt: skip
-    unscored = score_emotions(ctx, plan) if ctx.emotion_strategy else []
+    plan = plan_update(out.value, view, chunk, namespace, embeddings=store.embeddings, dedup_threshold=ctx.settings.dedup_threshold,
+                       max_ops=ctx.settings.max_ops_per_chunk, now=now or utcnow(), seq=seq)  # fmt: skip
+    unscored = score_emotions(ctx, plan) if ctx.settings.emotion_strategy else []
     row = _row(
         chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
         merged=plan["merged"], error=None, emotion_failed=unscored, drafted_by=uuid.uuid4().hex,
@@ -151,7 +151,7 @@ def score_emotions(ctx: Context, plan: Plan) -> list[str]:
     for row in plan["upserts"]:
         if row.get("status") != "active":
             continue
-        out = score_emotion(ctx.llm("writer"), row["text"], retries=ctx.max_retries, policy=ctx)
+        out = score_emotion(ctx.llm("writer"), row["text"], retries=ctx.settings.max_retries, policy=ctx.settings)
         if out.value is None:
             failed.append(row["id"])
         else:
@@ -208,7 +208,7 @@ def write_chunk(
             return _row(chunk, "skipped", attempts=0)
         seq = len(store.ledger.applied_ids(namespace))  # commit order: chunks this namespace applied before
         messages, view = draft(ctx, store, namespace, persona, chunk, snapshots)
-        out = invoke_structured(ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.max_retries, config=config, policy=ctx)
+        out = invoke_structured(ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.max_retries, config=config, policy=ctx.settings)
         row, plan = decide(ctx, store, namespace, chunk, view, prompt_tokens(messages), out, seq)
         if plan is None:
             return row

@@ -68,12 +68,12 @@ def write_history(
     who = _persona(history, persona)
     ctx = _context(options.get("settings"), options.get("model"), options.get("embeddings"))
     own_user = history.user_id if isinstance(history, Dialogue) and history.user_id not in ("", "user") else None
-    user = own_user or ctx.user_id  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
+    user = own_user or ctx.settings.user_id  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
     ns = tuple(options.get("namespace") or (who.id, user))
-    chunks = chunk_sessions(as_sessions(history), ns, ctx.chunk_tokens)
+    chunks = chunk_sessions(as_sessions(history), ns, ctx.settings.chunk_tokens)
     given = options.get("store")
     store: DualStore = dual_of(given) if given is not None else open_store(ctx.settings, options.get("embeddings"))
-    if needs_check(ctx.writer if options.get("model") is None else ctx.llm("writer")):  # one cheap call, not a failure per chunk
+    if needs_check(ctx.settings.writer if options.get("model") is None else ctx.llm("writer")):  # one cheap call, not a failure per chunk
         check_model(ctx.llm("writer"), ctx.settings)
     rows = _write(ctx, store, ns, who, chunks, options.get("progress", True))
     return WriteReport(ns, chunks=rows, failed_chunks=failed_rows(rows))

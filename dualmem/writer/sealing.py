@@ -97,8 +97,8 @@ def take_pending(
     thread = PendingThread(graph_store(store or db), namespace, thread_id)
     with db.exclusive(namespace) as lease:
         snap = thread.read()
-        quiet = flush or is_quiet(snap, ctx.formation_idle_s)
-        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.chunk_tokens, write_tail=quiet)
+        quiet = flush or is_quiet(snap, ctx.settings.formation_idle_s)
+        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.chunk_tokens, write_tail=quiet)
         if seals:
             lease.check()  # type: ignore[union-attr]
             thread.write(seal_ops(thread.ns, snap, seals))

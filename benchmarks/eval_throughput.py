@@ -48,14 +48,16 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+from fixtures.standin import OpenAIStandin  # noqa: E402
+
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets import load_realmem  # noqa: E402
 from dualmem.evals.run import run_eval  # noqa: E402
-from dualmem.standin import OpenAIStandin  # noqa: E402
 
 TARGET = 1.2
 NAME_IN_SYSTEM = re.compile(r"You are ([^.\n]+)\.")

@@ -120,11 +120,11 @@ def generate_rolememo(
     Layout: ``out_dir/<length>/<persona>-<length>.json`` (each length folder is
     a dataset ``load_dataset("rolememo", ...)`` reads) and ``out_dir/manifest.json``.
 
-    ``options`` sets :class:`~dualmem.nodes.weave_steps.WeaveOptions` fields
+    ``options`` sets :class:`~dualmem.generators.weave.WeaveOptions` fields
     (``n_per_type``, ``rounds``, thresholds, ``seed``, ``depths``…).
     """
+    from dualmem.generators.weave import WeaveOptions
     from dualmem.graphs.weave import builder
-    from dualmem.nodes.weave_steps import WeaveOptions
 
     settings = Settings.resolve(settings)
     personas = [read_persona(f) for f in json_files(personas_dir)]
@@ -204,12 +204,12 @@ def generate_realmem(
     ``framework``: a registered framework name (default ``raw-turns``) or a
     :class:`~dualmem.frameworks.base.MemoryFramework` instance the assistant
     retrieves earlier sessions from. ``options`` sets
-    :class:`~dualmem.nodes.simulate_agents.SimulateOptions` fields.
+    :class:`~dualmem.generators.simulate.SimulateOptions` fields.
     """
     from dualmem.datasets.realmem import parse_realmem
     from dualmem.frameworks.base import MemoryFramework
+    from dualmem.generators.simulate import SimulateOptions
     from dualmem.graphs.simulate import builder
-    from dualmem.nodes.simulate_agents import SimulateOptions
 
     settings = Settings.resolve(settings)
     persona = read_persona(persona_file)

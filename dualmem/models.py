@@ -14,7 +14,6 @@ Every public entry point of DualMem also accepts a model object instead.
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from langchain_core.language_models import BaseChatModel
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.local.bundled import bundled_embedder_path
-from dualmem.local.threads import embedding_threads
 
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 BUNDLED_DIMS = 384  # vector size of the bundled embedder
@@ -156,21 +154,16 @@ class SentenceTransformerEmbeddings(Embeddings):
         self.dims: int = int(getter() or 0)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed several texts (a few, as a query and its context turns, on the threads :func:`~dualmem.local.threads.embedding_threads` picks)."""
+        """Embed several texts."""
         if not texts:
             return []
-        with embedding_threads() if len(texts) <= FEW_TEXTS else nullcontext():
-            vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
         return [v.tolist() for v in vecs]
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text (latency-bound: on the threads :func:`~dualmem.local.threads.embedding_threads` picks)."""
-        with embedding_threads():
-            vec = self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
+        """Embed one text."""
+        vec = self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
         return [float(x) for x in vec]
-
-
-FEW_TEXTS = 16  # a batch this small is latency-bound (a query and its context turns), not a bulk ingest
 
 
 def load_embeddings(embedder: str | Embeddings | None = None, settings: Settings | None = None) -> Embeddings:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REALMEM_SOPHIE, need
 from fixtures.eval_cli import eval_cli, finish
+from fixtures.standin import OpenAIStandin
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
@@ -21,7 +22,6 @@ from dualmem.evals.run import resume_eval, run_eval
 from dualmem.evals.runspec import read_run
 from dualmem.frameworks import FrameworkContext
 from dualmem.schema import Dataset
-from dualmem.standin import OpenAIStandin
 from dualmem.testing import HashEmbeddings
 
 STABLE = ("query_id", "persona", "answer", "metrics", "judges", "errors")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_DATA, need
 from fixtures.eval_cli import REPO, eval_cli, finish
+from fixtures.standin import OpenAIStandin
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, load_realmem
@@ -21,7 +22,6 @@ from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.reports import read_records
 from dualmem.evals.run import run_eval
 from dualmem.evals.workers import workers_for
-from dualmem.standin import OpenAIStandin
 from dualmem.testing import HashEmbeddings
 
 STABLE = ("query_id", "persona", "answer", "metrics", "judges", "errors")

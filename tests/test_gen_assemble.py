@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from dualmem.datasets import dump_rolememo, load_dataset
-from dualmem.nodes.assemble import assemble_history, split_woven
+from dualmem.generators.assemble import assemble_history, split_woven
 from dualmem.schema import Persona
 from dualmem.tokens import count_tokens_batch
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from dualmem.context import context_of
-from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap, mentions_future, safety_flags, units
-from dualmem.nodes.weave_steps import check_safety
+from dualmem.generators.checks import (
+    difficulty_check,
+    flag_turns,
+    fragment_overlap,
+    mentions_future,
+    safety_flags,
+    units,
+)
+from dualmem.generators.weave import check_safety
 from dualmem.testing import FakeChatModel, HashEmbeddings
 
 FRAGS = ["I work night shifts at the warehouse", "I skipped lunch to finish a puzzle"]
@@ -146,7 +153,7 @@ INSIGHT = {"id": "ins-1", "task_type": "Decision Guidance", "text": "Late gaming
 
 
 def test_specificity_needs_all_four_checks():
-    from dualmem.nodes.weave_steps import check_specificity
+    from dualmem.generators.weave import check_specificity
     from dualmem.schema import Persona
 
     persona = Persona(id="p", name="P")
@@ -159,7 +166,7 @@ def test_specificity_needs_all_four_checks():
 
 
 def test_necessity_keeps_only_questions_that_need_memory():
-    from dualmem.nodes.weave_steps import QuerySeed, check_necessity
+    from dualmem.generators.weave import QuerySeed, check_necessity
     from dualmem.schema import Persona
 
     persona = Persona(id="p", name="P")
@@ -174,7 +181,7 @@ def test_necessity_keeps_only_questions_that_need_memory():
 
 
 def test_question_may_not_reuse_the_insight_concepts():
-    from dualmem.nodes.weave_steps import write_seed
+    from dualmem.generators.weave import write_seed
     from dualmem.schema import Persona
 
     persona = Persona(id="p", name="P")

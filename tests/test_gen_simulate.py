@@ -13,7 +13,7 @@ from dualmem.config import Settings
 from dualmem.datasets import load_dataset
 from dualmem.frameworks.base import IngestReport, MemoryFramework, RetrievedItem
 from dualmem.generate import generate_realmem
-from dualmem.nodes.simulate_agents import dedupe, schedule
+from dualmem.generators.simulate import dedupe, schedule
 from dualmem.schema import Session
 from dualmem.testing import HashEmbeddings
 

@@ -126,7 +126,7 @@ def test_killed_run_resumes_without_regenerating(tmp_path):
 
 
 def test_weave_parts_split_long_dialogues():
-    from dualmem.nodes.weave_steps import weave_parts
+    from dualmem.generators.weave import weave_parts
 
     assert weave_parts(24, 6) == [6, 6, 6, 6]
     assert weave_parts(10, 6) == [5, 5]

@@ -183,7 +183,7 @@ def test_a_baseline_records_failed_model_calls_and_goes_on(tmp_path):
 
 def test_a_generator_records_a_failed_call_as_the_item_rejection(tmp_path):
     from dualmem.context import context_of
-    from dualmem.nodes.weave_steps import QuerySeed, check_necessity
+    from dualmem.generators.weave import QuerySeed, check_necessity
 
     with Endpoint() as server:
         server.script = [("status", 503)]

@@ -13,7 +13,7 @@ from typing_extensions import TypedDict
 
 from dualmem.context import Context, context_of
 from dualmem.datasets.realmem import realmem_json
-from dualmem.nodes import simulate_agents as A
+from dualmem.generators import simulate as A
 from dualmem.nodes.weave import merge_by
 from dualmem.prompts import simulate as P
 from dualmem.schema import Dialogue, GoldEvidence, MemoryPoint, Persona, Query, Session, Turn, stable_id

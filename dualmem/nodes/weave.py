@@ -14,8 +14,8 @@ from typing_extensions import TypedDict
 
 from dualmem.context import context_of
 from dualmem.datasets.rolememo import rolememo_json
-from dualmem.nodes.assemble import assemble_history
-from dualmem.nodes.weave_steps import STAGES, WeaveOptions, build_query, ideate
+from dualmem.generators.assemble import assemble_history
+from dualmem.generators.weave import STAGES, WeaveOptions, build_query, ideate
 from dualmem.prompts.weave import WEAVE_TOPICS
 from dualmem.schema import Persona
 

@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 
 from dualmem.context import Context
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
-from dualmem.nodes.checks import fragment_overlap, mentions_future
-from dualmem.nodes.toolkit import ask, options_of
+from dualmem.generators.checks import fragment_overlap, mentions_future
+from dualmem.generators.toolkit import ask, options_of
 from dualmem.prompts import simulate as P
 from dualmem.schema import Persona
 

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from dualmem.context import Context
 from dualmem.errors import ModelCallError
-from dualmem.nodes.checks import difficulty_check, flag_turns, fragment_overlap
-from dualmem.nodes.toolkit import ask, options_of
+from dualmem.generators.checks import difficulty_check, flag_turns, fragment_overlap
+from dualmem.generators.toolkit import ask, options_of
 from dualmem.prompts import weave as P
 from dualmem.retry import invoke_with_retry
 from dualmem.schema import TASK_TYPES, Persona, stable_id

@@ -1,11 +1,11 @@
 """Load test of one shared store: 1 writer process and N reader processes for a fixed time.
 
 The writer upserts one item at a time into the queried namespace through
-``DualStore.upsert`` and logs each commit (id, vector seed, time it returned).
+``LanceDualStore.upsert`` and logs each commit (id, vector seed, time it returned).
 Each reader follows that log: it searches the namespace for the vector of the
-newest committed item (the in-RAM view path, which must notice the new table
-version) until that item comes back first; with nothing new, it searches for
-random vectors. Reported: reads/s, writes/s, read and write
+newest committed item through the product's retrieval path (``Ranker("vector")``:
+its RAM snapshot, which must notice the store's new version) until that item
+comes back first; with nothing new, it searches for random vectors. Reported: reads/s, writes/s, read and write
 latency, errors, staleness (from a commit's return to the start of the first
 read that returned the item) and *stale reads* — reads that began after a
 commit had returned and still missed it (the freshness contract says 0).
@@ -76,8 +76,11 @@ def writer(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def reader(args: argparse.Namespace) -> dict[str, Any]:
+    from dualmem.retrieval.pipeline import Ranker
+
     emb = SeedEmbeddings(args.dims)
     store = LanceDualStore(args.uri, emb, dims=args.dims)
+    ranker = Ranker("vector")
     ns, end, offset = tuple(args.ns.split(",")), time.time() + args.seconds, 0
     pending: list[dict[str, Any]] = []
     laps, staleness, errors, stale_reads, reads = [], [], 0, 0, 0
@@ -90,11 +93,11 @@ def reader(args: argparse.Namespace) -> dict[str, Any]:
         offset += done
         pending += [json.loads(line) for line in chunk[:done].splitlines() if line]
         target = pending[-1] if pending else None  # the newest commit: once it shows, the older ones did too
-        vector = emb.vector(target["seed"]) if target else rng.standard_normal(args.dims).tolist()
+        query = f"seed:{target['seed']}" if target else f"seed:{int(rng.integers(0, 10**6))}"
         started = time.time()
         t0 = time.perf_counter()
         try:
-            hits = store.search_vectors(ns, vector, k=args.k)
+            hits = [(h.item.id, h.score) for h in ranker.rank(store, ns, query, args.k, kinds=("fact",))]
         except Exception:  # noqa: BLE001 - counted
             errors += 1
             continue

@@ -27,7 +27,12 @@ def _top(scores: np.ndarray, keys: np.ndarray, rows: np.ndarray, k: int) -> list
     """Return ``(row, score)`` of the ``k`` best ``rows`` (higher score first; equal to ``TIE_DECIMALS``: smaller key)."""
     if k <= 0 or not len(rows):
         return []
-    order = np.lexsort((keys[rows], -np.round(scores[rows], TIE_DECIMALS)))[:k]
+    rounded = np.round(scores[rows], TIE_DECIMALS)
+    if len(rows) > k:  # only the rows at or above the k-th score can be in the top k (ties at the edge included)
+        edge = np.partition(rounded, len(rows) - k)[len(rows) - k]
+        near = np.flatnonzero(rounded >= edge)
+        rows, rounded = rows[near], rounded[near]
+    order = np.lexsort((keys[rows], -rounded))[:k]
     return [(int(rows[i]), float(scores[rows[i]])) for i in order]
 
 

@@ -110,9 +110,9 @@ def filter_mask(rows: pa.Table, filt: Mapping[str, Any]) -> np.ndarray:
 
 def load(store: DualStore, namespace: Namespace, version: Any) -> Snapshot | None:
     """Read a namespace's active rows and vectors (None when it holds over ``MAX_NAMESPACE_ROWS``)."""
-    if store.count(namespace) > MAX_NAMESPACE_ROWS:
-        return None
     data = store.scan(namespace, columns="vectors")
+    if data.num_rows > MAX_NAMESPACE_ROWS:
+        return None
     return Snapshot(tuple(namespace), version, data.drop_columns(["vector"]), vectors_of(data, store.dims))
 
 

@@ -14,8 +14,12 @@ exact: cosine over a prefiltered scan of the namespace (bitmap index on
 ``namespace``), native full text (BM25), and reciprocal-rank fusion of both.
 Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``,
 ``kind`` and ``status``, full text on ``text``. Rows written since the last
-:meth:`LanceDualStore.maintain` are searched as well; ``maintain`` compacts,
-folds them into the indexes, repairs legacy duplicate rows and drops old versions.
+:meth:`LanceDualStore.maintain` are searched as well; ``maintain`` repairs
+legacy duplicate rows, gathers each namespace whose rows lie scattered over
+many fragments into one (a reader taking a namespace then reads one contiguous
+run instead of pages across the whole table: in a 1M-row table, the difference
+between a first search in tens of milliseconds and one in a few), compacts,
+folds new rows into the indexes and drops old versions.
 """
 
 from __future__ import annotations
@@ -121,9 +125,10 @@ class LanceDualStore(DualStore):
         """Repair duplicate rows of one key left by older versions (keeping the latest), compact every table,
         fold new rows into the indexes and drop versions older than ten minutes; return what was done."""
         repaired = L.repair_duplicates(self.table, "pk") + L.repair_duplicates(self.ledger.table, "id")
+        gathered = sum(gather(self.table, key) for key in _namespace_keys(self.table))
         for table in (self.table, self.ledger.table, self.leases.table):
             L.optimize(table, keep_versions_for=L.KEEP_VERSIONS)
-        return {"duplicates_removed": repaired, "rows": self.table.count_rows()}
+        return {"duplicates_removed": repaired, "namespaces_gathered": gathered, "rows": self.table.count_rows()}
 
     def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
         return [self._one(op) for op in ops]
@@ -216,6 +221,27 @@ def _open_memory(db: Any, schema: pa.Schema) -> Any:
         if data is not None and data.num_rows == 0:
             data = None
     return L.open_or_create(db, TABLE, schema, data=data)
+
+
+def _namespace_keys(table: Any) -> list[str]:
+    return sorted(L.scan(table, None, ["namespace"]).column("namespace").unique().to_pylist())
+
+
+def gather(table: Any, ns_key: str, min_rows: int = 64) -> int:
+    """Rewrite a namespace's rows into one fragment when they lie in several; return 1 if it did, else 0.
+
+    One keyed update of the rows by themselves, conditional on each row being unchanged since it was read
+    (``updated_at``): a row written or deleted meanwhile by another process is left as that process left it,
+    and readers see the namespace whole before and after (one commit; no row's content or stamp changes).
+    """
+    where = f"namespace = {sql_str(ns_key)}"
+    ids = table.search().where(where).select(["pk"]).with_row_id(True).limit(None).to_arrow()
+    if ids.num_rows < min_rows or len({r >> 32 for r in ids.column("_rowid").to_pylist()}) <= 1:
+        return 0
+    rows = L.scan(table, where, list(table.schema.names))
+    update = table.merge_insert("pk").when_matched_update_all(where="target.updated_at = source.updated_at")
+    L.retry(lambda: update.execute(rows))
+    return 1
 
 
 def recorded_embedder(db: Any) -> Any:

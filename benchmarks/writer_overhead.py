@@ -1,0 +1,113 @@
+"""Writer overhead per chunk with an instant model: everything the writer does but the model call, on a real history.
+
+``write_history`` (the product's entry point, default settings: chunks of 1,024
+tokens, the bundled embedder, a LanceDB folder) over the first ``--sessions``
+sessions of a RealMem persona, with a scripted writer that answers at once:
+two facts from the chunk's user turns and an insight citing the first, and an
+UPDATE of a view fact once the view shows three. A chunk's overhead is the
+time from one model call's return to the next call's start: applying the
+chunk's plan (ledger, lease, upsert) and drafting the next chunk's view and
+prompt. Runs against whichever DualMem is importable (the benchmark of an
+earlier version runs the same way).
+
+    python benchmarks/writer_overhead.py --persona Sophie_Dubois --sessions 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "realmem"
+RESULTS = REPO / "benchmarks" / "results" / "writer_overhead.json"
+
+
+def answer(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
+    """Answer a writer prompt at once: facts from the chunk's user turns, an insight, an UPDATE of a view fact."""
+    text = str(messages[-1].content)
+    view = text.split("## WORKING MEMORY", 1)[-1].split("## CONVERSATION CHUNK", 1)[0]
+    chunk = text.split("## CONVERSATION CHUNK", 1)[-1]
+    turns = re.findall(r'^\[([^\]]+)\] [^:"]*?: "(.*)"$', chunk, re.M)
+    facts = [{"op": "ADD", "id": f"N{i + 1}", "text": f"The user said: {said[:120]}", "turn_ids": [tid]} for i, (tid, said) in enumerate(turns[:2])]
+    insights = [{"op": "ADD", "id": "M1", "text": f"I read this as a sign: {turns[0][1][:80]}", "fact_ids": ["N1"]}] if turns else []
+    shown = re.findall(r"^(F\d+)", view, re.M)
+    if len(shown) >= 3:
+        facts.append({"op": "UPDATE", "id": shown[len(chunk) % len(shown)], "text": f"Updated: {turns[-1][1][:80]}" if turns else "Updated", "turn_ids": []})
+    return {"facts": facts, "insights": insights}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--persona", default="Sophie_Dubois")
+    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+
+    import dualmem
+    from dualmem.datasets import load_dataset
+    from dualmem.testing import FakeChatModel
+
+    try:  # this version's entry points, else an earlier version's
+        from dualmem.stores import open_store
+        from dualmem.writer import write_history
+    except ImportError:
+        from dualmem.writer.graph import write_history  # type: ignore[no-redef]
+
+        from dualmem.stores import DualStore
+
+        open_store = DualStore.from_settings  # type: ignore[assignment]  # noqa: N806
+    from dualmem.config import Settings
+
+    path = Path(args.data) / f"{args.persona}_dialogues_256k.json"
+    if not path.exists():
+        raise SystemExit(f"{path} not found: the benchmark needs the RealMem personas of ../shared/data")
+    item = load_dataset("realmem", path).items[0]
+    dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[: args.sessions]})
+    calls: list[tuple[float, float]] = []
+
+    def timed(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
+        start = time.perf_counter()
+        out = answer(messages, tool)
+        calls.append((start, time.perf_counter()))
+        return out
+
+    with tempfile.TemporaryDirectory(prefix="writer-overhead-") as tmp:
+        settings = Settings(store_uri=f"{tmp}/db", checkpoint_path=f"{tmp}/checkpoints.sqlite")
+        store = open_store(settings)
+        store.embeddings.embed_query("warm up the embedder")
+        started = time.perf_counter()
+        report = write_history(dialogue, dialogue.persona, settings=settings, model=FakeChatModel(responses=[timed], cycle=True),
+                               store=store, progress=False)  # fmt: skip
+        wall = time.perf_counter() - started
+        gaps = [(b[0] - a[1]) * 1000 for a, b in zip(calls, calls[1:], strict=False)]
+        items = store.count((dialogue.persona.id, dialogue.user_id), status=None)  # type: ignore[union-attr]
+    gaps.sort()
+    result = {
+        "benchmark": "writer overhead per chunk with an instant model (time between model calls), write_history defaults",
+        "command": "python benchmarks/writer_overhead.py " + " ".join(sys.argv[1:]),
+        "dualmem": getattr(dualmem, "__file__", ""), "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "persona": args.persona, "sessions": args.sessions, "chunks": len(report.chunks), "model_calls": len(calls),
+        "items_written": items, "wall_s": round(wall, 2),
+        "per_chunk_ms": {"p50": round(statistics.median(gaps), 1), "p95": round(gaps[int(0.95 * (len(gaps) - 1))], 1),
+                         "mean": round(statistics.fmean(gaps), 1)},
+        "target": {"per_chunk_p50_ms_max": 100.0},
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+    }  # fmt: skip
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -92,6 +92,7 @@ def main() -> None:
     from dualmem.training.export import gold_records, write_jsonl
     from dualmem.training.grpo_trl import EpisodeRunner, GRPORunConfig, build_trainer
     from dualmem.training.sft import SFTRunConfig, train_sft
+    from dualmem.training.writing import writer_context
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -100,8 +101,9 @@ def main() -> None:
     train, held = make_data(work, args.train_personas, args.length)
     train_eps = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in train.items]
     held_eps = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in held.items]
-    texts = [m["content"] for e in train_eps for s in gold_steps(e) for m in e.messages(s.view, s.chunk)]
-    texts += [s.target.model_dump_json() for e in train_eps for s in gold_steps(e)]
+    ctx = writer_context(embedder="hash:64", chunk_tokens=args.chunk_tokens)  # the rollouts' memory embedder (cfg.memory_embedder)
+    steps = [s for e in train_eps for s in gold_steps(e, ctx)]
+    texts = [m["content"] for s in steps for m in s.messages] + [s.target.model_dump_json() for s in steps]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if args.init:
@@ -115,7 +117,7 @@ def main() -> None:
     cfg = GRPORunConfig(
         output_dir=str(work / "grpo"), num_generations=args.num_generations, episodes_per_step=turns, max_completion_length=96,
         chunk_tokens=args.chunk_tokens, max_steps=args.grpo_steps, learning_rate=args.lr, beta=0.0, use_cpu=True, disable_tqdm=True,
-        embedder="hash:64", save_steps=10_000, logging_steps=1, temperature=1.0, seed=args.grpo_seed,
+        embedder="hash:64", memory_embedder="hash:64", save_steps=10_000, logging_steps=1, temperature=1.0, seed=args.grpo_seed,
     )
     evaluator = EpisodeRunner(held_eps, cfg, embed=embed)
     keys = ("score", "parsed_share", "similarity", "fact_recall", "insight_recall")
@@ -133,7 +135,7 @@ def main() -> None:
         return {**out, "score_se": round(pstdev(x["score"] for x in m) / len(m) ** 0.5, 4)}
 
     curve = [{"phase": "SFT model (--init)" if args.init else "random init", "step": 0, **held_out()}]
-    records = gold_records(train, chunk_tokens=args.chunk_tokens, keep_empty=1.0)
+    records = gold_records(train, keep_empty=1.0, ctx=ctx)
     write_jsonl(work / "sft.jsonl", records)
     sft = SFTRunConfig(train_file=str(work / "sft.jsonl"), output_dir=str(work / "sft"), learning_rate=3e-3, lr_scheduler_type="constant",
                        warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=args.sft_steps,

@@ -15,7 +15,7 @@ persona before training and every ``--test-freq`` steps; the console log is pars
 
     python benchmarks/verl_gpu.py run --work .verl-gpu --steps 24 --out benchmarks/results/verl_gpu.json
 
-The judge embedder is ``hash:64`` (lexical; the MiniLM weights were not sent to the GPU machine).
+The judge embedder and the rollouts' memory embedder are ``hash:64`` (lexical; the MiniLM weights were not sent to the GPU machine).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 KEYS = ("critic/score/mean", "critic/score/max", "critic/score/min", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
         "actor/kl_loss", "actor/entropy", "timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/update_weights")
+MEMORY_EMBEDDER = "hash:64"  # the rollouts' memory store and the reward's recall (no MiniLM weights on the GPU machine)
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -45,17 +46,19 @@ def prepare(args: argparse.Namespace) -> None:
     from dualmem.training.export import gold_records, write_jsonl
     from dualmem.training.sft import SFTRunConfig, train_sft
     from dualmem.training.verl.dataset import write_verl_dataset
+    from dualmem.training.writing import writer_context
 
     torch.manual_seed(0)
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     train, held = make_data(work / "gen", args.train_personas, args.length)
     eps = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in train.items]
-    texts = [m["content"] for e in eps for s in gold_steps(e) for m in e.messages(s.view, s.chunk)]
-    texts += [s.target.model_dump_json() for e in eps for s in gold_steps(e)]
+    ctx = writer_context(embedder=MEMORY_EMBEDDER, chunk_tokens=args.chunk_tokens)
+    steps = [s for e in eps for s in gold_steps(e, ctx)]
+    texts = [m["content"] for s in steps for m in s.messages] + [s.target.model_dump_json() for s in steps]
     tok = tiny_tokenizer(texts)
     model = tiny_llama(tok)
-    write_jsonl(work / "sft.jsonl", gold_records(train, chunk_tokens=args.chunk_tokens, keep_empty=1.0))
+    write_jsonl(work / "sft.jsonl", gold_records(train, keep_empty=1.0, ctx=ctx))
     sft = SFTRunConfig(train_file=str(work / "sft.jsonl"), output_dir=str(work / "sft-run"), learning_rate=3e-3, lr_scheduler_type="constant",
                        warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=args.sft_steps,
                        max_length=2048, logging_steps=10, save_steps=10_000, use_cpu=True, disable_tqdm=True)
@@ -64,7 +67,7 @@ def prepare(args: argparse.Namespace) -> None:
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     both = Dataset(name="verl-gpu", items=[*train.items, *held.items])
-    counts = write_verl_dataset(both, work / "data", chunk_tokens=args.chunk_tokens, val_personas=[HELD_OUT])
+    counts = write_verl_dataset(both, work / "data", chunk_tokens=args.chunk_tokens, val_personas=[HELD_OUT], memory_embedder=MEMORY_EMBEDDER)
     meta = {"sft_steps": args.sft_steps, "sft_final_loss": round(out["train_loss"], 4), "sft_seconds": round(time.time() - t0, 1),
             "train_histories": [i.dialogue.id for i in train.items], "heldout_histories": [i.dialogue.id for i in held.items],
             "chunk_tokens": args.chunk_tokens, "rows": {k: counts[k] for k in ("train", "val")}}
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> None:
     from dualmem.training.verl.config import VerlRunConfig, launch_env, overrides, write_agent_loop_yaml
 
     work = Path(args.work).resolve()
-    write_agent_loop_yaml(work / "data")  # the episodes' path where the folder is now (it may have been moved)
+    write_agent_loop_yaml(work / "data", memory_embedder=MEMORY_EMBEDDER)  # the episodes' path where the folder is now (it may have been moved)
     cfg = VerlRunConfig(
         model_path=str(work / "model"), data_dir=str(work / "data"), output_dir=str(work / "run"), rollout_engine="hf",
         rollout_n=args.n, train_batch_size=args.batch, ppo_mini_batch_size=args.mini_batch, micro_batch_size_per_gpu=args.mini_batch * args.n,

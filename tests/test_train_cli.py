@@ -31,7 +31,8 @@ def test_export_sft_from_rolememo_files(tmp_path):
     data = tmp_path / "rolememo"
     dump_rolememo(make_dataset(3), data)
     out = tmp_path / "sft"
-    result = runner.invoke(train_app, ["export-sft", "--data", str(data), "--out", str(out), "--chunk-tokens", "60", "--eval-ratio", "0.34"])
+    result = runner.invoke(train_app, ["export-sft", "--data", str(data), "--out", str(out), "--chunk-tokens", "60", "--eval-ratio", "0.34",
+                                       "--embedder", "hash:64"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "export_report.json").read_text())
     assert report["train"] > 0 and report["eval"] > 0 and not report["invalid"]
@@ -49,10 +50,10 @@ def test_rl_verl_prepare_writes_data_and_launch_yaml(tmp_path):
     result = runner.invoke(
         train_app,
         ["rl", "--engine", "verl", "--data", str(data), "--model_path", "some/model", "--data_dir", str(tmp_path / "vd"),
-         "--output_dir", str(tmp_path / "run"), "--chunk_tokens", "200"],
+         "--output_dir", str(tmp_path / "run"), "--chunk_tokens", "200", "--memory_embedder", "hash:64"],
     )
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "vd" / "train.parquet").exists() and (tmp_path / "vd" / "agent_loop.yaml").exists()
+    assert (tmp_path / "vd" / "train.parquet").exists() and "memory_embedder: \"hash:64\"" in (tmp_path / "vd" / "agent_loop.yaml").read_text()
     launch = (tmp_path / "run" / "verl_launch.yaml").read_text()
     assert "algorithm.adv_estimator=grpo" in launch and "actor_rollout_ref.model.path=some/model" in launch
 

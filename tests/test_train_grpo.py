@@ -12,6 +12,9 @@ from dualmem.schema import Dataset  # noqa: E402
 from dualmem.testing import HashEmbeddings  # noqa: E402
 from dualmem.training.episode import build_episode, gold_steps  # noqa: E402
 from dualmem.training.grpo_trl import EpisodeRunner, GRPORunConfig, train_grpo  # noqa: E402
+from dualmem.training.writing import writer_context  # noqa: E402
+
+CTX = writer_context(embedder=HashEmbeddings(64))
 
 
 def _short_item():
@@ -25,12 +28,13 @@ def _short_item():
 def test_grpo_two_steps_logs_rewards(tmp_path):
     item = _short_item()
     ep = build_episode(item, chunk_tokens=400)
-    texts = [m["content"] for s in gold_steps(ep) for m in ep.messages(s.view, s.chunk)] + [s.target.model_dump_json() for s in gold_steps(ep)]
+    steps = gold_steps(ep, CTX)
+    texts = [m["content"] for s in steps for m in s.messages] + [s.target.model_dump_json() for s in steps]
     tok = tiny_tokenizer(texts)
     model = tiny_llama(tok)
     cfg = GRPORunConfig(
         output_dir=str(tmp_path / "grpo"), num_generations=2, max_completion_length=8, chunk_tokens=400, max_steps=2,
-        learning_rate=1e-3, use_cpu=True, disable_tqdm=True, embedder="hash:64", save_steps=1000,
+        learning_rate=1e-3, use_cpu=True, disable_tqdm=True, embedder="hash:64", memory_embedder="hash:64", save_steps=1000,
     )
     out = train_grpo(cfg, dataset=Dataset(name="t", items=[item]), model=model, tokenizer=tok, embed=HashEmbeddings(64))
     logs = [h for h in out["log_history"] if "reward" in h]
@@ -42,7 +46,7 @@ def test_grpo_two_steps_logs_rewards(tmp_path):
 
 def test_tiny_tokenizer_round_trips_the_writers_json():
     from dualmem.schema import MemoryUpdate
-    from dualmem.training.rewards import parse_update
+    from dualmem.training.writing import parse_update
 
     tok = tiny_tokenizer(["The user works night shifts at a warehouse."])
     update = MemoryUpdate.model_validate({"facts": [{"op": "ADD", "id": "N1", "text": "The user works night shifts, naïvely"}]})
@@ -80,14 +84,14 @@ def test_runner_credits_every_turn_with_its_rollouts_episode_reward():
 
     item = _short_item()
     ep = build_episode(item, chunk_tokens=60)
-    runner = EpisodeRunner([ep], GRPORunConfig(num_generations=2, embedder="hash:64"), embed=HashEmbeddings(64))
+    runner = EpisodeRunner([ep], GRPORunConfig(num_generations=2, embedder="hash:64", memory_embedder="hash:64"), embed=HashEmbeddings(64))
     plays = []
 
     def fake_play(episode, model, tokenizer, groups):
         plays.append(episode.id)
         start = len(plays) * 10
         return [
-            Trajectory(prompt_ids=[[start + g, t] for t in range(len(episode.chunks))], completion_ids=[[10 * g + t] for t in range(len(episode.chunks))],
+            Trajectory(ep.memory(CTX), prompt_ids=[[start + g, t] for t in range(len(episode.chunks))], completion_ids=[[10 * g + t] for t in range(len(episode.chunks))],
                        reward={"score": 0.25 + g / 2, "fact_recall": float(g), "insight_recall": 0.0})
             for g in range(groups)
         ]

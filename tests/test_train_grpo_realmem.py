@@ -12,16 +12,22 @@ from typer.testing import CliRunner
 
 from dualmem.datasets.realmem import parse_realmem
 from dualmem.errors import ConfigurationError
-from dualmem.schema import Dataset, FactOp, InsightOp, MemoryUpdate
+from dualmem.schema import Dataset, FactOp, InsightOp, MemoryItem, MemoryUpdate
 from dualmem.testing import HashEmbeddings
 from dualmem.training.cli import train_app
-from dualmem.training.episode import SimItem
 from dualmem.training.grpo_trl import GRPORunConfig, _shared_prefill, train_grpo, training_episodes
 from dualmem.training.realmem_gold import realmem_episodes
 from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory
+from dualmem.training.writing import writer_context
 
 HASH = RewardConfig(embedder="hash:64")
+CTX = writer_context(embedder=HashEmbeddings(64))
+
+
+def _first_prompt(ep) -> list[dict]:
+    """The writer's prompt for an episode's first chunk, drafted on its starting memory."""
+    return ep.memory(CTX).draft(ep.chunks[0])[0]
 
 
 @pytest.fixture
@@ -30,38 +36,39 @@ def item():
 
 
 def test_episodes_hold_their_chunks_points_and_start_from_the_gold_before_them(item):
-    episodes = realmem_episodes(item, window=1, chunk_tokens=120)
+    episodes = realmem_episodes(item, window=1, chunk_tokens=120, ctx=CTX)
     points = {p.content for s in item.dialogue.sessions for p in s.memory_points}
     assert {g.text for e in episodes for g in e.gold_facts} == points
     written: list[str] = []
     for ep in episodes:
         assert len(ep.chunks) == 1 and ep.gold_facts and ep.queries == [] and ep.scored == ("fact",)
         assert all(ep.chunk_of(g.turn_id) == 0 for g in ep.gold_facts)  # each point in the chunk holding its source turn
-        assert [i.text for i in ep.start] == written  # the gold memory of every earlier chunk, nothing of its own
+        assert sorted(i.text for i in ep.start.active()) == sorted(written)  # the gold memory of every earlier chunk, nothing of its own
+        assert len(ep.start.applied) == int(ep.id.split("#")[1])  # the chunks written before it: its turns' seq goes on from there
         assert ep.ground_truth()["insights"] == [] and sorted(ep.ground_truth()["facts"]) == sorted({g.text for g in ep.gold_facts})
         written += [g.text for g in ep.gold_facts]
-    whole = realmem_episodes(item, window=1_000_000, chunk_tokens=120)
-    assert len(whole) == 1 and whole[0].start == [] and {g.text for g in whole[0].gold_facts} == points
-    pairs = realmem_episodes(item, window=2, chunk_tokens=120)
+    whole = realmem_episodes(item, window=1_000_000, chunk_tokens=120, ctx=CTX)
+    assert len(whole) == 1 and whole[0].start.items == () and {g.text for g in whole[0].gold_facts} == points
+    pairs = realmem_episodes(item, window=2, chunk_tokens=120, ctx=CTX)
     assert all(len(e.chunks) <= 2 for e in pairs) and {g.text for e in pairs for g in e.gold_facts} == points
-    first = realmem_episodes(item, window=1, chunk_tokens=120, max_chunks=1)
+    first = realmem_episodes(item, window=1, chunk_tokens=120, max_chunks=1, ctx=CTX)
     assert [e.id for e in first] == [episodes[0].id] and episodes[0].id.endswith("#0")
-    later = realmem_episodes(item, window=1, chunk_tokens=120, skip=1)  # past the chunks SFT saw: the gold before is their memory
-    assert [e.id for e in later] == [e.id for e in episodes[1:]] and [i.text for i in later[0].start] == [i.text for i in episodes[1].start]
+    later = realmem_episodes(item, window=1, chunk_tokens=120, skip=1, ctx=CTX)  # past the chunks SFT saw: the gold before is their memory
+    assert [e.id for e in later] == [e.id for e in episodes[1:]] and [(i.id, i.text) for i in later[0].start.items] == [(i.id, i.text) for i in episodes[1].start.items]
 
 
 def _play(ep, update: MemoryUpdate | str) -> dict:
-    traj = Trajectory(state=ep.initial_state())
+    traj = Trajectory(ep.memory(CTX))
     chunk = ep.chunks[0]
-    traj.record(chunk, traj.view(chunk), [], [], update if isinstance(update, str) else update.model_dump_json())
+    traj.record(chunk, traj.draft(chunk)[1], [], [], update if isinstance(update, str) else update.model_dump_json())
     return traj.finish(ep, HASH, embed=HashEmbeddings(64))
 
 
 def test_the_reward_is_the_recall_of_the_points_the_rollout_wrote_as_facts(item):
-    ep = next(e for e in realmem_episodes(item, window=1, chunk_tokens=120) if e.start)  # a chunk after others
+    ep = next(e for e in realmem_episodes(item, window=1, chunk_tokens=120, ctx=CTX) if e.start.items)  # a chunk after others
     gold = ep.gold_facts[0].text
-    view = Trajectory(state=ep.initial_state()).view(ep.chunks[0])
-    assert ep.start[0].text in view.text  # the rollout sees the gold written before its window
+    prompt = _first_prompt(ep)[1]["content"]
+    assert any(i.text in prompt for i in ep.start.items)  # the rollout sees the gold written before its window
     insight = InsightOp(op="ADD", id="M1", text="I read this as a wish for steadiness.", fact_ids=["N1"])
     hit = _play(ep, MemoryUpdate(facts=[FactOp(op="ADD", id="N1", text=gold)], insights=[insight]))
     miss = _play(ep, MemoryUpdate(facts=[FactOp(op="ADD", id="N1", text="Bananas ripen quickly in warm kitchens.")], insights=[insight]))
@@ -71,7 +78,9 @@ def test_the_reward_is_the_recall_of_the_points_the_rollout_wrote_as_facts(item)
     assert hit["insight_recall"] is None and hit["score"] > miss["score"] + 0.2  # no gold insight: insights are not scored
     assert miss["penalty"] == 0.0 and miss["items"] == 1  # a valid insight costs nothing; only the written facts are counted
     # the starting memory is not the rollout's: nothing written, nothing recalled, even when the start holds a point
-    ep.start = [*ep.start, SimItem("f_seeded", "fact", gold, order=99)]
+    seeded = ep.memory(CTX)
+    seeded.store.upsert([MemoryItem(id="f_seeded", namespace=ep.namespace, kind="fact", text=gold)])
+    ep.start = seeded.seed()
     empty = _play(ep, MemoryUpdate())
     assert empty["fact_recall"] == 0.0 and empty["items"] == 0
     bad = _play(ep, "not json")
@@ -81,18 +90,17 @@ def test_the_reward_is_the_recall_of_the_points_the_rollout_wrote_as_facts(item)
 def test_realmem_windows_are_ordered_across_personas_and_cut_by_prompt_length(item):
     other = parse_realmem({**REALMEM_RAW, "_metadata": {**REALMEM_RAW["_metadata"], "person_name": "Other_Person"}}, "Other_Person_dialogues_256k.json")
     data = Dataset(name="r", items=[item, other])
-    cfg = GRPORunConfig(data_format="realmem", episode_chunks=1, chunk_tokens=120)
+    cfg = GRPORunConfig(data_format="realmem", episode_chunks=1, chunk_tokens=120, memory_embedder="hash:64")
     episodes = training_episodes(data, cfg)
     ids = [e.id for e in episodes]
-    assert len(ids) == 2 * len(realmem_episodes(item, window=1, chunk_tokens=120)) and ids != sorted(ids)
+    assert len(ids) == 2 * len(realmem_episodes(item, window=1, chunk_tokens=120, ctx=CTX)) and ids != sorted(ids)
     assert ids == [e.id for e in training_episodes(data, cfg)]  # seeded: the same order every time
-    tok = tiny_tokenizer([c.text for e in episodes for c in e.chunks])
-    lengths = sorted(len(tok.apply_chat_template(e.messages(Trajectory(state=e.initial_state()).view(e.chunks[0]), e.chunks[0]),
-                                                 add_generation_prompt=True, tokenize=True)["input_ids"]) for e in episodes)
-    cut = GRPORunConfig(data_format="realmem", episode_chunks=1, chunk_tokens=120, max_prompt_tokens=lengths[len(lengths) // 2])
+    tok = tiny_tokenizer([c["text"] for e in episodes for c in e.chunks])
+    lengths = sorted(len(tok.apply_chat_template(_first_prompt(e), add_generation_prompt=True, tokenize=True)["input_ids"]) for e in episodes)
+    cut = GRPORunConfig(data_format="realmem", episode_chunks=1, chunk_tokens=120, max_prompt_tokens=lengths[len(lengths) // 2], memory_embedder="hash:64")
     assert 0 < len(training_episodes(data, cut, tok)) < len(episodes)
     with pytest.raises(ConfigurationError, match="max_prompt_tokens"):
-        training_episodes(data, GRPORunConfig(data_format="realmem", chunk_tokens=120, max_prompt_tokens=5), tok)
+        training_episodes(data, GRPORunConfig(data_format="realmem", chunk_tokens=120, max_prompt_tokens=5, memory_embedder="hash:64"), tok)
 
 
 def test_one_prefill_for_a_group_with_one_prompt_gives_the_same_tokens():
@@ -112,13 +120,13 @@ def test_one_prefill_for_a_group_with_one_prompt_gives_the_same_tokens():
 def test_grpo_on_realmem_goes_on_training_a_given_adapter_under_the_grammar(item, tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    eps = realmem_episodes(item, window=1, chunk_tokens=120)
-    tok = tiny_tokenizer([m["content"] for e in eps for m in e.messages(Trajectory(state=e.initial_state()).view(e.chunks[0]), e.chunks[0])])
+    eps = realmem_episodes(item, window=1, chunk_tokens=120, ctx=CTX)
+    tok = tiny_tokenizer([m["content"] for e in eps for m in _first_prompt(e)])
     policy = get_peft_model(tiny_llama(tok), LoraConfig(r=2, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     cfg = GRPORunConfig(
         output_dir=str(tmp_path / "grpo"), data_format="realmem", episode_chunks=1, chunk_tokens=120, num_generations=2,
         max_completion_length=48, max_steps=2, learning_rate=1e-3, use_cpu=True, disable_tqdm=True, embedder="hash:64",
-        save_steps=1000, use_lora=True, grammar=True, beta=0.0,
+        save_steps=1000, use_lora=True, grammar=True, beta=0.0, memory_embedder="hash:64",
     )
     out = train_grpo(cfg, dataset=Dataset(name="r", items=[item]), model=policy, tokenizer=tok, embed=HashEmbeddings(64))
     assert len([h for h in out["log_history"] if "reward" in h]) == 2 and [s["step"] for s in out["steps"]] == [1, 2]
@@ -152,15 +160,15 @@ def test_rl_cli_trains_on_realmem_files(tmp_path):
     src = tmp_path / "Test_Person_dialogues_256k.json"
     src.write_text(json.dumps(REALMEM_RAW))
     item = parse_realmem(REALMEM_RAW, src.name)
-    eps = realmem_episodes(item, window=1, chunk_tokens=120)
-    tok = tiny_tokenizer([m["content"] for e in eps for m in e.messages(Trajectory(state=e.initial_state()).view(e.chunks[0]), e.chunks[0])])
+    eps = realmem_episodes(item, window=1, chunk_tokens=120, ctx=CTX)
+    tok = tiny_tokenizer([m["content"] for e in eps for m in _first_prompt(e)])
     tiny_llama(tok).save_pretrained(tmp_path / "tiny")
     tok.save_pretrained(tmp_path / "tiny")
     res = runner.invoke(train_app, [
         "rl", "--engine", "trl", "--data", str(src), "--data_format", "realmem", "--episode_chunks", "1", "--max_chunks", "2",
         "--model_name_or_path", str(tmp_path / "tiny"), "--chunk_tokens", "120", "--num_generations", "2", "--max_completion_length", "8",
         "--max_steps", "1", "--beta", "0", "--use_cpu", "true", "--disable_tqdm", "true", "--embedder", "hash:64",
-        "--output_dir", str(tmp_path / "out"),
+        "--output_dir", str(tmp_path / "out"), "--memory_embedder", "hash:64",
     ])
     assert res.exit_code == 0, res.output
     log = json.loads((tmp_path / "out" / "dualmem_grpo_log.json").read_text())

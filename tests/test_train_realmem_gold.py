@@ -11,9 +11,13 @@ from typer.testing import CliRunner
 from dualmem.datasets.realmem import parse_realmem
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Dataset, MemoryUpdate
+from dualmem.testing import HashEmbeddings
 from dualmem.training.export import export_sft, validate_record
 from dualmem.training.realmem_gold import facts_prefix, item_records, point_turns
 from dualmem.training.sft import read_records, tokenize_pairs
+from dualmem.training.writing import writer_context
+
+CTX = writer_context(embedder=HashEmbeddings(64))
 
 
 @pytest.fixture
@@ -26,7 +30,7 @@ def test_each_point_is_written_in_the_chunk_holding_its_source_turn(item):
     assert at["u1:0"] == [("S1-01", "User is learning R for their thesis.")]  # source_turn is 1-based
     assert at["u1:2"] == [("S1-02", "User prefers open-source tools.")]
     assert at["u1:4"] == [("S1-03", "User has a cat named Miso.")]  # no such turn: the session's last user turn
-    records = item_records(item, chunk_tokens=120, keep_empty=1.0)
+    records = item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=1.0)
     written = {}
     for rec in records:
         assert validate_record(rec) == [] and rec["loss_scope"] == "facts"
@@ -43,14 +47,15 @@ def test_each_point_is_written_in_the_chunk_holding_its_source_turn(item):
 
 
 def test_max_chunks_and_empty_chunks(item):
-    every = item_records(item, chunk_tokens=120, keep_empty=1.0)
-    assert len(item_records(item, chunk_tokens=120, keep_empty=1.0, max_chunks=2)) == 2
-    assert all(json.loads(r["messages"][-1]["content"])["facts"] for r in item_records(item, chunk_tokens=120, keep_empty=0.0))
-    assert len(every) > len(item_records(item, chunk_tokens=120, keep_empty=0.0))
+    every = item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=1.0)
+    assert len(item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=1.0, max_chunks=2)) == 2
+    assert all(json.loads(r["messages"][-1]["content"])["facts"] for r in item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=0.0))
+    assert len(every) > len(item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=0.0))
 
 
 def test_export_and_read_keep_the_loss_scope(item, tmp_path):
-    report = export_sft(tmp_path / "sft", realmem=Dataset(name="realmem", source="x", items=[item]), chunk_tokens=120, eval_ratio=0)
+    report = export_sft(tmp_path / "sft", realmem=Dataset(name="realmem", source="x", items=[item]), chunk_tokens=120, eval_ratio=0,
+                        embedder=HashEmbeddings(64))
     assert report.train > 0 and report.by_source == {"realmem-gold": report.train} and not report.invalid
     rows = read_records(tmp_path / "sft" / "train.jsonl")
     assert {r["loss_scope"] for r in rows} == {"facts"}
@@ -61,7 +66,8 @@ def test_cli_exports_realmem(tmp_path):
 
     src = tmp_path / "Test_Person_dialogues_256k.json"
     src.write_text(json.dumps(RAW))
-    res = CliRunner().invoke(app, ["train", "export-sft", "--realmem", str(src), "--out", str(tmp_path / "o"), "--eval-ratio", "0", "--chunk-tokens", "120"])
+    res = CliRunner().invoke(app, ["train", "export-sft", "--realmem", str(src), "--out", str(tmp_path / "o"), "--eval-ratio", "0", "--chunk-tokens", "120",
+                                   "--embedder", "hash:64"])
     assert res.exit_code == 0, res.output
     assert "realmem-gold" in res.output and (tmp_path / "o" / "train.jsonl").read_text().count("\n") > 0
 
@@ -74,7 +80,7 @@ def smol_tokenizer():
 
 
 def test_facts_scope_trains_on_the_facts_part_only(item, smol_tokenizer):
-    rec = next(r for r in item_records(item, chunk_tokens=120) if json.loads(r["messages"][-1]["content"])["facts"])
+    rec = next(r for r in item_records(item, ctx=CTX, chunk_tokens=120) if json.loads(r["messages"][-1]["content"])["facts"])
     row = {"prompt": rec["messages"][:-1], "completion": rec["messages"][-1:]}
     target = rec["messages"][-1]["content"]
     (facts,) = tokenize_pairs([{**row, "loss_scope": "facts"}], smol_tokenizer, 4096)
@@ -89,7 +95,7 @@ def test_facts_scope_trains_on_the_facts_part_only(item, smol_tokenizer):
 
 
 def test_records_longer_than_max_length_are_left_out(item, smol_tokenizer, caplog):
-    rows = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:], "loss_scope": "facts"} for r in item_records(item, chunk_tokens=120)]
+    rows = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:], "loss_scope": "facts"} for r in item_records(item, ctx=CTX, chunk_tokens=120)]
     lengths = [len(x["input_ids"]) for x in tokenize_pairs(rows, smol_tokenizer, 10_000)]
     cut = sorted(lengths)[len(lengths) // 2]
     kept = tokenize_pairs(rows, smol_tokenizer, cut)

@@ -17,8 +17,8 @@ from dualmem.training.rewards import (
     dense_reward,
     episode_reward,
     judge_weighted,
-    parse_updates,
 )
+from dualmem.training.writing import parse_updates
 
 EMBED = HashEmbeddings(dims=256)
 CFG = RewardConfig(embedder="hash:256")

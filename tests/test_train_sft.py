@@ -9,6 +9,7 @@ import trl  # noqa: F401,E402 - the [train] extra, installed by `make dev`; miss
 from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
 from fixtures.train_data import make_dataset  # noqa: E402
 
+from dualmem.testing import HashEmbeddings  # noqa: E402
 from dualmem.training.export import export_sft  # noqa: E402
 from dualmem.training.sft import SFTRunConfig, main, read_records, train_sft  # noqa: E402
 
@@ -16,7 +17,7 @@ from dualmem.training.sft import SFTRunConfig, main, read_records, train_sft  # 
 @pytest.fixture(scope="module")
 def sft_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")
-    export_sft(out, dataset=make_dataset(2), chunk_tokens=60, keep_empty=0.0, eval_ratio=0.5)
+    export_sft(out, dataset=make_dataset(2), chunk_tokens=60, keep_empty=0.0, eval_ratio=0.5, embedder=HashEmbeddings(64))
     return out
 
 

@@ -29,7 +29,7 @@ def _verl_installed():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("verl")
-    counts = write_verl_dataset(make_dataset(3), out, chunk_tokens=200, val_ratio=0.34)
+    counts = write_verl_dataset(make_dataset(3), out, chunk_tokens=200, val_ratio=0.34, memory_embedder="hash:64")
     assert counts["train"] > 0 and counts["val"] > 0
     return out
 
@@ -117,7 +117,7 @@ def test_agent_loop_loads_through_verl_and_credits_every_turn(config, data_dir):
     (entry,) = OmegaConf.load(data_dir / "agent_loop.yaml")
     assert entry.name == AGENT_NAME and AGENT_NAME in _agent_loop_registry
     episodes = load_episodes(data_dir / "episodes.jsonl")
-    texts = [c.text for e in episodes.values() for c in e.chunks]
+    texts = [c["text"] for e in episodes.values() for c in e.chunks]
     tok = tiny_tokenizer(texts + ["facts insights op ADD id N1 text"])
     server = _Server(tok, "{ }")
     episode = next(iter(episodes.values()))

@@ -37,8 +37,8 @@ def _verl_installed():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("verl-hf")
-    write_verl_dataset(make_dataset(2), out, chunk_tokens=200, val_ratio=0.5)
-    texts = [c.text for e in load_episodes(out / "episodes.jsonl").values() for c in e.chunks]
+    write_verl_dataset(make_dataset(2), out, chunk_tokens=200, val_ratio=0.5, memory_embedder="hash:64")
+    texts = [c["text"] for e in load_episodes(out / "episodes.jsonl").values() for c in e.chunks]
     tok = tiny_tokenizer(texts)
     for name, seed in (("model", 0), ("other", 1)):
         tiny_llama(tok, seed=seed).save_pretrained(out / name)

@@ -36,8 +36,8 @@ def test_one_verl_grpo_step_on_cpu(tmp_path):
     from dualmem.training.verl.config import VerlRunConfig, overrides
     from dualmem.training.verl.dataset import load_episodes, write_verl_dataset
 
-    write_verl_dataset(make_dataset(2), tmp_path / "data", chunk_tokens=200, val_ratio=0.5)
-    texts = [c.text for e in load_episodes(tmp_path / "data" / "episodes.jsonl").values() for c in e.chunks]
+    write_verl_dataset(make_dataset(2), tmp_path / "data", chunk_tokens=200, val_ratio=0.5, memory_embedder="hash:64")
+    texts = [c["text"] for e in load_episodes(tmp_path / "data" / "episodes.jsonl").values() for c in e.chunks]
     tok = tiny_tokenizer(texts + ['{"facts": [], "insights": []} op ADD id N1 text fact_ids M1', "dualmem writer episode turn"])
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,

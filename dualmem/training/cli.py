@@ -74,8 +74,9 @@ def export_sft_cmd(
     realmem: Annotated[list[Path] | None, typer.Option("--realmem", "-r", help="RealMem file or folder (repeatable): its memory points as fact targets, insights out of the loss")] = None,
     max_chunks: Annotated[int | None, typer.Option(help="RealMem: only the first N chunks of each history")] = None,
     chunk_tokens: Annotated[int, typer.Option(help="writer chunk size in tokens (use the writer's chunk_tokens)")] = setting_default("chunk_tokens"),
-    view_k: Annotated[int, typer.Option(help="relevant items per stream in the simulated working view")] = 8,
-    view_recent: Annotated[int, typer.Option(help="newest items per stream always in the view")] = 4,
+    view_k: Annotated[int, typer.Option(help="relevant items per stream in the writer's working view")] = setting_default("view_k"),
+    view_recent: Annotated[int, typer.Option(help="newest items per stream always in the view")] = setting_default("view_recent"),
+    embedder: Annotated[str, typer.Option(help="embedder of the working view's memory (its search, dedup); empty: the embedder setting's")] = "",
     keep_empty: Annotated[float, typer.Option(help="share of chunks with nothing to write that are kept (targets: empty update)")] = 0.2,
     eval_ratio: Annotated[float, typer.Option(help="share of personas held out for evaluation")] = 0.1,
     seed: Annotated[int, typer.Option(help="seed of the persona split")] = 0,
@@ -91,7 +92,7 @@ def export_sft_cmd(
         report = export_sft(
             out, dataset=_load(data) if data else None, traces=traces, chunk_tokens=chunk_tokens, view_k=view_k,
             view_recent=view_recent, keep_empty=keep_empty, eval_ratio=eval_ratio, seed=seed, strict=strict, progress=True,
-            realmem=_load(realmem, "realmem") if realmem else None, max_chunks=max_chunks,
+            realmem=_load(realmem, "realmem") if realmem else None, max_chunks=max_chunks, embedder=embedder or None,
         )
     except (ConfigurationError, DatasetError) as exc:
         _fail(exc)
@@ -153,7 +154,7 @@ def rl_cmd(
                 raise ConfigurationError("--engine verl --prepare needs --data (RoleMemo), or pass --no-prepare to reuse data_dir")
             from dualmem.training.verl.dataset import write_verl_dataset
 
-            counts = write_verl_dataset(_load(data), vcfg.data_dir, chunk_tokens=vcfg.chunk_tokens)
+            counts = write_verl_dataset(_load(data), vcfg.data_dir, chunk_tokens=vcfg.chunk_tokens, memory_embedder=vcfg.memory_embedder)
             console.print(f"[green]data[/] {json.dumps(counts)}")
         from dualmem.training.verl.config import launch_env, overrides, verl_python, write_launch
 

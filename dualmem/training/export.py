@@ -5,11 +5,14 @@ Two sources, one record shape ``{"messages": [system, user, assistant], "persona
 prompt (:func:`dualmem.prompts.writer.render_writer_messages`) and assistant is
 the target ``MemoryUpdate`` as JSON:
 
-- **gold** (no teacher model): each RoleMemo history is chunked like the writer;
-  the working view is simulated from the gold items written so far; a chunk's
-  target ADDs the fragment facts it contains, and the query's insight (citing
-  its facts) once all of them have been seen. Chunks with nothing to write are
-  kept with probability ``keep_empty`` (deterministic per chunk id).
+- **gold** (no teacher model): each RoleMemo history is chunked like the writer
+  and its gold written through the writer's core on the in-memory store
+  (:func:`~dualmem.training.episode.gold_steps`): the prompt is the product's
+  prompt for the product's view of the gold written so far; a chunk's target
+  ADDs the fragment facts it contains, and a query's insight, citing the facts
+  the writer can cite there, at the chunk that completes its fragments. Chunks
+  with nothing to write are kept with probability ``keep_empty``
+  (deterministic per chunk id).
 - **teacher traces**: JSONL of recorded writer runs, one line per chunk::
 
       {"messages": [{"role": "system", "content": ...}, {"role": "user", "content": ...}],
@@ -27,6 +30,7 @@ import json
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,31 +39,39 @@ from typing import Any
 from pydantic import ValidationError
 
 from dualmem.config import setting_default
+from dualmem.context import Context
 from dualmem.errors import DatasetError
 from dualmem.schema import Dataset, MemoryUpdate
 from dualmem.training.episode import build_episode, fraction, gold_steps
+from dualmem.training.writing import writer_context
 
 LLAMAFACTORY_NAME = "dualmem_writer"
 VIEW_ID = re.compile(r"\b([FI]\d+)\b")
 
 
 def gold_records(
-    dataset: Dataset, *, chunk_tokens: int = setting_default("chunk_tokens"), view_k: int = 8, view_recent: int = 4, keep_empty: float = 0.2, progress: bool = False
+    dataset: Dataset, *, chunk_tokens: int | None = None, keep_empty: float = 0.2, progress: bool = False, ctx: Context | None = None,
+    notes: Counter[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Return SFT records whose targets come from RoleMemo gold (no teacher model)."""
+    """Return SFT records whose targets come from RoleMemo gold (no teacher model).
+
+    ``ctx``: the writer's context (view size, embedder, ``chunk_tokens``; default
+    :func:`~dualmem.training.writing.writer_context`); ``chunk_tokens`` overrides its chunk size; ``notes`` counts what
+    the gold walk left out and why (:func:`~dualmem.training.episode.gold_steps`).
+    """
     from tqdm.auto import tqdm
 
+    ctx = writer_context(ctx, chunk_tokens=chunk_tokens)
     records = []
     for item in tqdm(dataset.items, desc="export histories", unit="history", disable=not progress):
-        episode = build_episode(item, chunk_tokens=chunk_tokens)
-        for step in gold_steps(episode, view_k=view_k, view_recent=view_recent):
+        episode = build_episode(item, chunk_tokens=ctx.settings.chunk_tokens)
+        for step in gold_steps(episode, ctx, notes):
             empty = not step.target.facts and not step.target.insights
-            if empty and fraction("empty", step.chunk.id) >= keep_empty:
+            if empty and fraction("empty", step.chunk["id"]) >= keep_empty:
                 continue
-            messages = episode.messages(step.view, step.chunk)
-            messages.append({"role": "assistant", "content": step.target.model_dump_json()})
+            messages = [*step.messages, {"role": "assistant", "content": step.target.model_dump_json()}]
             records.append(
-                {"messages": messages, "persona_id": episode.persona.id, "episode_id": episode.id, "chunk_id": step.chunk.id, "source": "gold"}
+                {"messages": messages, "persona_id": episode.persona.id, "episode_id": episode.id, "chunk_id": step.chunk["id"], "source": "gold"}
             )
     return records
 
@@ -164,6 +176,7 @@ class ExportReport:
     personas_eval: list[str] = field(default_factory=list)
     by_source: dict[str, int] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)
+    gold_notes: dict[str, int] = field(default_factory=dict)  # what the gold walks left out, and why
 
 
 def export_sft(
@@ -172,8 +185,8 @@ def export_sft(
     dataset: Dataset | None = None,
     traces: Sequence[str | Path] = (),
     chunk_tokens: int = setting_default("chunk_tokens"),
-    view_k: int = 8,
-    view_recent: int = 4,
+    view_k: int = setting_default("view_k"),
+    view_recent: int = setting_default("view_recent"),
     keep_empty: float = 0.2,
     eval_ratio: float = 0.1,
     seed: int = 0,
@@ -181,26 +194,25 @@ def export_sft(
     progress: bool = False,
     realmem: Dataset | None = None,
     max_chunks: int | None = None,
+    embedder: Any = None,
 ) -> ExportReport:
     """Build, validate, split and write SFT data (``train.jsonl``, ``eval.jsonl``, ``dataset_info.json``).
 
     ``dataset``: RoleMemo (fact and insight targets from its gold); ``realmem``: RealMem (memory points as fact
     targets, the first ``max_chunks`` chunks of each history, insights out of the loss, see
-    :mod:`dualmem.training.realmem_gold`); ``traces``: teacher JSONL.
+    :mod:`dualmem.training.realmem_gold`); ``traces``: teacher JSONL. Gold prompts show the product's working view
+    (``view_k``, ``view_recent``, ``embedder``: a spec or object, default the ``embedder`` setting's).
     """
     from dualmem.training.realmem_gold import realmem_records
 
-    records = (
-        gold_records(dataset, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty, progress=progress)
-        if dataset
-        else []
-    )
+    notes: Counter[str] = Counter()
+    ctx = writer_context(embedder=embedder, view_k=view_k, view_recent=view_recent, chunk_tokens=chunk_tokens)
+    records = gold_records(dataset, ctx=ctx, keep_empty=keep_empty, progress=progress, notes=notes) if dataset else []
     if realmem:
-        records += realmem_records(realmem, chunk_tokens=chunk_tokens, view_k=view_k, view_recent=view_recent, keep_empty=keep_empty,
-                                   max_chunks=max_chunks, progress=progress)
+        records += realmem_records(realmem, ctx=ctx, keep_empty=keep_empty, max_chunks=max_chunks, progress=progress, notes=notes)
     for path in traces:
         records += load_traces(path)
-    report = ExportReport(str(out_dir))
+    report = ExportReport(str(out_dir), gold_notes=dict(sorted(notes.items())))
     good = []
     for rec in records:
         problems = validate_record(rec)

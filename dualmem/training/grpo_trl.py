@@ -9,10 +9,11 @@ How an episode maps onto TRL's ``GRPOTrainer`` (MemAgent-style credit):
   first time it meets an episode (or when a new pass over it starts) it plays
   the **whole episode** for each of the ``num_generations`` rollouts of the
   group: the rollouts share the history; each writes its own memory chunk by
-  chunk — its working view rendered from its own memory, the writer's exact
-  prompt, one sampled ``MemoryUpdate`` per chunk applied to a
-  :class:`~dualmem.training.episode.MemoryState`. At the end each rollout gets
-  its episode reward (:func:`dualmem.training.rewards.episode_reward`);
+  chunk through the product's writer core on its own in-memory store
+  (:class:`~dualmem.training.writing.EpisodeMemory`: the product's working
+  view and exact prompt, one sampled answer per chunk validated and applied
+  as ``write_history`` applies it — dedup, guard, op cap). At the end each
+  rollout gets its episode reward (:func:`dualmem.training.rewards.episode_reward`);
 - row (episode, t) then returns, for rollout g, the prompt/completion token ids
   of g's turn t, and its reward is g's **episode** reward. GRPO's group
   advantage compares the G rollouts' episode rewards, and every writing turn
@@ -41,12 +42,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from dualmem.config import setting_default
+from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Dataset
 from dualmem.training.episode import Episode, build_episode
 from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory, TrajectoryPool
 from dualmem.training.run_config import JudgeFields, TrainerFields, help_field
+from dualmem.training.writing import writer_context
 
 FORMATS = ("rolememo", "realmem")
 
@@ -70,8 +74,9 @@ class GRPORunConfig(TrainerFields, JudgeFields):
     beta: float = help_field(0.001, "KL coefficient against the reference model (paper: 0.001)")
     max_completion_length: int = help_field(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
     chunk_tokens: int = help_field(4000, "history chunk size in tokens (paper: 4,000)")
-    view_k: int = help_field(8, "relevant facts/insights shown in the working view")
-    view_recent: int = help_field(4, "newest facts/insights always shown")
+    view_k: int = help_field(setting_default("view_k"), "relevant facts/insights shown in the working view (the writer's view_k setting)")
+    view_recent: int = help_field(setting_default("view_recent"), "newest facts/insights always shown (the writer's view_recent setting)")
+    memory_embedder: str = help_field("", "embedder of each rollout's memory store (its working view's search, dedup); empty: the embedder setting's, as the product writes")
     temperature: float = help_field(1.0, "sampling temperature of rollouts")
     max_steps: int = help_field(200, "optimizer steps")
     logging_steps: int = help_field(1, "log every N steps")
@@ -88,6 +93,10 @@ class GRPORunConfig(TrainerFields, JudgeFields):
                 raise ConfigurationError(f"--{name} {value}: a count, 0 or more (0: no limit)")
         if self.data_format != "realmem" and any(limits.values()):
             raise ConfigurationError(f"--{', --'.join(limits)} cut RealMem histories: pass --data_format realmem")
+
+    def writer_context(self) -> Context:
+        """Return the writer's context of this run's episodes (the settings with this run's view, chunk size and memory embedder)."""
+        return writer_context(embedder=self.memory_embedder, view_k=self.view_k, view_recent=self.view_recent, chunk_tokens=self.chunk_tokens)
 
     def reward_config(self) -> RewardConfig:
         """Return the reward settings of this run (``reward`` overrides any RewardConfig field)."""
@@ -125,7 +134,7 @@ class EpisodeRunner:
 
     def __init__(self, episodes: list[Episode], cfg: GRPORunConfig, embed: Any = None, judge: Any = None) -> None:
         self.episodes = {e.id: e for e in episodes}
-        self.cfg = cfg
+        self.cfg, self.ctx = cfg, cfg.writer_context()
         self.embed, self.judge = embed, judge
         self.pool = TrajectoryPool()
         self.history: list[dict[str, Any]] = []
@@ -158,13 +167,13 @@ class EpisodeRunner:
         from dualmem.local.bundled import stop_ids
 
         clock = time.time(), time.process_time()
-        trajectories = [Trajectory(state=episode.initial_state()) for _ in range(groups)]
+        trajectories = [Trajectory(episode.memory(self.ctx)) for _ in range(groups)]
         stops = stop_ids(tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         device = next(model.parameters()).device
         for chunk in episode.chunks:
-            views = [t.view(chunk, self.cfg.view_k, self.cfg.view_recent) for t in trajectories]
-            prompts = [_ids(tokenizer.apply_chat_template(episode.messages(v, chunk), add_generation_prompt=True, tokenize=True)) for v in views]
+            drafts = [t.draft(chunk) for t in trajectories]
+            prompts = [_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)) for messages, _ in drafts]
             width = max(map(len, prompts))
             input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
@@ -174,7 +183,7 @@ class EpisodeRunner:
                     max_new_tokens=self.cfg.max_completion_length, pad_token_id=pad, eos_token_id=stops,
                     logits_processor=self.processors(model, tokenizer), **_shared_prefill(model, prompts, input_ids),
                 )
-            for traj, view, prompt, row in zip(trajectories, views, prompts, out[:, width:].tolist(), strict=True):
+            for traj, (_, view), prompt, row in zip(trajectories, drafts, prompts, out[:, width:].tolist(), strict=True):
                 end = next((n for n, tid in enumerate(row) if tid in stops), None)
                 completion = (row if end is None else row[: end + 1]) or [tokenizer.eos_token_id]
                 traj.record(chunk, view, prompt, completion, tokenizer.decode(completion, skip_special_tokens=True))
@@ -186,9 +195,8 @@ class EpisodeRunner:
     @staticmethod
     def _row(episode: Episode, trajectories: list[Trajectory], clock: tuple[float, float]) -> dict[str, Any]:
         """Return the history row of one played group (rewards, recall, items written per kind, seconds, each rollout's answers)."""
-        start = {i.id for i in episode.start}
         terms = [t.metrics() for t in trajectories]
-        wrote = [[i.kind for i in t.state.items.values() if i.id not in start] for t in trajectories]
+        wrote = [[i.kind for i in episode.new_items(t.memory)] for t in trajectories]
         return {
             "episode": episode.id, "chunks": len(episode.chunks), "gold_facts": len(episode.gold_facts),
             **{k: [round(m[k], 4) for m in terms] for k in ("score", "fact_recall", "similarity", "parsed_share")},
@@ -242,7 +250,7 @@ def insight_recall(completions: list[Any], insight_recall: list[float], **kwargs
 def training_episodes(dataset: Dataset, cfg: GRPORunConfig, tokenizer: Any = None) -> list[Episode]:
     """Return the episodes of ``dataset``: whole histories (RoleMemo), or RealMem windows in a seeded order that mixes the personas.
 
-    With ``cfg.max_prompt_tokens`` (and ``tokenizer``), a window is left out when a chunk's prompt, its view rendered from the
+    With ``cfg.max_prompt_tokens`` (and ``tokenizer``), a window is left out when a chunk's prompt, the product's view of the
     window's starting memory, is longer.
     """
     if cfg.data_format != "realmem":
@@ -250,22 +258,22 @@ def training_episodes(dataset: Dataset, cfg: GRPORunConfig, tokenizer: Any = Non
     from dualmem.training.episode import fraction
     from dualmem.training.realmem_gold import realmem_episodes
 
+    ctx = cfg.writer_context()
     episodes = [
-        e for item in dataset.items for e in realmem_episodes(
-            item, window=cfg.episode_chunks or 1_000_000, skip=cfg.skip_chunks, chunk_tokens=cfg.chunk_tokens, max_chunks=cfg.max_chunks or None,
-            view_k=cfg.view_k, view_recent=cfg.view_recent,
-        )
-    ]
+        e for item in dataset.items
+        for e in realmem_episodes(item, window=cfg.episode_chunks or 1_000_000, skip=cfg.skip_chunks, ctx=ctx, max_chunks=cfg.max_chunks or None)
+    ]  # fmt: skip
     if cfg.max_prompt_tokens and tokenizer is not None:
-        episodes = [e for e in episodes if max(_prompt_tokens(e, c, tokenizer, cfg) for c in e.chunks) <= cfg.max_prompt_tokens]
+        episodes = [e for e in episodes if _prompt_tokens(e, ctx, tokenizer) <= cfg.max_prompt_tokens]
     if not episodes:
         raise ConfigurationError("no RealMem episode holds a memory point within the limits: check --data, --max_chunks, --skip_chunks, --max_prompt_tokens")
     return sorted(episodes, key=lambda e: fraction("grpo-order", cfg.seed, e.id))
 
 
-def _prompt_tokens(episode: Episode, chunk: Any, tokenizer: Any, cfg: GRPORunConfig) -> int:
-    view = episode.initial_state().view(chunk.text, view_k=cfg.view_k, view_recent=cfg.view_recent)
-    return len(_ids(tokenizer.apply_chat_template(episode.messages(view, chunk), add_generation_prompt=True, tokenize=True)))
+def _prompt_tokens(episode: Episode, ctx: Context, tokenizer: Any) -> int:
+    """Return the longest prompt of the episode's chunks, each drafted on the episode's starting memory."""
+    memory = episode.memory(ctx)
+    return max(len(_ids(tokenizer.apply_chat_template(memory.draft(c)[0], add_generation_prompt=True, tokenize=True))) for c in episode.chunks)
 
 
 def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any = None, tokenizer: Any = None, embed: Any = None, judge: Any = None) -> Any:

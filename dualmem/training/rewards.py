@@ -7,8 +7,9 @@
   memory, hit at >= 0.60 for facts and >= 0.65 for insights), with partial
   credit: graded similarity (best cosine over the threshold, capped at 1) and
   the share of writing turns that parsed; minus penalties: the share of
-  unparseable turns, invalid operations, insights citing unknown fact ids
-  (dangling), and memory bloat beyond a budget. In [-1, 1]: a parse failure
+  unparseable turns, the operations the writer's plan rejected, insights
+  rejected for citing unknown fact ids (dangling; counts from
+  :mod:`dualmem.training.writing`), and memory bloat beyond a budget. In [-1, 1]: a parse failure
   costs its share of the episode without erasing what the other turns wrote,
   so even a weak policy's group of rollouts has spread (GRPO needs it).
 - **persona judge** — an LLM judge (any chat model, ``load_chat_model``) scores
@@ -29,13 +30,13 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage, SystemMessage
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import setting_default
 from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
 from dualmem.retry import invoke_with_retry
-from dualmem.schema import MemoryUpdate, Persona
+from dualmem.schema import Persona
 from dualmem.structured import invoke_structured
 
 DATA_SOURCE = "dualmem/rolememo-writer"
@@ -55,8 +56,8 @@ class RewardConfig:
     similarity_weight: float = _f(0.3, "weight of graded similarity credit (best cosine / threshold, capped at 1) in the quality term")
     format_weight: float = _f(0.1, "weight of the share of writing turns that parsed in the quality term (when the turns are known)")
     unparseable_penalty: float = _f(0.5, "penalty times the share of writing turns whose answer is not a MemoryUpdate")
-    invalid_penalty: float = _f(0.05, "penalty per invalid operation (unknown id, empty text)")
-    dangling_penalty: float = _f(0.1, "penalty per insight citation of a fact id that does not exist")
+    invalid_penalty: float = _f(0.05, "penalty per operation the writer's plan rejects (unknown id, empty text, guard, over the op cap)")
+    dangling_penalty: float = _f(0.1, "extra penalty per insight rejected for citing a fact id that does not exist")
     memory_budget: int = _f(64, "items the memory may hold before the bloat penalty applies")
     bloat_penalty: float = _f(0.01, "penalty per item beyond memory_budget")
     dense_weight: float = _f(1.0, "weight of the dense verifiable reward")
@@ -69,33 +70,6 @@ class RewardConfig:
         """Build from a dict, ignoring unknown keys."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (data or {}).items() if k in names})
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def parse_updates(text: str) -> tuple[list[MemoryUpdate], int]:
-    """Return every ``MemoryUpdate`` JSON object in ``text`` and the count of unparseable ones (>= 1 if none)."""
-    decoder = json.JSONDecoder()
-    updates, bad, i = [], 0, 0
-    while (start := text.find("{", i)) >= 0:
-        try:
-            obj, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            i = start + 1
-            continue
-        i = end
-        try:
-            updates.append(MemoryUpdate.model_validate(obj))
-        except ValidationError:
-            bad += 1
-    return updates, (bad if updates else max(bad, 1))
-
-
-def parse_update(text: str) -> MemoryUpdate | None:
-    """Return the first valid ``MemoryUpdate`` in ``text``, or None."""
-    updates, _ = parse_updates(text)
-    return updates[0] if updates else None
 
 
 # --------------------------------------------------------------------------- recall
@@ -160,9 +134,9 @@ class RewardBreakdown:
 class EpisodeCounts(TypedDict, total=False):
     """What an episode's writing turns did, and how to score it: keyword options of :func:`dense_reward` and :func:`episode_reward`."""
 
-    unparseable: int  # turns whose answer did not parse
-    invalid: int  # updates that could not be applied
-    dangling: int  # insights citing facts that do not exist
+    unparseable: int  # turns whose answer held no MemoryUpdate
+    invalid: int  # operations the writer's plan rejected (dangling ones included)
+    dangling: int  # rejected insights citing an id that is neither a view fact nor a fact of their update
     turns: int  # the episode's writing turns (0: unknown)
     cfg: RewardConfig | None  # default: RewardConfig()
     embed: Embeddings | None  # default: cfg.embedder
@@ -304,10 +278,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
     ``extra_info["memory"]`` (the texts the episode wrote, set by the agent loop)
     and its ``unparseable``/``invalid``/``dangling`` counts are used when present;
-    otherwise the MemoryUpdate objects in ``solution_str`` are replayed.
-    ``extra_info["reward_config"]`` overrides :class:`RewardConfig` fields.
+    otherwise the MemoryUpdate objects in ``solution_str`` are written, one chunk
+    without turns each, through the writer's core (:class:`~dualmem.training.writing.EpisodeMemory`,
+    embedded with the reward's embedder). ``extra_info["reward_config"]`` overrides :class:`RewardConfig` fields.
     """
-    from dualmem.training.episode import MemoryState, View
+    from dualmem.training.writing import EpisodeMemory, bare_chunk, parse_updates, writer_context
 
     extra = dict(extra_info or {})
     gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
@@ -317,13 +292,15 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         counts = {k: int(extra.get(k, 0)) for k in ("unparseable", "invalid", "dangling", "turns")}
     else:
         updates, bad = parse_updates(solution_str or "")
-        state = MemoryState()
+        persona = Persona.model_validate(gt.get("persona") or {"id": "persona", "name": "the persona"})
+        written = EpisodeMemory(writer_context(embedder=_embeddings(cfg.embedder)), (persona.id, data_source), persona)
         counts = {"unparseable": bad if not updates else 0, "invalid": 0, "dangling": 0, "turns": len(updates) or bad}
         for n, update in enumerate(updates):
-            stats = state.apply(update, View("", {}), f"{data_source}-{n}")
-            counts["invalid"] += stats.invalid
-            counts["dangling"] += stats.dangling
-        memory = state.texts()
+            chunk = bare_chunk(f"{data_source}-{n}", n)
+            turn = written.write(chunk, written.draft(chunk)[1], update)
+            counts["invalid"] += turn.invalid
+            counts["dangling"] += turn.dangling
+        memory = [i.text for i in written.items()]
     out = episode_reward(
         memory, gt, cfg=cfg, unparseable=counts["unparseable"], invalid=counts["invalid"], dangling=counts["dangling"], turns=counts["turns"]
     ).as_dict()

@@ -1,9 +1,10 @@
 """One writing trajectory and the pool that serves its turns; shared by the TRL and VeRL engines.
 
-A :class:`Trajectory` is one rollout of an episode: per chunk, the working view
-rendered from its own memory, the prompt and completion token ids, and the
-update applied to its :class:`~dualmem.training.episode.MemoryState`; at the
-end, the episode reward. A :class:`TrajectoryPool` hands turn *t* of an episode
+A :class:`Trajectory` is one rollout of an episode: per chunk, the product's
+working view of its own memory and the writer's prompt for it, the prompt and
+completion token ids, and the answer written through the writer's core into
+its :class:`~dualmem.training.writing.EpisodeMemory`; at the end, the episode
+reward. A :class:`TrajectoryPool` hands turn *t* of an episode
 to GRPO samples: each request for (episode, t) claims the first trajectory
 whose turn *t* is not served yet, or starts a new one. So the *G* samples of a
 group get *G* different trajectories, and the next turn's group gets the same
@@ -16,43 +17,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dualmem.training.episode import Chunk, Episode, MemoryState, View
-from dualmem.training.rewards import RewardConfig, episode_reward, parse_updates
+from dualmem.memory.chunking import Chunk
+from dualmem.memory.view import View
+from dualmem.training.episode import Episode
+from dualmem.training.rewards import RewardConfig, episode_reward
+from dualmem.training.writing import EpisodeMemory
 
 
 @dataclass
 class Trajectory:
-    """One rollout of an episode."""
+    """One rollout of an episode: its own memory, and per writing turn the token ids and the answer."""
 
+    memory: EpisodeMemory
     prompt_ids: list[list[int]] = field(default_factory=list)
     completion_ids: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float] | None] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    state: MemoryState = field(default_factory=MemoryState)
     counts: dict[str, int] = field(default_factory=lambda: {"unparseable": 0, "invalid": 0, "dangling": 0})
     reward: dict[str, Any] = field(default_factory=dict)
 
-    def view(self, chunk: Chunk, view_k: int = 8, view_recent: int = 4) -> View:
-        """Return the working view of this trajectory's memory for ``chunk``."""
-        return self.state.view(chunk.text, view_k=view_k, view_recent=view_recent)
+    def draft(self, chunk: Chunk) -> tuple[list[dict[str, str]], View]:
+        """Return the writer's prompt for ``chunk`` and the product's working view of this trajectory's memory."""
+        return self.memory.draft(chunk)
 
     def record(self, chunk: Chunk, view: View, prompt_ids: list[int], completion_ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
-        """Store one writing turn and apply its update (bad output is counted, never dropped silently)."""
+        """Store one writing turn and write its answer through the writer's core (bad output is counted, never dropped silently)."""
         self.prompt_ids.append(list(prompt_ids))
         self.completion_ids.append(list(completion_ids))
         self.logprobs.append(logprobs)
         self.texts.append(text)
-        updates, bad = parse_updates(text)
-        if not updates:
-            self.counts["unparseable"] += bad
-            return
-        stats = self.state.apply(updates[0], view, chunk.id)
-        self.counts["invalid"] += stats.invalid
-        self.counts["dangling"] += stats.dangling
+        turn = self.memory.write(chunk, view, text)
+        for key in self.counts:
+            self.counts[key] += getattr(turn, key)
 
     def finish(self, episode: Episode, cfg: RewardConfig, embed: Any = None, judge: Any = None) -> dict[str, Any]:
         """Score what the trajectory wrote (:meth:`Episode.written`); return and keep the reward breakdown."""
-        out = episode_reward(episode.written(self.state), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
+        out = episode_reward(episode.written(self.memory), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
         self.reward = out.as_dict()
         return self.reward
 

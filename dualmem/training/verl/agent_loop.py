@@ -7,11 +7,13 @@ writing turn (episode, t); for a row the loop claims a trajectory from a
 per-worker :class:`~dualmem.training.rollout.TrajectoryPool`: the first of the
 group's ``n`` requests for turn t that finds no unserved trajectory starts
 playing a new episode (every chunk generated through VeRL's rollout server,
-the memory carried in a :class:`~dualmem.training.episode.MemoryState`), the
-others share it turn by turn. The row returns that trajectory's turn-t prompt,
-response and log-probs with ``reward_score`` = the trajectory's episode
-reward — every writing turn is credited with its trajectory's reward, as in
-MemAgent. Reward terms go to ``reward_extra_info`` for VeRL's metrics.
+each answer written through the product's writer core into the trajectory's
+own :class:`~dualmem.training.writing.EpisodeMemory`: the product's view,
+prompt, plan rules and op cap), the others share it turn by turn. The row
+returns that trajectory's turn-t prompt, response and log-probs with
+``reward_score`` = the trajectory's episode reward — every writing turn is
+credited with its trajectory's reward, as in MemAgent. Reward terms go to
+``reward_extra_info`` for VeRL's metrics.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from verl.experimental.agent_loop.agent_loop import (
     _agent_loop_registry,
 )
 
+from dualmem.config import setting_default
 from dualmem.training.rewards import RewardConfig
 from dualmem.training.rollout import Trajectory, TrajectoryPool
 from dualmem.training.verl.config import AGENT_NAME
 from dualmem.training.verl.dataset import StoredEpisode, load_episodes
+from dualmem.training.writing import writer_context
 
 POOL = TrajectoryPool()  # per worker process: turns of one trajectory are served to the rows of one episode
 
@@ -56,12 +60,16 @@ def _register(cls: type) -> type:
 class DualMemWriterAgentLoop(AgentLoopBase):
     """Play writer episodes through VeRL's rollout server and serve them one writing turn per row."""
 
-    def __init__(self, *args: Any, episodes_path: str = "", view_k: int = 8, view_recent: int = 4, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, episodes_path: str = "", view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"),
+        memory_embedder: str = "", **kwargs: Any,
+    ) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
         if not episodes_path:
             raise ValueError("agent loop config needs episodes_path (written by `dualmem train rl --engine verl --prepare`)")
         self.episodes_path = str(episodes_path)
         self.view_k, self.view_recent = int(view_k), int(view_recent)
+        self.ctx = writer_context(embedder=str(memory_embedder or ""), view_k=self.view_k, view_recent=self.view_recent)
         self.response_length = self.rollout_config.response_length
         reward_kwargs = dict(self.config.reward.custom_reward_function.get("reward_kwargs") or {})
         self.reward_config = RewardConfig.from_dict(reward_kwargs)
@@ -71,10 +79,10 @@ class DualMemWriterAgentLoop(AgentLoopBase):
 
     async def play(self, episode: StoredEpisode, sampling_params: dict[str, Any]) -> Trajectory:
         """Write the whole episode chunk by chunk with the policy; score the final memory."""
-        traj = Trajectory()
+        traj = Trajectory(episode.memory(self.ctx))
         for chunk in episode.chunks:
-            view = traj.view(chunk, self.view_k, self.view_recent)
-            prompt_ids = await self._tokens(episode.messages(view, chunk))
+            messages, view = traj.draft(chunk)
+            prompt_ids = await self._tokens(messages)
             out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
             ids = list(out.token_ids)[: self.response_length]
             logprobs = list(out.log_probs)[: self.response_length] if out.log_probs else None

@@ -12,6 +12,7 @@ writes the documented YAML and the agent-loop registration next to the data.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError
 from dualmem.training.run_config import JudgeFields, help_field
 
@@ -41,6 +43,7 @@ class VerlRunConfig(JudgeFields):
     kl_loss_coef: float = help_field(0.001, "KL loss coefficient (paper: 0.001)")
     kl_loss_type: str = help_field("low_var_kl", "KL estimator (paper: low_var_kl)")
     chunk_tokens: int = help_field(4000, "history chunk size in tokens (paper: 4,000)")
+    memory_embedder: str = help_field("", "embedder of each rollout's memory store (its working view's search, dedup), written to agent_loop.yaml by --prepare; empty: the embedder setting's, as the product writes")
     max_prompt_length: int = help_field(6144, "prompt budget: persona + working view + a 4,000-token chunk")
     max_response_length: int = help_field(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
     total_training_steps: int = help_field(200, "optimizer steps")
@@ -153,14 +156,18 @@ AGENT_LOOP_YAML = """# VeRL agent-loop registration of the DualMem writer (read 
   episodes_path: {episodes}
   view_k: {view_k}
   view_recent: {view_recent}
+  memory_embedder: {memory_embedder}
 """
 
 
-def write_agent_loop_yaml(data_dir: str | Path, view_k: int = 8, view_recent: int = 4) -> Path:
-    """Write ``agent_loop.yaml`` registering the writer agent loop with the episodes file."""
+def write_agent_loop_yaml(data_dir: str | Path, view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"),
+                          memory_embedder: str = "") -> Path:  # fmt: skip
+    """Write ``agent_loop.yaml`` registering the writer agent loop with the episodes file and the rollouts' working view
+    (``memory_embedder``: the embedder of each rollout's memory store; empty: the embedder setting's)."""
     data = Path(data_dir).resolve()
     path = data / "agent_loop.yaml"
-    path.write_text(AGENT_LOOP_YAML.format(name=AGENT_NAME, episodes=data / "episodes.jsonl", view_k=view_k, view_recent=view_recent))
+    path.write_text(AGENT_LOOP_YAML.format(name=AGENT_NAME, episodes=data / "episodes.jsonl", view_k=view_k, view_recent=view_recent,
+                                           memory_embedder=json.dumps(memory_embedder)))
     return path
 
 

@@ -5,8 +5,9 @@ Columns follow VeRL's ``RLHFDataset``: ``data_source``, ``agent_name``
 real prompt is rendered per rollout from its own memory), ``ability``,
 ``reward_model`` (``{"style": "rule", "ground_truth": <episode gold JSON>}``)
 and ``extra_info`` (``index``, ``episode_id``, ``turn``, ``turns``). The
-episodes themselves (persona, chunks, gold) go to ``episodes.jsonl``, read by
-the agent loop. The split is by persona, like the SFT export.
+episodes themselves (persona, namespace, the writer's chunks as the product
+cuts them, the starting memory, gold) go to ``episodes.jsonl``, read by the
+agent loop. The split is by persona, like the SFT export.
 """
 
 from __future__ import annotations
@@ -14,31 +15,41 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from dualmem.config import setting_default
+from dualmem.errors import ConfigurationError
+from dualmem.memory.chunking import Chunk
 from dualmem.schema import Dataset, Persona
-from dualmem.training.episode import Chunk, Episode, build_episode
+from dualmem.training.episode import Episode, build_episode
 from dualmem.training.export import split_by_persona
 from dualmem.training.rewards import DATA_SOURCE
 from dualmem.training.verl.config import AGENT_NAME, write_agent_loop_yaml
+from dualmem.training.writing import Seed
 
 
 def episode_to_json(episode: Episode) -> dict[str, Any]:
-    """Serialise what the agent loop needs: persona, chunks (ids, turn ids, text) and the gold."""
+    """Serialise what the agent loop needs: persona, namespace, the writer's chunks, the starting memory and the gold."""
     return {
         "id": episode.id,
         "persona": episode.persona.model_dump(mode="json"),
-        "chunks": [{"id": c.id, "turn_ids": [t.id for t in c.turns], "text": c.text} for c in episode.chunks],
+        "namespace": list(episode.namespace),
+        "chunks": [dict(c) for c in episode.chunks],
+        "start": episode.start.to_json(),
         "ground_truth": episode.ground_truth(),
     }
 
 
 class StoredEpisode(Episode):
-    """An episode read back from ``episodes.jsonl`` (chunks without turn objects, gold precomputed)."""
+    """An episode read back from ``episodes.jsonl`` (the writer's chunks as written, gold precomputed)."""
 
     def __init__(self, data: dict[str, Any]) -> None:
-        chunks = [Chunk(c["id"], [], c["text"]) for c in data["chunks"]]
-        super().__init__(data["id"], Persona.model_validate(data["persona"]), chunks, [], [])
+        if "namespace" not in data:
+            raise ConfigurationError(f"episode {data.get('id')!r} was written by an older DualMem without the writer's chunks: "
+                                     "rewrite the data with `dualmem train rl --engine verl --prepare`")  # fmt: skip
+        chunks = [cast(Chunk, dict(c)) for c in data["chunks"]]
+        super().__init__(data["id"], Persona.model_validate(data["persona"]), tuple(data["namespace"]), chunks, [], [],
+                         start=Seed.from_json(data.get("start")))  # fmt: skip
         self._gt = data["ground_truth"]
 
     def ground_truth(self) -> dict[str, Any]:
@@ -73,11 +84,15 @@ def episode_rows(episode: Episode, start: int = 0, split: str = "train") -> list
     ]
 
 
-def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0, view_k: int = 8,
-                       view_recent: int = 4, val_personas: Iterable[str] = ()) -> dict[str, Any]:
+def write_verl_dataset(
+    dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0,
+    view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"), val_personas: Iterable[str] = (),
+    memory_embedder: str = "",
+) -> dict[str, Any]:  # fmt: skip
     """Write ``train.parquet``, ``val.parquet``, ``episodes.jsonl`` and ``agent_loop.yaml``; return counts.
 
     Validation holds whole personas: ``val_personas`` when given, else a ``val_ratio`` share drawn by persona.
+    ``view_k``, ``view_recent``, ``memory_embedder`` (empty: the embedder setting's): the rollouts' working view.
     """
     import pandas as pd
 
@@ -103,5 +118,5 @@ def write_verl_dataset(dataset: Dataset, out_dir: str | Path, *, chunk_tokens: i
             rows += episode_rows(k["episode"], start=len(rows), split=name)
         pd.DataFrame(rows).to_parquet(out / f"{name}.parquet") if rows else pd.DataFrame(columns=["data_source", "prompt"]).to_parquet(out / f"{name}.parquet")
         counts[name] = len(rows)
-    write_agent_loop_yaml(out, view_k=view_k, view_recent=view_recent)
+    write_agent_loop_yaml(out, view_k=view_k, view_recent=view_recent, memory_embedder=memory_embedder)
     return {"episodes": len(episodes), **counts, "dir": str(out)}

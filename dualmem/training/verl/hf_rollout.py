@@ -27,7 +27,7 @@ import asyncio
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ray
 import torch
@@ -306,14 +306,14 @@ class HFReplica(RolloutReplica):
             )
         worker = self.workers[0]
         node_id, gpu = await worker.__ray_call__.remote(
-            lambda self: (ray.get_runtime_context().get_node_id(), (ray.get_runtime_context().get_accelerator_ids().get("GPU") or [None])[0])
+            lambda self: (ray.get_runtime_context().get_node_id(), next(iter(ray.get_runtime_context().get_accelerator_ids().get("GPU") or []), None))
         )
         suffix = "_reward" if self.is_reward_model else "_teacher" if self.is_teacher_model else ""
         name = server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}")
         env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}  # the worker's GPU, set before the process starts
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        server = ray.remote(HFServer).options(
+        server = cast(Any, ray.remote(HFServer)).options(
             scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
             runtime_env={"env_vars": env},
             name=name,

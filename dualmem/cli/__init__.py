@@ -6,7 +6,7 @@ what they share — apps, options, exit codes, errors, preflight — in :mod:`~d
 
 from __future__ import annotations
 
-from dualmem.cli import memory, runs  # noqa: F401 - registers the commands on `app`
+from dualmem.cli import control, memory, runs  # noqa: F401 - registers the commands on `app`
 from dualmem.cli.common import EXIT_FAILED, EXIT_MISCONFIGURED, _set_options, app
 
 

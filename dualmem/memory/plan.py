@@ -38,6 +38,7 @@ from typing_extensions import TypedDict
 
 from dualmem.memory import guard
 from dualmem.memory.chunking import Chunk
+from dualmem.memory.versions import version_row
 from dualmem.memory.view import View, ViewEntry
 from dualmem.schema import FactOp, InsightOp, MemoryItem, MemoryUpdate, SourceRef, stable_id, utcnow
 from dualmem.vectors import cosine
@@ -64,11 +65,7 @@ def _record(op: FactOp | InsightOp, stream: str, **extra: Any) -> dict[str, Any]
 
 def _snapshot(entry: ViewEntry, chunk_id: str) -> dict[str, Any]:
     """Return the superseded copy of a view item's current version (a history row under its own id)."""
-    old = dict(entry["item"])
-    old["id"] = stable_id(entry["id"], chunk_id, "version", prefix="v")
-    old["status"] = "superseded"
-    old["meta"] = {**(old.get("meta") or {}), "version_of": entry["id"], "superseded_by_chunk": chunk_id}
-    return old
+    return version_row(entry["item"], entry["id"], chunk_id)
 
 
 class _Planner:

@@ -9,10 +9,11 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import MemoryItem, MemoryKind
+from dualmem.stores import dual_of
 from dualmem.stores.contract import DualStore, SearchMode
 from dualmem.stores.results import ScoredItem
 
@@ -37,7 +38,7 @@ class DualMemRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    store: DualStore
+    store: DualStore  # a DualStore, or a store that holds one (LanceDBStore, DualMemStore): its dual memory
     namespace: tuple[str, ...]
     k: int = Field(default=10, ge=0)
     ranker: Any = None  # a dualmem.retrieval.Ranker, a ranker spec, or None (the settings' ranker)
@@ -45,6 +46,19 @@ class DualMemRetriever(BaseRetriever):
     kind: MemoryKind | None = None
     merged: bool = False
     expand: bool = True
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _dual_store(cls, value: Any) -> DualStore:
+        """Accept the stores users hold: a DualStore, or a LanceDBStore / DualMemStore (their dual memory)."""
+        return dual_of(value)
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _namespace(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str) or not all(isinstance(p, str) for p in value):
+            raise ValueError(f"namespace is (persona_id, user_id), a tuple of strings; got {value!r}")
+        return tuple(value)
 
     def _ranker(self) -> Ranker:
         if not isinstance(self.ranker, Ranker):

@@ -11,7 +11,7 @@ setting, or the tool's ``ranker``); other namespaces use the store's search.
 Namespace parts like ``"{user_id}"`` are filled from the run's
 ``config["configurable"]`` (or its ``context``). ``update`` and ``delete``
 only reach memories of the tool's own namespace: another namespace's id is
-refused with an error naming it.
+refused with an error naming it; both keep the replaced state as a version row (history).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dualmem.schema import Fact, MemoryKind
 from dualmem.stores.contract import DualStore
 from dualmem.stores.langgraph_store import LanceDBStore
 from dualmem.stores.results import ScoredItem
+from dualmem.stores.revisions import remove, revise
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 
@@ -173,7 +174,7 @@ def create_manage_memory_tool(
     def manage_memory(
         content: Content = None,
         action: ActionArg = "create",
-        id: MemoryId = None,  # noqa: A002 - the name the model sees
+        id: MemoryId = None,
         config: RunnableConfig = None,  # type: ignore[assignment]
     ) -> str:
         """Create, update or delete a memory."""
@@ -190,9 +191,12 @@ def create_manage_memory_tool(
         key = id or str(uuid.uuid4())
         if action != "create" and not _exists(target, ns, key):
             raise ValueError(f"there is no memory {key!r} in this namespace {ns}; search first and pass one of its ids")
-        if isinstance(target, DualStore):
+        if isinstance(target, DualStore):  # an update or delete keeps the replaced state as a version row
+            old = target.get(ns, [key]) if action != "create" else []
             if action == "delete":
-                target.delete(ns, [key])
+                remove(target, ns, key, via=name)
+            elif old:
+                revise(target, old[0].model_copy(update={"text": content or "", "meta": {**old[0].meta, "via": name}}), via=name)
             else:
                 target.upsert([Fact(id=key, namespace=ns, text=content or "", meta={"via": name})])
         elif action == "delete":

@@ -37,6 +37,27 @@ def open_store(settings: Any = None, embeddings: Any = None) -> DualStore:
     return LanceDualStore.from_settings(s, embeddings)
 
 
+def choose_user(users: list[str], persona_id: str, user: str | None, default: str) -> str:
+    """The one rule for whose memory a reader reads: ``user`` when given; else the persona's only user with memory
+    (``users``); several users is a one-line error listing them; none: ``default``.
+
+    >>> choose_user(["theo"], "mara", None, "user")
+    'theo'
+    """
+    from dualmem.errors import ConfigurationError
+
+    if user:
+        return user
+    if len(users) > 1:
+        raise ConfigurationError(f"persona {persona_id!r} has memory of several users ({', '.join(sorted(users))}); name one (--user, user=)")
+    return users[0] if users else default
+
+
+def users_of(store: DualStore, persona_id: str) -> list[str]:
+    """Return the users of whom ``persona_id`` has memory in ``store``."""
+    return sorted({ns[1] for ns in store.namespaces((persona_id,)) if len(ns) == 2})
+
+
 def dual_of(store: Any) -> DualStore:
     """Return the dual store behind ``store``: a ``DualStore`` itself, or the one a ``DualMemStore`` shows."""
     from dualmem.errors import ConfigurationError
@@ -61,9 +82,11 @@ __all__ = [
     "LanceDualStore",
     "Namespace",
     "ScoredItem",
+    "choose_user",
     "dual_of",
     "langgraph_view",
     "make_store",
     "memory_namespace",
     "open_store",
+    "users_of",
 ]

@@ -91,14 +91,14 @@ def check_uri(uri: str) -> str:
     return uri
 
 
-def connect(uri: str, options: Mapping[str, str] | None = None) -> Any:
-    """Open a LanceDB connection whose every read sees the latest committed version."""
+def connect(uri: str, options: Mapping[str, str] | None = None, *, create: bool = True) -> Any:
+    """Open a LanceDB connection whose every read sees the latest committed version (``create``: make a local folder)."""
     import lancedb
 
-    uri = check_uri(uri)
+    uri = check_uri(uri) if create else str(uri)
     try:
         return lancedb.connect(uri, read_consistency_interval=timedelta(0), storage_options=dict(options or {}) or None)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the fix
+    except Exception as exc:
         raise ConfigurationError(
             f"cannot open LanceDB at {uri!r} ({exc}); set DUALMEM_STORE_URI or store_uri= to a writable folder or "
             "a LanceDB URI (object stores take DUALMEM_STORE_OPTIONS or the usual AWS_* variables)"
@@ -117,7 +117,7 @@ def retry(fn: Callable[[], T], *, attempts: int = 30) -> T:
     for attempt in range(attempts):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - only conflicts are retried
+        except Exception as exc:
             if not is_conflict(exc) or attempt == attempts - 1:
                 raise
             time.sleep(delay * (1.0 + random.random()))
@@ -149,7 +149,7 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
             if name in table_names(db):
                 return db.open_table(name)
             return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
-        except Exception as exc:  # noqa: BLE001 - only creation races are retried
+        except Exception as exc:
             text = str(exc).lower()
             racing = is_conflict(exc) or "not found" in text or "already exists" in text or "does not match existing" in text
             if not racing or attempt == 59:
@@ -165,7 +165,7 @@ def migrate_columns(table: Any, schema: pa.Schema, sql: Mapping[str, str]) -> No
     if missing:
         try:
             retry(lambda: table.add_columns(missing))
-        except Exception as exc:  # noqa: BLE001 - another process may have added them
+        except Exception as exc:
             if not set(missing) <= set(table.schema.names):
                 raise ConfigurationError(
                     f"table {table.name!r} is from an older DualMem and could not be upgraded ({exc}); "
@@ -213,7 +213,7 @@ def ensure_indexes(table: Any, wanted: Mapping[str, Any]) -> None:
             try:
                 table.create_index(column, config=config)
                 break
-            except Exception as exc:  # noqa: BLE001 - only races are retried
+            except Exception as exc:
                 if not is_conflict(exc) or attempt == 29:
                     raise
                 time.sleep(0.01 * (1 + random.random()) * (attempt + 1))
@@ -239,7 +239,7 @@ def ensure_primary_key(table: Any, column: str) -> None:
         return
     try:
         retry(lambda: table.set_unenforced_primary_key(column))
-    except Exception:  # noqa: BLE001 - another process declared it first
+    except Exception:
         if not any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (table.schema.field(column).metadata or {})):
             raise
 

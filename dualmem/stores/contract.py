@@ -100,10 +100,14 @@ class SearchItems:
 
 @dataclass(frozen=True)
 class PutItems:
-    """Insert or replace items by (namespace, id), exactly as given; ``vectors`` one per item (embedded when None)."""
+    """Insert or replace items by (namespace, id), exactly as given; ``vectors`` one per item (embedded when None).
+
+    Rows are stamped ``updated_at`` = the time of the write, unless ``keep_times`` (a restore: the items' own).
+    """
 
     items: tuple[MemoryItem, ...]
     vectors: tuple[tuple[float, ...], ...] | None = None
+    keep_times: bool = False
 
 
 @dataclass(frozen=True)
@@ -318,7 +322,7 @@ class DualStore(ABC):
     def search(
         self, namespace: Namespace, query: str, kind: MemoryKind | None = None, k: int = 10,
         mode: SearchMode = "hybrid", status: str | None = "active",
-        filter: Mapping[str, Any] | None = None,  # noqa: A002 - the LangGraph store's name for it
+        filter: Mapping[str, Any] | None = None,
         since: str | None = None, until: str | None = None, vector: Sequence[float] | None = None,
     ) -> builtins.list[ScoredItem]:  # fmt: skip
         """Search one namespace; ``filter`` is a dict over :data:`FILTERABLE` fields, ``since``/``until`` bound
@@ -377,10 +381,12 @@ def _filled(ops: Sequence[MemoryOp], docs: Sequence[Sequence[float]], qvecs: Seq
 
 
 def put_rows(op: PutItems, dims: int, now: Any) -> builtins.list[dict[str, Any]]:
-    """Return the table rows of a prepared put (the last of two rows for one key wins; ``updated_at`` = ``now``)."""
+    """Return the table rows of a prepared put (the last of two rows for one key wins; ``updated_at`` = ``now``
+    unless the put keeps the items' times)."""
     assert op.vectors is not None
     rows: dict[tuple[Namespace, str], dict[str, Any]] = {}
     for item, vector in zip(op.items, op.vectors, strict=True):
         check_kind(item.kind)
-        rows[(tuple(item.namespace), item.id)] = item_to_row(item, vector, created_at=item.created_at, updated_at=now, dims=dims)
+        stamp = item.updated_at if op.keep_times else now
+        rows[(tuple(item.namespace), item.id)] = item_to_row(item, vector, created_at=item.created_at, updated_at=stamp, dims=dims)
     return builtins.list(rows.values())

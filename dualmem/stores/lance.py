@@ -28,6 +28,7 @@ import builtins
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -69,22 +70,27 @@ EMBEDDER_KEY = "dualmem.embedder"  # schema metadata: the embedder spec the stor
 
 
 class LanceDualStore(DualStore):
-    """Facts and insights in one LanceDB table (see the module docstring)."""
+    """Facts and insights in one LanceDB table (see the module docstring).
+
+    ``embeddings``: an embeddings object, or an embedder spec (``bundled:all-MiniLM-L6-v2``, ``hash:64``…) loaded
+    the first time a text or query must be embedded — listing, counting and reading never load it.
+    """
 
     def __init__(
         self, uri: str, embeddings: Any, *, dims: int | None = None, storage_options: Mapping[str, str] | str | None = None,
         lease_ttl_s: float = 60.0, lease_wait_s: float = 900.0,
     ) -> None:  # fmt: skip
         if embeddings is None:
-            raise ConfigurationError("LanceDualStore needs an embeddings object; use open_store(settings) for the configured one")
-        from dualmem.models import embedding_dims
-
+            raise ConfigurationError("LanceDualStore needs an embeddings object or spec; use open_store(settings) for the configured one")
         self.uri = str(uri)
-        self.embeddings = embeddings
-        self.dims = dims or embedding_dims(embeddings)
+        self._embeddings = embeddings
         self.storage_options = L.storage_options(storage_options)
         self._db = L.connect(self.uri, self.storage_options)
-        spec = getattr(embeddings, "spec", None)
+        spec = embeddings if isinstance(embeddings, str) else getattr(embeddings, "spec", None)
+        self.dims = dims or _stored_dims(self._db) or 0
+        if not self.dims:  # a fresh store: its width is the embedder's, so the embedder loads now
+            self._embeddings = _loaded(embeddings)
+            self.dims = _dims(self._embeddings)
         schema = item_schema(self.dims).with_metadata({EMBEDDER_KEY: spec} if spec else {})
         self.table = _open_memory(self._db, schema)
         L.check_dims(self.table, "vector", self.dims, self.uri)
@@ -95,14 +101,25 @@ class LanceDualStore(DualStore):
         self.leases = Leases(self._db, ttl_s=lease_ttl_s, wait_s=lease_wait_s)
         self._last = utcnow()
 
+    @property
+    def embeddings(self) -> Any:  # type: ignore[override]
+        """The store's embedder (a spec given at construction is loaded now, once)."""
+        if isinstance(self._embeddings, str):
+            spec, loaded = self._embeddings, _loaded(self._embeddings)
+            if _dims(loaded) != self.dims:
+                raise ConfigurationError(
+                    f"the store at {self.uri!r} holds {self.dims}-dim vectors but the embedder {spec!r} makes "
+                    f"{_dims(loaded)}-dim ones; use the embedder the store was written with (DUALMEM_EMBEDDER) or a fresh store"
+                )
+            self._embeddings = loaded
+        return self._embeddings
+
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Any = None) -> LanceDualStore:
-        """Open the store at ``settings.store_uri`` with the settings' embedder (or ``embeddings``)."""
-        from dualmem.models import load_embeddings
-
+        """Open the store at ``settings.store_uri`` with the settings' embedder (or ``embeddings``), loaded when first needed."""
         s = Settings.resolve(settings)
         return cls(
-            s.store_uri, load_embeddings(embeddings, s), storage_options=s.store_options,
+            s.store_uri, embeddings if embeddings is not None else s.embedder, storage_options=s.store_options,
             lease_ttl_s=s.lease_ttl_s, lease_wait_s=s.lease_wait_s,
         )  # fmt: skip
 
@@ -221,6 +238,42 @@ def _open_memory(db: Any, schema: pa.Schema) -> Any:
         if data is not None and data.num_rows == 0:
             data = None
     return L.open_or_create(db, TABLE, schema, data=data)
+
+
+def stored_namespaces(uri: str, storage_options: Mapping[str, str] | str | None = None, prefix: Namespace = ()) -> list[Namespace] | None:
+    """Return the namespaces holding items in the store at ``uri`` (None: there is no store there), without loading an
+    embedder or creating anything: what a command checks before any slow work."""
+    if "://" not in str(uri) and not Path(str(uri)).expanduser().is_dir():
+        return None
+    db = L.connect(str(uri), L.storage_options(storage_options), create=False)
+    names = L.table_names(db)
+    if TABLE not in names and not any(n in names for n in LEGACY_TABLES):
+        return None
+    tables = [db.open_table(TABLE)] if TABLE in names else [db.open_table(n) for n in LEGACY_TABLES if n in names]
+    keys = {k for t in tables for k in L.scan(t, ns_prefix_sql(prefix), ["namespace"]).column("namespace").unique().to_pylist()}
+    return sorted(ns_parse(k) for k in keys)
+
+
+def _stored_dims(db: Any) -> int | None:
+    """Return the vector size of an existing memory table (None: no table yet)."""
+    if TABLE not in L.table_names(db):
+        return None
+    return getattr(db.open_table(TABLE).schema.field("vector").type, "list_size", None)
+
+
+def _loaded(embeddings: Any) -> Any:
+    """Return ``embeddings`` loaded when it is a spec string."""
+    if not isinstance(embeddings, str):
+        return embeddings
+    from dualmem.models import load_embeddings
+
+    return load_embeddings(embeddings)
+
+
+def _dims(embeddings: Any) -> int:
+    from dualmem.models import embedding_dims
+
+    return embedding_dims(embeddings)
 
 
 def _namespace_keys(table: Any) -> list[str]:

@@ -8,7 +8,8 @@ it, ``source``, ``grounding``, ``status``…). Other namespaces under the label
 (say ``("dualmem", "settings")``) are ordinary store items.
 
 Get, put (upsert; ``text`` or ``content`` required; insights need
-``grounding``), delete, and search work; a search prefix shorter than four
+``grounding``), delete, and search work (a put over an item or a delete keeps the replaced state as
+a version row: :mod:`~dualmem.stores.revisions`); a search prefix shorter than four
 labels (``("dualmem", persona)``) covers every memory namespace below it, as
 LangGraph's prefix semantics say. A query search ranks by cosine similarity
 (the score LangGraph's stores report), so memory and ordinary items rank on
@@ -26,6 +27,7 @@ from langgraph.store.base import GetOp, Item, PutOp, SearchItem, SearchOp
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight, MemoryItem
 from dualmem.stores._match import matches
+from dualmem.stores.revisions import remove, revise
 
 KINDS = ("fact", "insight")
 
@@ -118,7 +120,7 @@ class MemoryView:
         _, persona, user, kind = op.namespace
         ns = (persona, user)
         if op.value is None:
-            self.dual.delete(ns, [op.key])
+            remove(self.dual, ns, op.key)  # the deleted state stays as a version row (history)
             return
         value = {k: v for k, v in dict(op.value).items() if k not in {"id", "namespace", "kind"}}
         text = value.pop("content", None)
@@ -143,7 +145,7 @@ class MemoryView:
                 raise ConfigurationError(
                     f"insight {op.key!r} cites {sorted(missing)}, which are not facts of {tuple(op.namespace[:3])}"
                 )
-        self.dual.upsert([item])
+        revise(self.dual, item)  # a replaced state stays as a version row (history)
 
     def namespaces(self) -> list[tuple[str, ...]]:
         """Return the store namespaces of every memory namespace that holds items."""

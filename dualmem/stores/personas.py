@@ -13,12 +13,10 @@ TABLE = "personas"
 _SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("json", pa.string())])
 
 
-def _table(uri: str, options: str | dict[str, str] | None):  # noqa: ANN202 - lancedb table
+def _table(uri: str, options: str | dict[str, str] | None):
     from dualmem.stores import _lance as L
 
-    table = L.open_or_create(L.connect(uri, L.storage_options(options)), TABLE, _SCHEMA)
-    L.ensure_primary_key(table, "id")
-    return table
+    return L.open_or_create(L.connect(uri, L.storage_options(options)), TABLE, _SCHEMA)
 
 
 def save_persona(uri: str, persona: Persona, options: str | dict[str, str] | None = None) -> None:

@@ -1,0 +1,130 @@
+"""`dualmem mcp`: an MCP client (the official SDK's, and langchain-mcp-adapters in a `create_agent` agent) searches,
+adds and forgets over stdio and streamable HTTP; a connection scoped to one user cannot reach another's memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+from dualmem.schema import Fact, Insight
+from dualmem.stores import LanceDualStore
+from dualmem.testing import FakeChatModel, HashEmbeddings
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A store where mara remembers two users; the environment a served `dualmem mcp` reads."""
+    uri = str(tmp_path / "db")
+    dual = LanceDualStore(uri, HashEmbeddings(64))
+    for user, (a, b) in {"alice": ("grows tomatoes on her balcony", "works night shifts"),
+                         "bob": ("grows tomatoes in a greenhouse", "sails on weekends")}.items():  # fmt: skip
+        ns = ("mara", user)
+        dual.upsert([Fact(id=f"{user}-1", namespace=ns, text=a), Fact(id=f"{user}-2", namespace=ns, text=b),
+                     Insight(id=f"{user}-i", namespace=ns, text=f"{user} finds calm in routine", grounding=[f"{user}-1"])])  # fmt: skip
+    env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": uri, "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite")}
+    return dual, env
+
+
+def payload(result) -> object:
+    """Return a tool result's value (structured content when the tool declares it)."""
+    assert not result.isError, result.content
+    if result.structuredContent is not None:
+        return result.structuredContent.get("result", result.structuredContent)
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.isError
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def test_stdio_server_scoped_to_one_user_searches_adds_and_forgets(store):
+    dual, env = store
+    params = StdioServerParameters(command=sys.executable, args=["-m", "dualmem.cli", "mcp", "--persona", "mara", "--user", "alice"], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert {"search_memory", "add_fact", "forget", "memory_history"} <= names
+        hits = payload(await session.call_tool("search_memory", {"query": "tomatoes"}))
+        assert hits and {h["id"] for h in hits} <= {"alice-1", "alice-2", "alice-i"} and hits[0]["id"] == "alice-1"
+        assert "scoped to user 'alice'" in error_text(await session.call_tool("search_memory", {"query": "tomatoes", "user": "bob"}))
+        assert "scoped" in error_text(await session.call_tool("forget", {"everything": True, "user": "bob"}))
+        added = payload(await session.call_tool("add_fact", {"text": "adopted a grey cat named Pixel"}))
+        assert payload(await session.call_tool("search_memory", {"query": "grey cat Pixel", "limit": 1}))[0]["id"] == added["id"]
+        assert [h["op"] for h in payload(await session.call_tool("memory_history", {"item_id": added["id"]}))] == ["ADD"]
+        payload(await session.call_tool("forget", {"item_id": "alice-2"}))
+        assert "alice-2" not in {h["id"] for h in payload(await session.call_tool("search_memory", {"query": "night shifts"}))}
+        assert "either" in error_text(await session.call_tool("forget", {}))
+        done = payload(await session.call_tool("forget", {"everything": True}))
+        assert done["removed"]["store/memory"] == 3
+        assert payload(await session.call_tool("search_memory", {"query": "tomatoes"})) == []
+    assert dual.count(("mara", "alice"), status=None) == 0 and dual.count(("mara", "bob")) == 3
+
+
+@pytest.fixture
+def http_server(store, tmp_path):
+    """`dualmem mcp --transport http` on a free loopback port, scoped per connection; yields its URL."""
+    _, env = store
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(tmp_path / "mcp.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.time() + 90
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "mcp.log").read_text()[-3000:]
+            time.sleep(0.2)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+async def test_http_connections_are_scoped_by_headers_or_per_call(http_server, store):
+    dual, _ = store
+    alice = {"X-DualMem-Persona": "mara", "X-DualMem-User": "alice"}
+    async with streamablehttp_client(http_server, headers=alice) as (read, write, _), ClientSession(read, write) as session:
+        await session.initialize()
+        hits = payload(await session.call_tool("search_memory", {"query": "grows tomatoes"}))
+        assert hits and all(h["id"].startswith("alice") for h in hits)
+        assert "cannot reach user 'bob'" in error_text(await session.call_tool("search_memory", {"query": "sails", "user": "bob"}))
+        assert "cannot reach persona" in error_text(await session.call_tool("add_fact", {"text": "x", "persona": "zed"}))
+        payload(await session.call_tool("add_fact", {"text": "learns the cello"}))
+    async with streamablehttp_client(http_server) as (read, write, _), ClientSession(read, write) as session:
+        await session.initialize()
+        assert "name the persona" in error_text(await session.call_tool("search_memory", {"query": "cello"}))
+        hits = payload(await session.call_tool("search_memory", {"query": "cello sails", "persona": "mara", "user": "bob"}))
+        assert hits and all(h["id"].startswith("bob") for h in hits), "bob's memory has no cello"
+    assert {i.text for i in dual.list(("mara", "alice"))} >= {"learns the cello"}
+    assert "learns the cello" not in {i.text for i in dual.list(("mara", "bob"))}
+
+
+async def test_langchain_mcp_adapters_load_the_tools_into_an_agent(http_server):
+    from langchain.agents import create_agent
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    client = MultiServerMCPClient({"dualmem": {"transport": "streamable_http", "url": http_server,
+                                               "headers": {"X-DualMem-Persona": "mara", "X-DualMem-User": "bob"}}})  # fmt: skip
+    tools = {t.name: t for t in await client.get_tools()}
+    model = FakeChatModel(responses=[{"query": "where does he grow tomatoes", "limit": 3}, "In a greenhouse."])
+    agent = create_agent(model, [tools["search_memory"]])
+    out = await agent.ainvoke({"messages": [{"role": "user", "content": "Where do I grow tomatoes?"}]})
+    found = [m for m in out["messages"] if m.type == "tool"]
+    assert found and "greenhouse" in str(found[0].content) and "balcony" not in str(found[0].content)
+    assert out["messages"][-1].content == "In a greenhouse."

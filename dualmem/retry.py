@@ -17,6 +17,11 @@ What ends a call, raised from the original exception:
   any other exception from the model): callers record it — a failed chunk, a
   judge error — and go on.
 
+Each attempt holds one slot of the endpoint's gate (:mod:`dualmem.limits`:
+``endpoint_concurrency`` calls in flight, ``endpoint_rpm`` started per minute,
+shared by every node of a cluster run), taken in :func:`_call` / :func:`_acall`,
+the one place every model call passes; a backoff between attempts holds none.
+
 Sync and async calls share :func:`next_wait`; only the sleeping differs.
 
 >>> policy = RetryPolicy(retries=2, backoff=0.0, max_wait=1.0)
@@ -32,7 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -40,6 +45,7 @@ from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DualMemError, ModelCallError
+from dualmem.limits import Gate, aslot, gate_for, slot
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 CONFIG_STATUS = {
@@ -61,12 +67,13 @@ class RetryPolicy:
     retries: int
     backoff: float
     max_wait: float
+    gate: Gate | None = field(default=None, compare=False)  # the endpoint's limits (dualmem.limits); None: none
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> RetryPolicy:
-        """Return the policy of ``settings`` (``call_retries``, ``retry_backoff``, ``retry_max_wait``)."""
+        """Return the policy of ``settings`` (``call_retries``, ``retry_backoff``, ``retry_max_wait``, the endpoint's gate)."""
         s = settings or Settings()
-        return cls(retries=s.call_retries, backoff=s.retry_backoff, max_wait=s.retry_max_wait)
+        return cls(retries=s.call_retries, backoff=s.retry_backoff, max_wait=s.retry_max_wait, gate=gate_for(s))
 
 
 def as_policy(policy: RetryPolicy | Settings | None) -> RetryPolicy:
@@ -199,16 +206,18 @@ class _Attempts:
         return wait
 
 
-def _call(runnable: Any, value: Any, config: Any) -> Any:
-    if hasattr(runnable, "invoke"):
-        return runnable.invoke(value, config=config) if config is not None else runnable.invoke(value)
-    return runnable(value)
+def _call(runnable: Any, value: Any, config: Any, gate: Gate | None) -> Any:
+    with slot(gate):
+        if hasattr(runnable, "invoke"):
+            return runnable.invoke(value, config=config) if config is not None else runnable.invoke(value)
+        return runnable(value)
 
 
-async def _acall(runnable: Any, value: Any, config: Any) -> Any:
-    if hasattr(runnable, "ainvoke"):
-        return await (runnable.ainvoke(value, config=config) if config is not None else runnable.ainvoke(value))
-    return await asyncio.to_thread(runnable, value)
+async def _acall(runnable: Any, value: Any, config: Any, gate: Gate | None) -> Any:
+    async with aslot(gate):
+        if hasattr(runnable, "ainvoke"):
+            return await (runnable.ainvoke(value, config=config) if config is not None else runnable.ainvoke(value))
+        return await asyncio.to_thread(runnable, value)
 
 
 def invoke_with_retry(runnable: Any, value: Any, *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[RetryOptions]) -> Any:
@@ -216,7 +225,7 @@ def invoke_with_retry(runnable: Any, value: Any, *, sleep: Callable[[float], Non
     attempts = _Attempts(**options)
     while True:
         try:
-            return _call(runnable, value, attempts.config)
+            return _call(runnable, value, attempts.config, attempts.rules.gate)
         except Exception as exc:  # noqa: BLE001 - passthrough re-raised; the rest classified by next_wait: retried, or raised as a DualMem error
             sleep(attempts.wait_after(exc))
 
@@ -226,6 +235,6 @@ async def ainvoke_with_retry(runnable: Any, value: Any, **options: Unpack[RetryO
     attempts = _Attempts(**options)
     while True:
         try:
-            return await _acall(runnable, value, attempts.config)
+            return await _acall(runnable, value, attempts.config, attempts.rules.gate)
         except Exception as exc:  # noqa: BLE001 - as in invoke_with_retry
             await asyncio.sleep(attempts.wait_after(exc))

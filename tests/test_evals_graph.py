@@ -14,11 +14,12 @@ from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sam
 from dualmem.errors import ConfigurationError
 from dualmem.evals.compare import compare_runs
 from dualmem.evals.fakes import TurnLogFramework
-from dualmem.evals.graph import EvalRun, builder, graph
-from dualmem.evals.journal import Journal
+from dualmem.evals.record import RunRecord
 from dualmem.evals.reports import read_records, read_summary
-from dualmem.evals.run import compare, run_eval
+from dualmem.evals.unit import EvalRun, InProcess, JudgePlan, UnitEnv
+from dualmem.evaluate import compare, run_eval
 from dualmem.frameworks import FrameworkContext
+from dualmem.graphs.evaluate import builder, graph
 from dualmem.schema import Dataset
 from dualmem.testing import FakeChatModel, HashEmbeddings
 
@@ -32,6 +33,13 @@ def three_personas(tmp_path):
         item.dialogue.id = name
         items.append(item)
     return dump_rolememo(Dataset(name="rolememo", items=items), tmp_path / "data")
+
+
+def in_process(tmp_path, framework: str = "turn-log", **env) -> EvalRun:
+    """Return the run resources of a graph invoked directly: units in this process, a record in ``tmp_path``."""
+    unit_env = UnitEnv(settings=Settings(embedder="hash:64"), records={framework: RunRecord(str(tmp_path / "record"))},
+                       stores={framework: str(tmp_path / "db")}, **env)
+    return EvalRun(env=unit_env, runner=InProcess(unit_env))
 
 
 class Factory:
@@ -134,9 +142,9 @@ def test_answers_are_ranked_with_the_same_context_as_the_scored_retrieval(tmp_pa
     assert any(scored for scored, _ in by_query.values())  # RealMem queries come after turns of their own session
 
 
-def test_graph_is_exported_and_runs_with_a_context(three_personas):
+def test_graph_is_exported_and_runs_with_a_context(three_personas, tmp_path):
     assert graph is not None and builder is not None
-    ctx = context_of({"embedder": "hash:64"}, run=EvalRun(similarity=HashEmbeddings(64), framework_factory=Factory()))
+    ctx = context_of({"embedder": "hash:64"}, run=in_process(tmp_path, similarity=HashEmbeddings(64), framework_factory=Factory()))
     out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log",
                         "respond": False, "personas": ["c-last"]}, context=ctx)
     assert [r["persona"] for r in out["results"]] == ["c-last"]
@@ -196,9 +204,10 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
         if calls["n"] == 2:
             raise RuntimeError("judge crashed")
 
-    journal = Journal(tmp_path / "journal.sqlite")
-    ctx = context_of({"embedder": "hash:64", "concurrency": 1, "judge_repetitions": 1},
-                  run=EvalRun(similarity=HashEmbeddings(64), framework_factory=factory, judge=judge, journal=journal, on_judged=crash_once))
+    run = in_process(tmp_path, similarity=HashEmbeddings(64), framework_factory=factory, on_judged=crash_once,
+                     judges={"turn-log": JudgePlan(judge, "dualmem-rolememo", "test")})
+    run.env.settings = Settings(embedder="hash:64", concurrency=1, judge_repetitions=1)
+    ctx = context_of({"embedder": "hash:64", "concurrency": 1, "judge_repetitions": 1}, run=run)
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
     inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,
@@ -208,7 +217,7 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
     assert len(judge.calls) >= 2 * 4  # two answers judged (four dimensions, one repetition each) before the crash
     out = runnable.invoke(None, config, context=ctx)
     resumed = made[-1]
-    assert resumed.ingested == [] and resumed.queries == []  # sessions and answers came back from the journal
+    assert resumed.ingested == [] and resumed.queries == []  # sessions and answers came back from the run record
     assert len(judge.calls) == 6 * 4  # every verdict asked once over both attempts
     assert out["summary"]["judges"]["logical_quality"] == {"mean": 3.0, "n": 6.0, "errors": 0.0}
 

@@ -11,7 +11,7 @@ from dualmem.config import Settings
 from dualmem.datasets import dump_rolememo, load_sample
 from dualmem.evals.fakes import TurnLogFramework
 from dualmem.evals.reports import read_records, read_summary
-from dualmem.evals.run import run_eval
+from dualmem.evaluate import run_eval
 from dualmem.frameworks import FrameworkContext
 from dualmem.schema import Dataset
 from dualmem.testing import FakeChatModel, HashEmbeddings

@@ -151,7 +151,7 @@ def test_cli_entry(data_dir, tmp_path):
 
 
 def test_a_run_folder_lends_its_ingested_memory(data_dir, tmp_path):
-    from dualmem.evals.run import run_eval
+    from dualmem.evaluate import run_eval
 
     item = load_sample()
     path = dump_rolememo(Dataset(name="rolememo", items=[item]), tmp_path / "data")

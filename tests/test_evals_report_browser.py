@@ -14,8 +14,8 @@ from dualmem.config import Settings
 from dualmem.evals.drilldown import query_hit
 from dualmem.evals.fakes import TurnLogFramework
 from dualmem.evals.reports import read_records
-from dualmem.evals.run import run_eval
 from dualmem.evals.summary import group_label
+from dualmem.evaluate import run_eval
 from dualmem.frameworks import FrameworkContext
 from dualmem.testing import FakeChatModel
 

@@ -16,10 +16,10 @@ from dualmem.config import Settings
 from dualmem.datasets import dump_realmem, dump_rolememo, load_realmem, load_sample
 from dualmem.errors import ConfigurationError
 from dualmem.evals.fakes import TurnLogFramework
-from dualmem.evals.journal import JOURNAL, Journal
+from dualmem.evals.record import RunRecord, record_uri
 from dualmem.evals.reports import read_records
-from dualmem.evals.run import resume_eval, run_eval
 from dualmem.evals.runspec import read_run
+from dualmem.evaluate import resume_eval, run_eval
 from dualmem.frameworks import FrameworkContext
 from dualmem.schema import Dataset
 from dualmem.testing import HashEmbeddings
@@ -57,9 +57,9 @@ def test_a_run_killed_mid_persona_resumes_without_repeating_a_model_call(sophie_
         first.abandon()
     answered_before = len(first.calls)
     assert answered_before == total // 2
-    journal = Journal(tmp_path / "run" / JOURNAL)
-    ingested, answered = journal.count("ingest"), journal.count("record")
-    journal.close()
+    run = read_run(tmp_path / "run")
+    steps = RunRecord(record_uri(str(tmp_path / "run" / "lancedb"), run["fingerprint"])).steps("dualmem", "Sophie_Dubois")
+    ingested, answered = steps.count("ingest"), steps.count("record")
     assert 1 <= ingested < 5 and answered >= 1 and not (tmp_path / "run" / "summary.json").exists()  # killed mid-persona
 
     with OpenAIStandin(latency_s=0.0) as second:
@@ -122,7 +122,7 @@ WRITERS: list[str] = []
 
 
 class WriterProbe(TurnLogFramework):
-    """Raw turns; notes which model its context would write with (the context evals/graph.py builds)."""
+    """Raw turns; notes which model its context would write with (the context evals/unit.py builds)."""
 
     uses_writer = True
 
@@ -139,7 +139,7 @@ def test_a_run_begun_when_the_chat_model_wrote_resumes_with_it_writing(sample_da
     monkeypatch.setitem(REGISTRY, "writer-probe", f"{__name__}:WriterProbe")
     WRITERS.clear()
     common = dict(similarity=HashEmbeddings(64), progress=False, respond=False, ragas=False)
-    settings = Settings(embedder="hash:64", chat_model="local:smollm2", writer_model="", local_engine="transformers", eval_workers=1)
+    settings = Settings(embedder="hash:64", chat_model="local:smollm2", writer_model="", local_engine="transformers")
     run = run_eval("rolememo", sample_data, "writer-probe", out=tmp_path / "run", settings=settings, **common)
     data = json.loads((run / "run.json").read_text())
     assert data["spec"]["writer"] == "local:smollm2-writer" and set(WRITERS) == {"smollm2-writer"}

@@ -6,8 +6,8 @@ import pytest
 
 from dualmem.config import Settings
 from dualmem.datasets import dump_rolememo, load_sample
-from dualmem.evals.graph import default_framework
-from dualmem.evals.run import run_eval
+from dualmem.evals.unit import default_framework
+from dualmem.evaluate import run_eval
 from dualmem.frameworks import FrameworkContext, open_framework
 from dualmem.schema import Dataset
 from dualmem.testing import HashEmbeddings, make_fake
@@ -86,17 +86,3 @@ def test_cli_set_types_values_and_names_the_fix(tmp_path):
     assert result.exit_code == 2 and "--set 'nope=1'" in result.output and "retrieval_mode=merged" in result.output
     result = CliRunner().invoke(app, ["eval", str(tmp_path), "--set", "retrieval_k=many"])
     assert result.exit_code == 2 and "not a valid int" in result.output
-
-
-def test_the_throughput_benchmark_attributes_each_call_to_its_persona():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    tag = bench.tagger({"Sophie Dubois": "Sophie_Dubois", "Ethan Hunt": "Ethan_Hunt"}, {"How do I install R?": "Sophie_Dubois"})
-    writer = {"messages": [{"role": "system", "content": "You are Ethan Hunt. Stay fully in character."}, {"role": "user", "content": "x"}]}
-    judge = {"messages": [{"role": "system", "content": "Judge whether..."}, {"role": "user", "content": "Question: How do I install R?"}]}
-    assert tag(writer) == "Ethan_Hunt" and tag(judge) == "Sophie_Dubois" and tag({"messages": [{"content": "other"}]}) is None

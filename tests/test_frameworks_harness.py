@@ -41,7 +41,7 @@ def test_every_framework_is_listed_with_a_description():
 
 @pytest.mark.parametrize("name", available())
 def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
-    from dualmem.evals.run import run_eval
+    from dualmem.evaluate import run_eval
 
     path, item = three_sessions
     settings = Settings(
@@ -60,7 +60,7 @@ def test_framework_runs_through_the_harness(name, three_sessions, tmp_path):
     assert ingest["failed_chunks"] == 0 and not ingest["failed_sessions"] and not ingest["errors"], f"{name}: {ingest}"
     assert ingest["items_written"] > 0, f"{name}: nothing written"
     # reopen the framework on the run's store, as a later process would: the memory is there and from these sessions
-    from dualmem.evals.graph import persona_store
+    from dualmem.evals.unit import persona_store
     from dualmem.frameworks import FrameworkContext, open_framework
 
     reopened = open_framework(name, FrameworkContext(

@@ -1,5 +1,6 @@
-"""The run journal: every finished unit of an evaluation, written once, read back on resume.
+"""The personality run's journal: every finished unit of a personality test, written once, read back on resume.
 
+(An evaluation keeps its record on LanceDB storage every node reaches: :mod:`dualmem.evals.record`.)
 A run folder's ``journal.sqlite`` holds one row per finished unit, keyed by
 (kind, persona, key): ``ingest`` (one session's ingest log row), ``record``
 (one query's retrieval, answer and metrics), ``judge`` (one judge's verdict on
@@ -21,7 +22,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 JOURNAL = "journal.sqlite"
 _SCHEMA = """
@@ -30,6 +31,27 @@ CREATE TABLE IF NOT EXISTS units (
     seq INTEGER NOT NULL, PRIMARY KEY (kind, persona, key)
 )
 """
+
+
+class StepLog(Protocol):
+    """One persona's finished steps, as runners and judges read and write them (a :class:`PersonaJournal`, or a
+    unit's steps in an evaluation's run record, :class:`dualmem.evals.record.UnitSteps`)."""
+
+    def get(self, kind: str, key: str) -> Any:
+        """Return a finished step, or None."""
+        ...
+
+    def put(self, kind: str, key: str, value: Any) -> None:
+        """Record a finished step."""
+        ...
+
+    def judgement(self, query_id: str, judge: str) -> Any:
+        """Return the recorded verdict of ``judge`` on ``query_id``, or None."""
+        ...
+
+    def put_judgement(self, query_id: str, judge: str, result: Any) -> None:
+        """Record the verdict of ``judge`` on ``query_id``."""
+        ...
 
 
 class Journal:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dualmem.evals.journal import PersonaJournal
+from dualmem.evals.journal import StepLog
 from dualmem.evals.judges import Evaluator, flatten_result
 
 NAMESPACE = uuid.UUID("5b0f6a52-3c1e-4d8e-9a51-6f2d0e2f7a10")
@@ -59,7 +59,7 @@ def _replay(record: Mapping[str, Any]) -> dict[str, Any]:
             "retrieved": [r["text"] for r in record.get("retrieved", []) if not r.get("expanded")]}
 
 
-def journaled(judge: Evaluator, journal: PersonaJournal | None) -> Evaluator:
+def journaled(judge: Evaluator, journal: StepLog | None) -> Evaluator:
     """Wrap a judge: a verdict recorded in ``journal`` is returned without a model call; a new one is recorded; never raises.
 
     A judge that raises (a failed call) gives an error result that is not
@@ -122,7 +122,7 @@ class Judging:
         self,
         records: Sequence[Mapping[str, Any]],
         persona_text: str = "",
-        journal: PersonaJournal | None = None,
+        journal: StepLog | None = None,
         on_judged: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Return ``records`` with ``judges`` filled by ``langsmith.evaluate`` (answered records only)."""
@@ -148,7 +148,7 @@ class Judging:
                         "errors": [*rec.get("errors", []), *errors]})
         return out
 
-    def _evaluate(self, records: Sequence[Mapping[str, Any]], persona_text: str, journal: PersonaJournal | None,
+    def _evaluate(self, records: Sequence[Mapping[str, Any]], persona_text: str, journal: StepLog | None,
                   on_judged: Callable[[Mapping[str, Any]], None] | None) -> dict[str, list[dict[str, Any]]]:
         import langsmith
         from langsmith.run_helpers import tracing_context

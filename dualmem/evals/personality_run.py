@@ -39,14 +39,23 @@ from dualmem.config import Settings
 from dualmem.datasets import load_dataset
 from dualmem.errors import ConfigurationError
 from dualmem.evals import incharacter as ic
-from dualmem.evals.graph import persona_store
 from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.personality import assess, interview
 from dualmem.evals.progress import progress_bars
 from dualmem.evals.reports import fmt, md_table
-from dualmem.evals.run import run_store
 from dualmem.evals.runners import RunOptions, ingest_session
-from dualmem.evals.runspec import OPERATIONAL, claim, data_stamp, fingerprint, read_run, recorded_settings, spec_of
+from dualmem.evals.runspec import (
+    OPERATIONAL,
+    claim,
+    data_stamp,
+    fingerprint,
+    read_run,
+    recorded_settings,
+    run_store,
+    settings_of,
+    spec_of,
+)
+from dualmem.evals.unit import persona_store
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
 from dualmem.models import load_chat_model, model_name
 from dualmem.schema import Persona, Session
@@ -104,7 +113,7 @@ def _subjects(spec: PersonalitySpec, labels_file: Path | None, out: Path) -> lis
         if spec.mode == "run":  # the memory that evaluation ingested, where it put it
             run = spec_of(spec.source)
             items = load_dataset(run.dataset_kind, run.path).items
-            base = run_store(Settings.resolve(run.settings), Path(spec.source))
+            base = run_store(settings_of(run), Path(spec.source))
         else:
             items = load_dataset(spec.dataset_kind, spec.source).items
             base = str(out / "lancedb")
@@ -153,9 +162,9 @@ def run_personality(
     mode = _mode(source)
     if mode == "run":  # the run's framework and settings; where and how to run, and the judge, from this call
         run = spec_of(source)
-        here = {k: getattr(settings, k) for k in OPERATIONAL if k not in ("store_uri", "openai_api_key")}
+        here = {k: getattr(settings, k) for k in OPERATIONAL if k not in ("store_uri", "openai_api_key") and hasattr(settings, k)}
         framework = run.framework
-        settings = Settings.resolve({**run.settings, **here, **({"judge_model": settings.judge_model} if settings.judge_model else {})})
+        settings = settings_of(run, **here, **({"judge_model": settings.judge_model} if settings.judge_model else {}))
     framework = framework or settings.framework
     names = [ic.questionnaire_name(q) for q in (questionnaires.split(",") if isinstance(questionnaires, str) else questionnaires) if q.strip()]
     data_dir = source if mode == "incharacter" else Path(settings.incharacter_dir).expanduser()

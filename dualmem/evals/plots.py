@@ -16,9 +16,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from dualmem.evals.judges import ROLEPLAY_KEYS  # noqa: E402
+from dualmem.evals.judges import ROLEPLAY_KEYS
 
 Summaries = Mapping[str, Mapping[str, Any]]
 
@@ -39,6 +39,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not math.isnan(float(x))
 
 
+MAX_BARS = 40  # more groups than this are drawn as a sorted curve: a figure's size never grows with the personas
 GROUP_METRICS = {"rolememo": ("fact_recall@10", "insight_recall@10"), "realmem": ("recall_any@10",),
                  "locomo": ("evidence_recall@10",)}
 
@@ -69,6 +70,16 @@ def recall_by_group(summaries: Summaries, by: str = "category") -> bytes | None:
                 series.setdefault(f"{label} · {metric}", {})[g] = value
     if not groups or not any(_finite(v) for row in series.values() for v in row.values()):
         return None
+    if len(groups) > MAX_BARS:  # many personas: their distribution, in a figure of fixed size
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, row in series.items():
+            ys = sorted((v for v in row.values() if _finite(v)), reverse=True)
+            ax.plot(range(1, len(ys) + 1), ys, label=name)
+        ax.set_xlabel(f"{len(groups)} {'personas' if by == 'persona' else 'groups'}, best first")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+        return _png(fig)
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 4))
     width = 0.8 / max(1, len(series))
     for i, (name, row) in enumerate(series.items()):

@@ -6,7 +6,7 @@ retrieved items (kind, session, score), the answer when responding, metric
 values, per-item hit marks and errors (judges run afterwards, see
 :mod:`dualmem.evals.langsmith_adapter`). Records are plain JSON-able dicts.
 
-With a journal (:class:`dualmem.evals.journal.PersonaJournal`) every finished
+With a journal (:class:`dualmem.evals.journal.StepLog`) every finished
 query record and every ingested session is written once; a resumed runner
 reads them back instead of asking the framework again, and replays the
 sessions in the same order, so RealMem's "memory holds only earlier sessions"
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualmem.evals import metrics as m
-from dualmem.evals.journal import PersonaJournal
+from dualmem.evals.journal import StepLog
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
 from dualmem.schema import DatasetItem, Query, Session, Turn
 
@@ -53,7 +53,7 @@ class RunOptions:
     respond: bool = True
     limit: int | None = None
     embed: Any = None  # Embeddings used for similarity metrics (RoleMemo recall, memory points)
-    journal: PersonaJournal | None = None
+    journal: StepLog | None = None
     on_record: OnRecord | None = None
     on_ingest: Callable[[Session], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -29,8 +29,20 @@ from dualmem.schema import stable_id
 RUN_FILE = "run.json"
 # settings that say how or where to run, not what: not part of the fingerprint (secrets are never written at all);
 # the endpoint (openai_base_url) and the local runtime serve the model that chat_model names
-OPERATIONAL = frozenset({"concurrency", "eval_workers", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
+OPERATIONAL = frozenset({"concurrency", "eval_workers", "ray_address", "endpoint_concurrency", "endpoint_rpm", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
 SECRETS = frozenset({"openai_api_key"})
+
+
+def run_store(settings: Settings, run_dir: Path) -> str:
+    """Return the store of a run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
+    default = next(f.metadata["env_default"] for f in fields(Settings) if f.name == "store_uri")
+    return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
+
+
+def settings_of(spec: Any, **changes: Any) -> Settings:
+    """Return the settings a spec recorded, with ``changes`` (settings of older dualmem versions, e.g. eval_workers, dropped)."""
+    known = set(Settings.field_names())
+    return Settings.resolve({**{k: v for k, v in spec.settings.items() if k in known}, **changes})
 
 
 def recorded_settings(settings: Settings) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _retrieval_runs import DATA, FOLDS, RESULTS, cached_embeddings, machine  # noqa: E402
+from _retrieval_runs import DATA, FOLDS, RESULTS, cached_embeddings, machine
 
 OUT = RESULTS / "ranker_fit.json"
 

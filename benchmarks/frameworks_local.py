@@ -182,7 +182,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
+def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 

@@ -155,7 +155,7 @@ def main() -> None:
     model.save_pretrained(work / "start")  # the GRPO start, for the paired check (a deepcopy kept evaluating the trained model)
 
     class Eval(TrainerCallback):
-        def on_step_end(self, a, state, control, **kw):  # noqa: ANN001, ANN003
+        def on_step_end(self, a, state, control, **kw):
             if state.global_step % args.eval_every == 0:
                 curve.append({"phase": "GRPO", "step": state.global_step, **held_out()})
                 print(json.dumps(curve[-1]), flush=True)

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _retrieval_runs import (  # noqa: E402
+from _retrieval_runs import (
     DATA,
     RESULTS,
     RUNS,

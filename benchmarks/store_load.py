@@ -29,10 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from langchain_core.embeddings import Embeddings  # noqa: E402
+from langchain_core.embeddings import Embeddings
 
-from dualmem.schema import Fact  # noqa: E402
-from dualmem.stores import LanceDualStore  # noqa: E402
+from dualmem.schema import Fact
+from dualmem.stores import LanceDualStore
 
 
 class SeedEmbeddings(Embeddings):

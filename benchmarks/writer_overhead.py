@@ -66,7 +66,7 @@ def main() -> int:
 
         from dualmem.stores import DualStore
 
-        open_store = DualStore.from_settings  # type: ignore[assignment]  # noqa: N806
+        open_store = DualStore.from_settings  # type: ignore[assignment]
     from dualmem.config import Settings
 
     path = Path(args.data) / f"{args.persona}_dialogues_256k.json"

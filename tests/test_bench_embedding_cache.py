@@ -9,9 +9,9 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _lib.embedding_cache import CachedEmbeddings, EmbeddingCache  # noqa: E402
+from _lib.embedding_cache import CachedEmbeddings, EmbeddingCache
 
-from dualmem.testing import HashEmbeddings  # noqa: E402
+from dualmem.testing import HashEmbeddings
 
 
 class CountingEmbeddings(HashEmbeddings):

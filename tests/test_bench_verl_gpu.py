@@ -8,7 +8,7 @@ import sys
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from verl_gpu import parse_log  # noqa: E402
+from verl_gpu import parse_log
 
 RESULTS = REPO / "benchmarks" / "results"
 

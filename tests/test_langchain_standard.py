@@ -13,22 +13,22 @@ import pytest
 
 pytest.importorskip("langchain_tests", reason="langchain-tests is a dev dependency (pip install 'dualmem[dev]')")
 
-from langchain_core.embeddings import Embeddings  # noqa: E402
-from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.retrievers import BaseRetriever  # noqa: E402
-from langchain_core.tools import BaseTool  # noqa: E402
-from langchain_tests.integration_tests import (  # noqa: E402
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.tools import BaseTool
+from langchain_tests.integration_tests import (
     EmbeddingsIntegrationTests,
     RetrieversIntegrationTests,
     ToolsIntegrationTests,
 )
-from langchain_tests.unit_tests import ChatModelUnitTests, EmbeddingsUnitTests, ToolsUnitTests  # noqa: E402
+from langchain_tests.unit_tests import ChatModelUnitTests, EmbeddingsUnitTests, ToolsUnitTests
 
-from dualmem.retrieval.retriever import DualMemRetriever  # noqa: E402
-from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool  # noqa: E402
-from dualmem.schema import Fact, Insight, SourceRef  # noqa: E402
-from dualmem.stores import LanceDualStore  # noqa: E402
-from dualmem.testing import FakeChatModel, HashEmbeddings  # noqa: E402
+from dualmem.retrieval.retriever import DualMemRetriever
+from dualmem.retrieval.tools import create_manage_memory_tool, create_search_memory_tool
+from dualmem.schema import Fact, Insight, SourceRef
+from dualmem.stores import LanceDualStore
+from dualmem.testing import FakeChatModel, HashEmbeddings
 
 NS = ("coach", "alice")
 

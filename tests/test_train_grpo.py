@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-import trl  # noqa: F401,E402 - the [train] extra, installed by `make dev`; missing fails the suite
-from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
-from fixtures.train_data import make_item  # noqa: E402
+import trl  # noqa: F401 - the [train] extra, installed by `make dev`; missing fails the suite
+from fixtures.tiny_model import tiny_llama, tiny_tokenizer
+from fixtures.train_data import make_item
 
-from dualmem.schema import Dataset  # noqa: E402
-from dualmem.testing import HashEmbeddings  # noqa: E402
-from dualmem.training.episode import build_episode, gold_steps  # noqa: E402
-from dualmem.training.grpo_trl import EpisodeRunner, GRPORunConfig, train_grpo  # noqa: E402
-from dualmem.training.writing import writer_context  # noqa: E402
+from dualmem.schema import Dataset
+from dualmem.testing import HashEmbeddings
+from dualmem.training.episode import build_episode, gold_steps
+from dualmem.training.grpo_trl import EpisodeRunner, GRPORunConfig, train_grpo
+from dualmem.training.writing import writer_context
 
 CTX = writer_context(embedder=HashEmbeddings(64))
 
@@ -73,7 +73,7 @@ class _Trainer:
     model = object()
     processing_class = None
 
-    class accelerator:  # noqa: N801
+    class accelerator:
         @staticmethod
         def unwrap_model(m):
             return m

@@ -144,7 +144,7 @@ def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, mo
     (tmp_path / "adapter_config.json").write_text("{}")
     seen: list[str] = []
 
-    def fake_run(self, messages, stop=None, schema_json=None):  # noqa: ANN001
+    def fake_run(self, messages, stop=None, schema_json=None):
         seen.append(messages[-1].content)
         return '{"facts":[],"insights":[]}', usage(1, 1)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import trl  # noqa: F401,E402 - the [train] extra, installed by `make dev`; missing fails the suite
-from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
-from fixtures.train_data import make_dataset  # noqa: E402
+import trl  # noqa: F401 - the [train] extra, installed by `make dev`; missing fails the suite
+from fixtures.tiny_model import tiny_llama, tiny_tokenizer
+from fixtures.train_data import make_dataset
 
-from dualmem.testing import HashEmbeddings  # noqa: E402
-from dualmem.training.export import export_sft  # noqa: E402
-from dualmem.training.sft import SFTRunConfig, main, read_records, train_sft  # noqa: E402
+from dualmem.testing import HashEmbeddings
+from dualmem.training.export import export_sft
+from dualmem.training.sft import SFTRunConfig, main, read_records, train_sft
 
 
 @pytest.fixture(scope="module")

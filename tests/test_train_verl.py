@@ -10,12 +10,12 @@ import asyncio
 import json
 
 import pytest
-from fixtures.tiny_model import tiny_tokenizer  # noqa: E402
-from fixtures.train_data import make_dataset  # noqa: E402
+from fixtures.tiny_model import tiny_tokenizer
+from fixtures.train_data import make_dataset
 
-from dualmem.training.rewards import RewardConfig  # noqa: E402
-from dualmem.training.verl.config import AGENT_NAME, VerlRunConfig, compose, validate, write_launch  # noqa: E402
-from dualmem.training.verl.dataset import load_episodes, write_verl_dataset  # noqa: E402
+from dualmem.training.rewards import RewardConfig
+from dualmem.training.verl.config import AGENT_NAME, VerlRunConfig, compose, validate, write_launch
+from dualmem.training.verl.dataset import load_episodes, write_verl_dataset
 
 pytestmark = pytest.mark.verl
 

@@ -11,10 +11,10 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from fixtures.tiny_model import tiny_llama, tiny_tokenizer  # noqa: E402
-from fixtures.train_data import make_dataset  # noqa: E402
+from fixtures.tiny_model import tiny_llama, tiny_tokenizer
+from fixtures.train_data import make_dataset
 
-from dualmem.training.verl.config import (  # noqa: E402
+from dualmem.training.verl.config import (
     HF_MODULE,
     VerlRunConfig,
     compose,
@@ -23,7 +23,7 @@ from dualmem.training.verl.config import (  # noqa: E402
     validate,
     write_launch,
 )
-from dualmem.training.verl.dataset import load_episodes, write_verl_dataset  # noqa: E402
+from dualmem.training.verl.dataset import load_episodes, write_verl_dataset
 
 pytestmark = pytest.mark.verl
 RESPONSE = 12

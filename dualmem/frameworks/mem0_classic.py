@@ -68,7 +68,7 @@ def decision_schema(ids: list[str]) -> type[Mem0Decision]:
     """
     shown = tuple(ids)
 
-    class Mem0Decision_(Mem0Decision):  # noqa: N801 - same tool name as the base schema
+    class Mem0Decision_(Mem0Decision):
         @model_validator(mode="after")
         def _known_id(self) -> Self:
             if self.event in ("UPDATE", "DELETE") and self.id not in shown:

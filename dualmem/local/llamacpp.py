@@ -33,7 +33,7 @@ def template(name: str) -> Any:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     llm = llama(name)
-    vocab = llm._model  # noqa: SLF001 - token texts for the template's bos/eos names
+    vocab = llm._model
     bos = vocab.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
     eos = vocab.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
     return Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"], bos_token=bos, eos_token=eos, add_generation_prompt=True)

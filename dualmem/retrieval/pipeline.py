@@ -190,7 +190,7 @@ class Ranker:
 
     def prepare(
         self, store: DualStore, namespace: Namespace, query: str, *, context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,  # noqa: A002
+        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,
     ) -> tuple[Candidates, QueryInput] | None:
         """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
         kinds = _check_kinds(kinds)
@@ -219,7 +219,7 @@ class Ranker:
 
     def _ranked(
         self, store: DualStore, namespace: Namespace, query: str, k: int, *, pooled: bool, context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,  # noqa: A002
+        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,
     ) -> dict[str, list[ScoredItem]]:
         """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own."""
         chosen = _check_kinds(kinds)
@@ -270,7 +270,7 @@ class Ranker:
 
     def _plain(
         self, store: DualStore, namespace: Namespace, query: str, k: int, kinds: Sequence[MemoryKind],
-        filter: Mapping[str, Any] | None, mode: str,  # noqa: A002
+        filter: Mapping[str, Any] | None, mode: str,
     ) -> list[ScoredItem]:
         """Rank by cosine, BM25 or both over the snapshot (a namespace too large for RAM: the store's search)."""
         vector = None if mode == "fts" else store.embeddings.embed_query(query)
@@ -293,7 +293,7 @@ def rank(
 
 
 @lru_cache(maxsize=32)
-def _shared(spec: str, max_per_session: int, context_turns: int, stamp: int) -> Ranker:  # noqa: ARG001 - the file's stamp keys the cache
+def _shared(spec: str, max_per_session: int, context_turns: int, stamp: int) -> Ranker:
     return Ranker(spec, max_per_session=max_per_session, context_turns=context_turns)
 
 

@@ -67,7 +67,7 @@ class Snapshot:
         return [row_to_item(r) for r in self.rows.take(pa.array(list(positions), pa.int64())).to_pylist()]
 
     def mask(
-        self, kinds: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None,  # noqa: A002
+        self, kinds: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None,
         since: str | None = None, until: str | None = None,
     ) -> np.ndarray:  # fmt: skip
         """Return which rows are of ``kinds`` and pass ``filter`` and the ``event_time`` window (as the store filters)."""

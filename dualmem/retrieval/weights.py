@@ -91,7 +91,7 @@ def load_weights(spec: str | Path) -> RankerWeights:
 
 
 @lru_cache(maxsize=16)
-def _load(path: str, mtime_ns: int) -> RankerWeights:  # noqa: ARG001 - the modification time invalidates the cache
+def _load(path: str, mtime_ns: int) -> RankerWeights:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

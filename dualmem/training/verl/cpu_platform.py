@@ -86,7 +86,7 @@ class PlatformCPU(PlatformBase):
         return "CUDA_VISIBLE_DEVICES"
 
     @contextmanager
-    def nvtx_range(self, msg: str):  # noqa: ANN201
+    def nvtx_range(self, msg: str):
         """Do nothing."""
         yield
 

@@ -136,7 +136,7 @@ class HFServer:
                 self.busy += len(taken)
                 try:
                     results = await asyncio.to_thread(self._generate_batch, [r.prompt_ids for r in taken], key)
-                except Exception as exc:  # every request of the batch sees the failure; the server keeps serving
+                except Exception as exc:  # noqa: BLE001 - every request of the batch sees the failure; the server keeps serving
                     for r in taken:
                         if not r.future.done():
                             r.future.set_exception(exc)

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError, DatasetError
-from dualmem.training.grpo_trl import GRPORunConfig
+from dualmem.training.run_config import GRPORunConfig
 from dualmem.training.sft import SFTRunConfig
 from dualmem.training.verl.config import VerlRunConfig
 

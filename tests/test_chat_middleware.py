@@ -75,7 +75,7 @@ def test_recalled_memory_reaches_every_model_call_and_each_user_sees_only_their_
         assert all("(nothing relevant remembered)" in str(call[0].content) for call in model.calls)
 
 
-def test_the_exchange_is_pending_after_the_turn_and_formed_in_the_background(tmp_settings, store):
+def test_the_exchange_is_pending_after_the_turn_and_formed_in_the_background(tmp_settings, store, capsys):
     chat = FakeChatModel(responses=["I hear you."], cycle=True)
     writer = FakeChatModel(responses=[lambda m, t=None: {"facts": [{"op": "ADD", "id": "N1", "text": "took up pottery on Tuesdays", "turn_ids": []}], "insights": []}], cycle=True)
     settings = tmp_settings.replace(formation_idle_s=600)
@@ -92,7 +92,10 @@ def test_the_exchange_is_pending_after_the_turn_and_formed_in_the_background(tmp
         agent.invoke({"messages": [HumanMessage("I took up pottery on Tuesdays.")]}, config, context={"user_id": "alice"})
         assert len(PendingThread(store, (PERSONA.id, "alice"), "th-1").read().turns) == 4  # a new message is a new turn
 
-        (formed,) = formation.flush(timeout=60)
+        (formed,) = formation.flush(timeout=60, progress=True)
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["dualmem: writing the pending chat turns of 1 thread(s) into memory…",
+                    f"dualmem: thread th-1 of {PERSONA.id}/alice: 1 chunk(s) written"]  # fmt: skip
     assert [r["status"] for r in formed.rows] == ["applied"] and len(formed.rows[0]["turn_ids"]) == 4 and len(writer.calls) == 1
     assert PendingThread(store, (PERSONA.id, "alice"), "th-1").read().turns == []
     (fact,) = [f for f in store.dual.list((PERSONA.id, "alice"), kind="fact") if f.text == "took up pottery on Tuesdays"]

@@ -1,8 +1,8 @@
 """Chat memory on a real `langgraph dev` through `langgraph_sdk`: a chat turn, the scheduled write run, the memory in the store API.
 
-The server runs the README's server example as written: its `agent.py` (only the model spec swapped for the
-offline `fake:memory` model) and its `langgraph.json` (plus the `respond` graph), with hash embeddings and a
-quiet time of 3 s; the README's client snippet is run against it too.
+The server runs the docs' server example (docs/guides/server.md, "A chat agent on the server") as written: its
+`agent.py` (only the model spec swapped for the offline `fake:memory` model) and its `langgraph.json` (plus the
+`respond` graph), with hash embeddings and a quiet time of 3 s; the page's client snippet is run against it too.
 """
 
 from __future__ import annotations
@@ -24,28 +24,29 @@ from dualmem.chat.server import formation_thread
 from dualmem.config import Settings
 
 pytestmark = pytest.mark.slow
-PERSONA_ID = "mara-okafor"  # the bundled sample's persona, as in the README
+PERSONA_ID = "mara-okafor"  # the bundled sample's persona, as in the docs
+PAGE = REPO / "docs" / "guides" / "server.md"
 IDLE_S = 3
 
 
-def readme_server_blocks() -> tuple[str, dict, str]:
-    """Return the README's server example: agent.py, langgraph.json and the client snippet, as written."""
-    section = (REPO / "README.md").read_text().split("### LangGraph server", 1)[1].split("\n### ", 1)[0]
+def docs_server_blocks() -> tuple[str, dict, str]:
+    """Return the docs' server example: agent.py, langgraph.json and the client snippet, as written."""
+    section = PAGE.read_text().split("## A chat agent on the server", 1)[1].split("\n## ", 1)[0]
     agent, client = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
     config = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
-    assert agent.startswith("# agent.py") and "get_client" in client
+    assert agent.startswith("# agent.py") and "get_sync_client" in client
     return agent, config, client
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     work: Path = tmp_path_factory.mktemp("chat-server")
-    agent, config, _ = readme_server_blocks()
+    agent, config, _ = docs_server_blocks()
     assert agent.count('"openai:gpt-4o-mini"') == 1
-    (work / "agent.py").write_text(  # the README's agent.py; the model comes from the settings (fake:memory here)
+    (work / "agent.py").write_text(  # the docs' agent.py; the model comes from the settings (fake:memory here)
         "from dualmem.models import load_chat_model\n" + agent.replace('"openai:gpt-4o-mini"', "load_chat_model(None)"))
     assert config["graphs"]["agent"] == "./agent.py:agent" and config["dependencies"] == ["."]
-    config["dependencies"] = [str(REPO)]  # the README's "." is the user's project, which depends on dualmem
+    config["dependencies"] = [str(REPO)]  # the docs' "." is the user's project, which depends on dualmem
     config["graphs"]["agent"] = str(work / "agent.py") + ":agent"
     config["graphs"]["respond"] = "dualmem.graphs.respond:graph"
     env = {
@@ -148,31 +149,28 @@ def test_the_respond_graph_remembers_through_the_same_scheduled_write(server):
     asyncio.run(scenario())
 
 
-def test_the_readme_client_snippet_runs_as_written(server):
-    """The README's client code, with the test server's URL: a chat turn, then (once the scheduled write ran) the memory."""
-    _, _, client_code = readme_server_blocks()
+def test_the_docs_client_snippet_runs_as_written(server):
+    """The docs' client code, with the test server's URL: a chat turn, then (once the scheduled write ran) the memory."""
+    _, _, client_code = docs_server_blocks()
     first, _, last = client_code.partition("# once the thread has been quiet")
     last = last.split("\n", 1)[1]
-    assert "http://127.0.0.1:8123" in first and last.strip().startswith("print(await client.store.search_items(")
+    assert "http://127.0.0.1:8123" in first and last.strip().startswith("print(client.store.search_items(")
     scope: dict = {}
-    indented = "\n".join("    " + line for line in first.replace("http://127.0.0.1:8123", server).splitlines())
-    exec(f"async def _first():\n{indented}\n    return client, thread", scope)  # noqa: S102 - the README's own code
+    exec(first.replace("http://127.0.0.1:8123", server), scope)
     from langgraph_sdk import get_client
 
-    async def scenario() -> str:
-        client, thread = await scope["_first"]()
-        await _finished(client, _formation_thread("alice", thread))  # the scheduled write run, after the quiet time
+    async def scenario() -> None:
+        client = get_client(url=server)
+        await _finished(client, _formation_thread("alice", scope["thread"]))  # the scheduled write run, after the quiet time
 
         async def insights():
             return (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "insight"]))["items"]
 
         assert await _until(insights)
-        printed = io.StringIO()
-        rest = "\n".join("    " + line for line in last.splitlines())
-        exec(f"async def _last(client):\n{rest}", scope)  # noqa: S102
-        with contextlib.redirect_stdout(printed):
-            await scope["_last"](get_client(url=server))
-        return printed.getvalue()
 
-    out = asyncio.run(scenario())
+    asyncio.run(scenario())
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(last, scope)
+    out = printed.getvalue()
     assert "'items': [" in out and "I start night shifts next week" in out and "'insight'" in out

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,36 @@ def test_settings_are_frozen():
         Settings().retrieval_k = 1  # type: ignore[misc]
 
 
-def test_readme_settings_table_matches_code():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for name, var, default, _help in settings_table():
-        row = next((line for line in readme.splitlines() if line.startswith(f"| `{name}` ")), None)
-        assert row is not None, f"README settings table lacks {name}"
-        assert f"`{var}`" in row and f"`{default}`" in row, f"README row of {name} drifted from code: {row}"
+def _docs_hooks():
+    """Import docs/hooks.py (the MkDocs hooks that generate the configuration page's table)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
+    spec = importlib.util.spec_from_file_location("dualmem_docs_hooks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_settings_table_matches_code():
+    """The configuration page shows the table the hook builds, and the table has a row per setting, from the code."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    page = (docs / "configuration.md").read_text()
+    assert page.count("<!-- settings-table -->") == 1, "docs/configuration.md lost its generated settings table"
+    hooks = _docs_hooks()
+    rendered = hooks.on_page_markdown(page)
+    assert "<!-- settings-table -->" not in rendered
+    rows = [line for line in hooks.settings_table().splitlines() if line.startswith("| `")]
+    assert len(rows) == len(settings_table()), "one row per setting, no more"
+    for name, var, default, help_text in settings_table():
+        row = next((line for line in rows if line.startswith(f"| `{name}` ")), None)
+        assert row is not None, f"the docs settings table lacks {name}"
+        assert f"`{var}`" in row and f"`{default}`" in row, f"docs row of {name} drifted from code: {row}"
+        assert help_text.replace("|", "\\|") in row and row in rendered
+    for name in Settings.field_names():  # no hand-written table anywhere else in the docs to drift
+        for other in docs.rglob("*.md"):
+            if other.name != "configuration.md":
+                assert not re.search(rf"^\| `{name}` \| `DUALMEM_", other.read_text(), re.M), f"{other} types a settings row"
 
 
 def test_who_writes_memory():

@@ -36,6 +36,13 @@ def test_read_persona_normalises_free_form_keys():
     assert read_persona(PERSONAS / "chen.json").id == "chen-wei"
 
 
+def test_a_persona_saved_by_the_schema_reads_back_whole(tmp_path):
+    mara = read_persona(PERSONAS / "mara.json").model_copy(update={"personality": {"big5": {"openness": "high"}}})
+    path = tmp_path / "saved.json"
+    path.write_text(mara.model_dump_json())
+    assert read_persona(path) == mara
+
+
 def test_persona_list_strings_split_on_semicolons_and_lines_not_commas(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"name": "Ana", "core values": "check twice, sail once; the sea keeps no promises", "traits": "calm, exact"}))

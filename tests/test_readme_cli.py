@@ -1,7 +1,10 @@
-"""Every `dualmem …` command line in the README names a real command, and every option it shows exists.
+"""Every `dualmem …` command line in the README and the docs names a real command, and every option it shows exists.
 
-The lines are read from the README itself (code blocks and inline code), so a
-renamed option or a removed command fails here rather than in a user's shell.
+The lines are read from the pages themselves (code blocks, continuation lines
+joined, commands after a pipe or `&&` included, and inline code), so a renamed
+option or a removed command fails here rather than in a user's shell. Commands
+that forward ``--field value`` flags to a config dataclass (``dualmem train sft``
+and ``rl``) accept the fields their ``--help`` lists.
 """
 
 from __future__ import annotations
@@ -16,21 +19,37 @@ from typer.testing import CliRunner
 
 from dualmem.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+SEPARATORS = re.compile(r"\s(?:&&|\|\||\||;)\s")
 
 
-def readme_command_lines() -> list[str]:
-    text = README.read_text()
+def page_command_lines(page: Path) -> list[str]:
+    """Return the `dualmem …` command lines of one page."""
+    text = page.read_text()
     lines: list[str] = []
     in_block = False
+    joined = ""
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
             in_block = not in_block
             continue
-        if in_block and line.strip().startswith("dualmem "):
-            lines.append(line.strip())
+        if not in_block:
+            continue
+        joined += line.strip()
+        if joined.endswith("\\"):  # a continued shell line
+            joined = joined[:-1] + " "
+            continue
+        for part in SEPARATORS.split(joined.split(" #")[0]):
+            if part.strip().startswith("dualmem "):
+                lines.append(part.strip())
+        joined = ""
     lines += [m.group(1) for m in re.finditer(r"`(dualmem [^`]+)`", text)]
-    return sorted({ln.split(" #")[0].strip() for ln in lines})
+    return [ln.split(" #")[0].strip() for ln in lines]
+
+
+def readme_command_lines() -> list[str]:
+    return sorted({line for page in PAGES for line in page_command_lines(page)})
 
 
 def tokens(line: str) -> list[str]:
@@ -70,8 +89,9 @@ def resolve(line: str):
 LINES = readme_command_lines()
 
 
-def test_the_readme_shows_commands():
+def test_the_pages_show_commands():
     assert len(LINES) > 20, LINES
+    assert all(page_command_lines(REPO / "docs" / name) for name in ("getting-started.md", "training.md", "guides/evaluation.md"))
 
 
 @pytest.mark.parametrize("line", LINES)
@@ -79,10 +99,12 @@ def test_readme_command_line_is_real(line):
     command, path, options = resolve(line)
     words = [w for w in tokens(line)[1:] if not w.startswith("-")]
     if words and is_group(command) and not command.invoke_without_command:
-        assert path, f"README line {line!r}: no command {words[0]!r}"
+        assert path, f"docs line {line!r}: no command {words[0]!r}"
     known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)} | {"--help"}
+    if (command.context_settings or {}).get("allow_extra_args"):  # flags forwarded to a config dataclass
+        known |= {f"--{name}" for name in re.findall(r"--(\w+) \(default", command.help or "")}
     unknown = [o for o in options if o not in known]
-    assert not unknown, f"README line {line!r}: `dualmem {' '.join(path)}` has no option(s) {unknown}; it has {sorted(known)}"
+    assert not unknown, f"docs line {line!r}: `dualmem {' '.join(path)}` has no option(s) {unknown}; it has {sorted(known)}"
 
 
 @pytest.mark.parametrize("path", sorted({tuple(resolve(ln)[1]) for ln in LINES}))

@@ -19,6 +19,7 @@ next process, ``dualmem chat`` or ``dualmem flush`` write them.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -74,30 +75,53 @@ class FormationExecutor:
 
     # ------------------------------------------------------------------ control
 
-    def flush(self, timeout: float | None = None) -> list[Formed]:
-        """Write every planned thread's pending turns now, the unfinished last chunk too; return the runs' results."""
+    def flush(self, timeout: float | None = None, progress: bool | None = None) -> list[Formed]:
+        """Write every planned thread's pending turns now, the unfinished last chunk too; return the runs' results.
+
+        ``progress`` (default: when stderr is a terminal) prints a line to stderr as the flush starts and as each
+        thread's run ends: with a local model a chunk takes seconds to minutes.
+        """
+        show = sys.stderr.isatty() if progress is None else progress
         collected: list[Formed] = []
         with self._cv:
             self._flushes.append(collected)
             for plan in self._plans.values():
                 plan.now = plan.flush = True
+            threads = len(self._plans) + len(self._running) + len(self._ready)
             self._cv.notify_all()
+        if show and threads:
+            print(f"dualmem: writing the pending chat turns of {threads} thread(s) into memory…", file=sys.stderr, flush=True)
+        said = 0
+
+        def report() -> None:
+            nonlocal said
+            for formed in collected[said:]:
+                print(_line(formed), file=sys.stderr, flush=True)
+            said = len(collected)
+
         try:
-            self.wait(timeout)
+            self.wait(timeout, on_change=report if show else None)
         finally:
             with self._cv:
                 self._flushes.remove(collected)
         return collected
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until no write is planned or running (quiet times included); False when ``timeout`` ran out first."""
+    def wait(self, timeout: float | None = None, on_change: Callable[[], None] | None = None) -> bool:
+        """Block until no write is planned or running (quiet times included); False when ``timeout`` ran out first.
+        ``on_change`` is called (holding no lock) each time the executor's state may have changed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cv:
-            while self._plans or self._running or self._ready:
+        while True:
+            with self._cv:
+                if not (self._plans or self._running or self._ready):
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cv.wait(left if left is not None else 1.0)
+            if on_change is not None:
+                on_change()
+        if on_change is not None:
+            on_change()
         return True
 
     def recover(self, store: Any, settings: Any, *, namespace: tuple[str, ...] = (), writer_model: Any = None) -> int:
@@ -187,6 +211,13 @@ class FormationExecutor:
         except Exception as exc:  # noqa: BLE001 - the turns stay pending; the next message or recover() retries
             log.warning("memory formation of thread %s %s failed (its turns stay pending): %s", request.thread, request.namespace, exc)
             return Formed(request.namespace, request.thread, error=f"{type(exc).__name__}: {exc}")
+
+
+def _line(formed: Formed) -> str:
+    """Return the progress line of one formation run."""
+    chunks = sum(1 for row in formed.rows if row.get("status") == "applied")
+    outcome = f"failed ({formed.error}); its turns stay pending" if formed.error else f"{chunks} chunk(s) written"
+    return f"dualmem: thread {formed.thread} of {'/'.join(formed.namespace)}: {outcome}"
 
 
 _default: FormationExecutor | None = None

@@ -28,11 +28,11 @@ app.add_typer(generate_app, name="generate")
 console = Console()
 err_console = Console(stderr=True)
 
-DATASETS = ("rolememo", "realmem", "locomo")
+DATASETS = ("auto", "rolememo", "realmem", "locomo")
 ModelOpt = typer.Option(None, "--model", "-m", help="chat model as provider:model (default: settings.chat_model, local:smollm2)")
 StoreOpt = typer.Option(None, "--store", help="LanceDB directory or URI (default: settings.store_uri)")
 PersonaOpt = typer.Option(..., "--persona", "-p", help="persona id (as ingested) or a persona .json file")
-UserOpt = typer.Option(None, "--user", "-u", help="user id: the second part of the memory namespace (default settings.user_id)")
+UserOpt = typer.Option(None, "--user", "-u", help="whose memory: the user id (default: the persona's only user with memory)")
 
 EXIT_FAILED = 1  # the run finished, but some chunks, sessions or queries failed (they are listed)
 EXIT_MISCONFIGURED = 2  # a setting, a path or a data file is wrong: nothing was done
@@ -63,15 +63,56 @@ def _settings(model: str | None = None, store: str | None = None, **extra: Any) 
     return Settings.resolve(None, chat_model=model, store_uri=store, **extra)
 
 
-def _preflight(settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False) -> None:
-    """Check the store (and the checkpoint file) and make one cheap call to each remote model, before any work."""
+def _preflight(settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False, reads: bool = False) -> None:
+    """Check the store, the embedder's spec and each model before any work: nothing slow is loaded, remote models get
+    one cheap call. ``reads``: the command only reads memory, so a missing store is an error and nothing is created."""
     from dualmem.preflight import check_embedder, check_file_path, check_models, check_store_uri
 
-    check_store_uri(settings.store_uri)
-    if checkpoints:
-        check_file_path(settings.checkpoint_path)
     check_embedder(settings)
     check_models(settings, roles)
+    if reads:
+        existing_store(settings)
+    else:
+        check_store_uri(settings.store_uri)
+    if checkpoints:
+        check_file_path(settings.checkpoint_path)
+
+
+def existing_store(settings: Settings) -> list[tuple[str, ...]]:
+    """Return the namespaces of the store the settings name, or raise (one line) when there is none to read."""
+    from dualmem.stores.lance import stored_namespaces
+
+    found = stored_namespaces(settings.store_uri, settings.store_options)
+    if found is None:
+        raise ConfigurationError(f"no memory at {settings.store_uri}: write some first (dualmem ingest FILE), or point --store "
+                                 "(DUALMEM_STORE_URI) at the folder `dualmem ingest` wrote")
+    return found
+
+
+def memory_user(settings: Settings, persona_id: str, user: str | None) -> str:
+    """Return whose memory of ``persona_id`` a command reads: ``user`` when given, else the persona's only user.
+
+    Several users and no ``--user`` is a one-line error listing them; a (persona, user) without memory is said on
+    stderr with the users that have some.
+    """
+    from dualmem.stores import choose_user
+
+    users = sorted({ns[1] for ns in existing_store(settings) if len(ns) == 2 and ns[0] == persona_id})
+    chosen = choose_user(users, persona_id, user, settings.user_id)
+    if chosen not in users:
+        others = f"users with memory: {', '.join(users)} (pass --user)" if users else "no user has memory of it yet (dualmem ingest)"
+        err_console.print(f"[yellow]note:[/] no memory of persona {escape(persona_id)} for user {escape(chosen)}; {escape(others)}",
+                          highlight=False, soft_wrap=True)  # fmt: skip
+    return chosen
+
+
+def existing_file(path: Any) -> Any:
+    """Return ``path`` if it exists, else raise a one-line error naming it."""
+    from pathlib import Path
+
+    if not Path(path).exists():
+        raise ConfigurationError(f"{path}: no such file or folder (check the path)")
+    return path
 
 
 def _print_memory(reply: Any) -> None:

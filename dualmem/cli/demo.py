@@ -14,8 +14,13 @@ from dualmem.config import Settings
 REALMEM_SOPHIE = Path("..") / "shared" / "data" / "realmem" / "Sophie_Dubois_dialogues_256k.json"
 
 
-def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2, console: Console | None = None) -> dict[str, Any]:
-    """Ingest the sample (and a RealMem prefix when present), answer its queries, print everything."""
+def run_demo(
+    *, store: str, model: str | None = None, realmem_sessions: int = 0, reply_tokens: int = 160, console: Console | None = None
+) -> dict[str, Any]:
+    """Ingest the sample (and a RealMem prefix when asked and present), answer its queries, print everything.
+
+    Replies are capped at ``reply_tokens`` (a chat turn, not an essay); the writer keeps the settings' budget.
+    """
     from dualmem.cli.common import _print_memory
     from dualmem.datasets import load_dataset, load_sample
     from dualmem.graphs.respond import respond
@@ -51,9 +56,10 @@ def run_demo(*, store: str, model: str | None = None, realmem_sessions: int = 2,
             f"{report.insights_written} insights written, {len(report.failed_chunks)} chunk(s) failed"
         )
     answers = []
+    replying = settings.replace(max_new_tokens=min(reply_tokens, settings.max_new_tokens))
     for query in sample.queries:
         console.rule(f"[bold]{query.task_type or 'query'}[/]: {query.text}")
-        reply = respond(query.text, persona, settings=settings)
+        reply = respond(query.text, persona, settings=replying)
         _print_memory(reply)
         console.print(f"[bold]{persona.name}:[/] {reply.text}")
         answers.append({"query": query.text, "reply": reply.text})

@@ -23,7 +23,9 @@ from dualmem.cli.common import (
     _settings,
     app,
     console,
+    existing_file,
     friendly,
+    memory_user,
 )
 from dualmem.errors import ConfigurationError, ModelCallError
 
@@ -31,40 +33,65 @@ from dualmem.errors import ConfigurationError, ModelCallError
 @app.command()
 @friendly
 def ingest(
-    path: Path = typer.Argument(..., exists=True, help="dataset file (or folder for rolememo)"),
-    dataset: str = typer.Option("rolememo", "--dataset", "-d", help=f"format: {', '.join(DATASETS)}"),
+    path: Path = typer.Argument(..., help="dataset file (or folder for rolememo)"),
+    dataset: str = typer.Option("auto", "--dataset", "-d", help=f"format: {', '.join(DATASETS)} (auto: detected from the file)"),
     persona: Path | None = typer.Option(None, "--persona", "-p", help="persona .json to write through (else the dataset's)"),
     sessions: int | None = typer.Option(None, "--sessions", help="ingest only the first N sessions"),
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
     user: str | None = typer.Option(None, "--user", "-u", help="user id of every history (default: each dialogue's own user)"),
+    ray: str | None = typer.Option(None, "--ray", help="write the histories on a Ray cluster: auto, local, HOST:PORT or ray://HOST:10001 (setting ray_address)"),
 ) -> None:
-    """Write facts and insights from a dialogue history into the store (resumable; several writers may run at once)."""
+    """Write facts and insights from dialogue histories into the store (resumable; several writers may run at once).
+
+    The histories of a file or folder are written in parallel (up to the `concurrency` setting), or as tasks of a
+    Ray cluster with `--ray`; each history's chunks are written in order, each exactly once."""
     from dualmem.datasets import load_dataset
-    from dualmem.stores.personas import load_persona_file, save_persona
-    from dualmem.writer import write_history
+    from dualmem.evals.ingest import ingest_histories, plan_histories
+    from dualmem.stores.personas import load_persona_file
 
     if dataset not in DATASETS:
         raise ConfigurationError(f"--dataset {dataset!r}: use one of {', '.join(DATASETS)}")
-    settings = _settings(model, store)
-    data = load_dataset(dataset, path)
+    existing_file(path)
+    settings = _settings(model, store, ray_address=ray)
+    if settings.ray_address:  # a bad or unreachable address is one line, before anything loads
+        from dualmem.evals.cluster import check_address
+
+        check_address(settings.ray_address)
+    who = load_persona_file(persona) if persona else None
+    histories = plan_histories(load_dataset(dataset, path), settings, persona=who, sessions=sessions, user=user, source=path)
     _preflight(settings, ("writer", "chat") if settings.emotion_strategy else ("writer",), checkpoints=True)
     failed = 0
-    for item in data.items:
-        who = load_persona_file(persona) if persona else item.dialogue.persona
-        if who is None:
-            raise ConfigurationError(f"{path} has no persona; pass --persona FILE.json")
-        dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
-        save_persona(settings.store_uri, who, settings.store_options)
-        namespace = (who.id, user or item.dialogue.user_id or settings.user_id)
-        report = write_history(dialogue, who, settings=settings, namespace=namespace)
-        _print_report(report, f"{who.id} / {namespace[1]}")
-        failed += len(report.failed_chunks)
-    console.print(f"memory stored in [bold]{settings.store_uri}[/]; checkpoints in {settings.checkpoint_path}", soft_wrap=True)
+
+    def report(done: Any, history: Any) -> None:
+        nonlocal failed
+        label = history.label
+        if done.chunks and all(r["status"] == "skipped" for r in done.chunks):
+            console.print(f"[green]{label}[/]: all {len(done.chunks)} chunks were written before; nothing to do")
+        else:
+            _print_report(done, label)
+        failed += len(done.failed_chunks)
+        console.print(f'ask: dualmem ask "..." --persona {history.namespace[0]} --user {history.namespace[1]}', soft_wrap=True, highlight=False)
+
+    ingest_histories(histories, settings, on_report=report)
+    console.print(f"memory stored in [bold]{settings.store_uri}[/]", soft_wrap=True)
     if failed:
         _error(f"{failed} chunk(s) failed (listed above); run the same command again to retry only them")
         raise typer.Exit(EXIT_FAILED)
 
+
+@app.command()
+@friendly
+def sample(path: Path = typer.Argument(Path("sample_dialogue.json"), help="where to write the bundled sample dialogue")) -> None:
+    """Write the bundled sample (persona Mara Okafor, user theo, four sessions, three queries) to a file to try DualMem on."""
+    import shutil
+
+    from dualmem.datasets import sample_path
+
+    if path.exists() and path.is_dir():
+        path = path / "sample_dialogue.json"
+    shutil.copyfile(sample_path(), path)
+    console.print(f"wrote {path}: try `dualmem ingest {path}`", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -83,9 +110,10 @@ def ask(
     from dualmem.graphs.respond import respond
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode, user_id=user)
-    _preflight(settings, ("chat",))
+    settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode)
+    _preflight(settings, ("chat",), reads=True)
     who = find_persona(settings.store_uri, persona, settings.store_options)
+    settings = settings.replace(user_id=memory_user(settings, who.id, user))
     reply = respond(question, who, settings=settings)
     if show_memory:
         _print_memory(reply)
@@ -109,9 +137,10 @@ def chat(
     from dualmem.stores import langgraph_view, open_store
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(model, store, user_id=user)
-    _preflight(settings, ("chat", "writer") if remember else ("chat",))
+    settings = _settings(model, store)
+    _preflight(settings, ("chat", "writer") if remember else ("chat",), reads=True)
     who = find_persona(settings.store_uri, persona, settings.store_options)
+    settings = settings.replace(user_id=memory_user(settings, who.id, user))
     db = open_store(settings)
     formation = FormationExecutor() if remember else None
     if formation is not None:  # turns an earlier chat left pending (a crash, an exit before they were written)
@@ -212,24 +241,29 @@ def inspect(
     store: str | None = StoreOpt,
     all_status: bool = typer.Option(False, "--all", help="include superseded items"),
     user: str | None = UserOpt,
+    history: str | None = typer.Option(None, "--history", help="show this item's ADD / UPDATE / DELETE history instead"),
 ) -> None:
-    """List or search a persona's facts and insights (of one user)."""
+    """List or search a persona's facts and insights (of one user), or one item's history (--history ID)."""
     from dualmem.stores import open_store
     from dualmem.stores.personas import find_persona
 
-    settings = _settings(None, store, user_id=user)
-    _preflight(settings)
-    who = find_persona(settings.store_uri, persona, settings.store_options)
-    db = open_store(settings)
-    namespace = (who.id, settings.user_id)
-    status = None if all_status else "active"
     if kind not in (None, "fact", "insight"):
         raise ConfigurationError(f"--kind {kind!r}: use fact or insight")
+    settings = _settings(None, store)
+    _preflight(settings, reads=True)
+    who = find_persona(settings.store_uri, persona, settings.store_options)
+    namespace = (who.id, memory_user(settings, who.id, user))
+    db = open_store(settings)
+    if history:
+        from dualmem.cli.control import print_history
+
+        return print_history(db, namespace, history)
+    status = None if all_status else "active"
     if search:
         rows = [(h.item, f"{h.score:.3f}") for h in db.search(namespace, search, kind=kind, k=limit, status=status)]  # type: ignore[arg-type]
     else:
         rows = [(i, "") for i in db.list(namespace, kind=kind, status=status, limit=limit)]  # type: ignore[arg-type]
-    table = Table(title=f"{who.name}: {db.count(namespace, 'fact')} facts, {db.count(namespace, 'insight')} insights in {settings.store_uri}")
+    table = Table(title=f"{who.name} / {namespace[1]}: {db.count(namespace, 'fact')} facts, {db.count(namespace, 'insight')} insights in {settings.store_uri}")
     for col in ("kind", "id", "text", "source", "grounding", "status", "score"):
         table.add_column(col)
     for item, score in rows:

@@ -31,7 +31,7 @@ from dualmem.errors import ConfigurationError
 def demo(
     store: str | None = typer.Option(None, "--store", help="where to write (default .dualmem/demo)"),
     model: str | None = ModelOpt,
-    realmem_sessions: int = typer.Option(2, "--realmem-sessions", help="prefix of RealMem Sophie_Dubois to ingest too, if ../shared/data exists"),
+    realmem_sessions: int = typer.Option(0, "--realmem-sessions", help="also ingest the first N sessions of RealMem's Sophie_Dubois (when ../shared/data exists)"),
 ) -> None:
     """Run the whole pipeline offline on the bundled sample with the bundled tiny model."""
     from dualmem.cli.demo import run_demo
@@ -46,6 +46,8 @@ def demo(
 @app.command()
 def frameworks() -> None:
     """List the memory frameworks selectable with --framework."""
+    from rich.markup import escape
+
     from dualmem.frameworks import REGISTRY, framework_class
 
     table = Table(title="memory frameworks")
@@ -55,7 +57,7 @@ def frameworks() -> None:
         try:
             desc = framework_class(name).description
         except Exception as exc:  # noqa: BLE001 - show broken entries instead of hiding them
-            desc = f"[red]unavailable: {exc}[/]"
+            desc = f"[red]unavailable: {escape(str(exc))}[/]"
         table.add_row(name, desc)
     console.print(table)
 
@@ -64,12 +66,13 @@ def frameworks() -> None:
 @friendly
 def eval_(
     args: list[str] = typer.Argument(None, help="PATH of the dataset, `compare RUN_DIR...`, or `personality SOURCE`"),
-    dataset: str = typer.Option("rolememo", "--dataset", "-d", help=f"format: {', '.join(DATASETS)}"),
-    framework: str | None = typer.Option(None, "--framework", "-f", help="memory framework (see `dualmem frameworks`)"),
+    dataset: str = typer.Option("auto", "--dataset", "-d", help=f"format: {', '.join(DATASETS)} (auto: detected from the file)"),
+    framework: str | None = typer.Option(None, "--framework", "-f", help="memory framework (see `dualmem frameworks`); several, comma-separated, run together"),
     judge: str | None = typer.Option(None, "--judge", help="judge model provider:model (default: settings.judge_model; none: no LLM judges)"),
     limit: int | None = typer.Option(None, "--limit", help="evaluate only the first N queries of each history"),
     out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<dataset>-<framework>-<fingerprint>: re-running continues it)"),
-    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder (its run.json holds the command)"),
+    resume: str | None = typer.Option(None, "--resume", help="continue the run in this folder (its run.json holds the command), or at its record URI"),
+    ray: str | None = typer.Option(None, "--ray", help="run the units on a Ray cluster: auto, local, HOST:PORT or ray://HOST:10001 (setting ray_address)"),
     set_: list[str] | None = typer.Option(None, "--set", help="override a setting for this run, NAME=VALUE (repeatable; see the README table)"),
     upload: bool | None = typer.Option(None, "--upload/--no-upload", help="LangSmith experiment (default: upload when LANGSMITH_API_KEY is set)"),
     model: str | None = ModelOpt,
@@ -81,12 +84,19 @@ def eval_(
     personas: str | None = typer.Option(None, "--personas", help="only these persona ids, comma-separated"),
 ) -> None:
     """Evaluate a framework (`dualmem eval -d realmem FILE -f NAME`), resume one (`--resume RUN`), compare runs, or test personality."""
+    from dualmem.preflight import require_extra
+
+    require_extra("eval", "dualmem eval")  # the reports' plots; one line before anything loads
     os.environ.setdefault("TQDM_DISABLE", "1")  # progress is drawn by dualmem's own bars (langsmith and frameworks use tqdm)
     args = list(args or [])
     overrides = _set_options(set_)
+    if ray is not None:
+        overrides["ray_address"] = ray
+    if judge is not None and judge.lower() == "none":  # no LLM judges, whatever the settings name
+        judge, overrides["judge_model"] = None, ""
     chosen = [p.strip() for p in personas.split(",") if p.strip()] if personas else None
     if args and args[0] == "compare":
-        from dualmem.evals.run import compare
+        from dualmem.evaluate import compare
 
         if len(args) < 2:
             raise ConfigurationError("`dualmem eval compare` needs one or more run directories")
@@ -102,12 +112,12 @@ def eval_(
                                   questionnaires=questionnaires, labels=labels, sessions=sessions, personas=chosen, out=out)
         console.print(f"personality report: [bold]{run_dir}[/]")
         return
-    from dualmem.evals.run import resume_eval, run_eval
+    from dualmem.evaluate import resume_eval, run_evals
 
     if resume is not None:
         if args:
             raise ConfigurationError("--resume RUN takes no dataset PATH: the run folder's run.json holds it")
-        run_dir = resume_eval(resume, settings=overrides, upload=upload)
+        run_dirs = [resume_eval(resume if "://" in resume else Path(resume), settings=overrides, upload=upload, out=out)]
     else:
         if len(args) != 1:
             raise ConfigurationError("`dualmem eval` needs one dataset PATH (or `--resume RUN`, `compare RUN...`, `personality SOURCE`)")
@@ -119,16 +129,26 @@ def eval_(
         from dualmem.frameworks import framework_class
         from dualmem.preflight import check_models
 
-        writer = ("writer",) if framework_class(settings.framework).uses_writer else ()
-        check_models(settings, ("chat", *writer) + (("judge",) if settings.judge_model else ()))
-        run_dir = run_eval(dataset, Path(args[0]), settings.framework, judge=judge or settings.judge_model or None, limit=limit,
-                           out=out, settings=settings, respond=not no_respond, personas=chosen, upload=upload)
-    console.print(f"report: [bold]{run_dir}[/]")
-    _eval_failures(run_dir)
+        names = [n.strip() for n in settings.framework.split(",") if n.strip()]
+        writer = ("writer",) if any(framework_class(n).uses_writer for n in names) else ()
+        if settings.ray_address:  # a bad or unreachable address is one line, before the models are checked
+            from dualmem.evals.cluster import check_address
+
+            check_address(settings.ray_address)
+        check_models(settings.replace(framework=names[0]), ("chat", *writer) + (("judge",) if settings.judge_model else ()))
+        run_dirs = run_evals(dataset, Path(args[0]), names, judge=judge or settings.judge_model or None, limit=limit,
+                             out=out, settings=settings.replace(framework=names[0]), respond=not no_respond, personas=chosen,
+                             upload=upload)
+    failed = False
+    for run_dir in run_dirs:
+        console.print(f"report: [bold]{run_dir}[/]")
+        failed = _eval_failures(run_dir) or failed
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
-def _eval_failures(run_dir: Path) -> None:
-    """Say how many chunks, sessions and queries failed in a run; exit 1 when any did."""
+def _eval_failures(run_dir: Path) -> bool:
+    """Say how many chunks, sessions and queries failed in a run; return whether any did."""
     import json
 
     path = run_dir / "summary.json"
@@ -137,8 +157,7 @@ def _eval_failures(run_dir: Path) -> None:
     chunks, sessions = int(ingest.get("failed_chunks") or 0), len(ingest.get("failed_sessions") or [])
     queries = int(summary.get("n_query_errors") or 0)
     console.print(f"{chunks} failed chunk(s), {sessions} failed session(s), {queries} quer(y/ies) with errors (see the report)", soft_wrap=True)
-    if chunks or sessions or queries:
-        raise typer.Exit(EXIT_FAILED)
+    return bool(chunks or sessions or queries)
 
 
 @generate_app.command("rolememo")

@@ -38,7 +38,8 @@ def read_persona(path: str | Path, *, default_id: Literal["stem", "name"] = "ste
     norm: dict[str, Any] = {}
     for key, value in data.items():
         k = re.sub(r"[\s-]+", "_", str(key).strip().lower())
-        k = ALIASES.get(k, k)
+        if not (k == "personality" and isinstance(value, dict)):  # a dict is Persona.personality's own labels
+            k = ALIASES.get(k, k)
         if k == "description" and "description" in norm:
             k = "role_description"
         norm[k] = value

@@ -12,6 +12,7 @@ from typing import Any
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
+from dualmem.preflight import require_extra
 
 # name -> "module:Class"
 REGISTRY: dict[str, str] = {
@@ -26,6 +27,8 @@ REGISTRY: dict[str, str] = {
     "bookmarks": "dualmem.frameworks.bookmarks:BookmarksFramework",
     "raw-turns": "dualmem.frameworks.raw_turns:RawTurnsFramework",
 }
+# frameworks whose packages come with an optional extra of pyproject.toml
+EXTRA_OF: dict[str, str] = {"langmem": "frameworks"}
 
 
 def available() -> list[str]:
@@ -34,11 +37,14 @@ def available() -> list[str]:
 
 
 def framework_class(name: str) -> type[MemoryFramework]:
-    """Return the class registered under ``name``."""
+    """Return the class registered under ``name``; a framework whose extra is not installed raises
+    :class:`ConfigurationError` naming the ``pip install`` that adds it."""
     try:
         target = REGISTRY[name]
     except KeyError:
         raise ConfigurationError(f"unknown framework {name!r}; choose one of {', '.join(REGISTRY)} (see `dualmem frameworks`)") from None
+    if name in EXTRA_OF:
+        require_extra(EXTRA_OF[name], f"the {name} framework")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -97,7 +97,8 @@ class RespondOptions(TypedDict, total=False):
     mode: str | None
     history: Sequence[Any] | None  # the recent chat turns
     remember: bool  # hand the exchange to memory formation
-    namespace: Iterable[str] | None
+    namespace: Iterable[str] | None  # default: (persona id, user)
+    user: str | None  # whose memory; default: the persona's only user with memory (several: an error naming them)
     writer_model: Any
     thread_id: str | None  # names the chat: its pending turns are written together, a chunk at a time
     formation: Any  # where they are written (default: by ``settings.formation``, this process's executor)
@@ -107,7 +108,7 @@ def _call(
     query: str, persona: Persona | dict[str, Any], *, settings: Settings | dict[str, Any] | None = None, model: Any = None,
     store: Any = None, embeddings: Any = None, k: int | None = None, mode: str | None = None,
     history: Sequence[Any] | None = None, remember: bool = False, namespace: Iterable[str] | None = None,
-    writer_model: Any = None, thread_id: str | None = None, formation: Any = None,
+    user: str | None = None, writer_model: Any = None, thread_id: str | None = None, formation: Any = None,
 ) -> tuple[dict[str, Any], Context, Any, dict[str, Any] | None]:
     """Prepare one respond run: its input, context, compiled graph and config (the core both shells run)."""
     from dualmem.models import load_chat_model
@@ -131,8 +132,11 @@ def _call(
         "k": k,
         "mode": mode,
     }
-    if namespace:
-        inputs["namespace"] = list(namespace)
+    if not namespace:
+        from dualmem.stores import choose_user, users_of
+
+        namespace = (who.id, choose_user(users_of(db, who.id), who.id, user, ctx.settings.user_id))
+    inputs["namespace"] = list(namespace)
     config = {"configurable": {"thread_id": thread_id}} if thread_id else None
     return inputs, ctx, builder.compile(store=langgraph_view(db)), config
 

@@ -195,7 +195,8 @@ def check_embedder_spec(spec: str) -> None:
     elif Path(spec).expanduser().exists() or not _is_provider_spec(spec):
         folder = Path(spec).expanduser()
         if not folder.is_dir() or not any((folder / n).is_file() for n in ("modules.json", "config.json")):
-            what = "does not exist" if not folder.exists() else "is not a sentence-transformers model folder"
+            what = ("does not exist" if not folder.exists() else "is a file, not a model folder" if folder.is_file()
+                    else "holds no model (no modules.json or config.json)")
             raise ConfigurationError(f"embedder {spec!r} {what}; {EMBEDDER_FIX}")
     else:
         provider, _ = _split(spec)

@@ -63,7 +63,8 @@ def test_ingest_inspect_ask_and_chat_on_the_sample(env):
     assert result.exit_code == 0, result.output
     assert "mara-okafor" in result.stdout and "0 failed chunk(s)" in result.stdout and "memory stored in" in result.stdout
     again = run("ingest", SAMPLE, "--dataset", "rolememo")  # resumable: nothing written twice
-    assert again.exit_code == 0 and "0 facts" in again.stdout
+    assert again.exit_code == 0 and "all 4 chunks were written before; nothing to do" in again.stdout, again.stdout
+    assert "0/0" not in again.stdout  # no empty progress bar
 
     listed = run("inspect", "--persona", PERSONA, "--limit", "50")
     assert listed.exit_code == 0 and "fact" in listed.stdout and "insight" in listed.stdout
@@ -238,7 +239,7 @@ def test_realmem_repeated_session_uuid(env):
 
 
 def test_an_unknown_dataset_kind(env):
-    assert "--dataset 'csv': use one of rolememo, realmem, locomo" in one_line_error(run("ingest", SAMPLE, "--dataset", "csv"))
+    assert "--dataset 'csv': use one of auto, rolememo, realmem, locomo" in one_line_error(run("ingest", SAMPLE, "--dataset", "csv"))
 
 
 def test_a_real_process_prints_one_line_and_exits_2(env):

@@ -258,7 +258,7 @@ def test_batch_ingest_on_the_cluster_writes_what_an_in_process_ingest_writes(clu
             histories = plan_histories(load_dataset("rolememo", data), settings, sessions=2)
             if mode == "threads":
                 seen: list[str] = []
-                reports = ingest_histories(histories, settings, progress=False, on_report=lambda _r, h: seen.append(h.label))
+                reports = ingest_histories(histories, settings, progress=False, on_report=lambda _r, h, seen=seen: seen.append(h.label))
                 assert seen == [f"{p} / {histories[0].namespace[1]}" for p in PERSONAS] and not any(r.failed_chunks for r in reports)
             else:
                 for name in ("chat_model", "openai_base_url", "openai_api_key", "embedder", "store_options", "concurrency"):

@@ -106,6 +106,17 @@ def memory_user(settings: Settings, persona_id: str, user: str | None) -> str:
     return chosen
 
 
+def persona_file(ref: str) -> Any:
+    """Return the persona of ``ref`` when it names a .json file (a broken one is a one-line error naming it), else None."""
+    from pathlib import Path
+
+    if Path(ref).suffix != ".json" or not Path(ref).is_file():
+        return None
+    from dualmem.stores.personas import load_persona_file
+
+    return load_persona_file(ref)
+
+
 def existing_file(path: Any) -> Any:
     """Return ``path`` if it exists, else raise a one-line error naming it."""
     from pathlib import Path

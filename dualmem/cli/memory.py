@@ -26,6 +26,7 @@ from dualmem.cli.common import (
     existing_file,
     friendly,
     memory_user,
+    persona_file,
 )
 from dualmem.errors import ConfigurationError, ModelCallError
 
@@ -111,8 +112,9 @@ def ask(
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store, retrieval_k=k, retrieval_mode=mode)
+    given = persona_file(persona)  # the user's own file is checked first: its error names it
     _preflight(settings, ("chat",), reads=True)
-    who = find_persona(settings.store_uri, persona, settings.store_options)
+    who = given or find_persona(settings.store_uri, persona, settings.store_options)
     settings = settings.replace(user_id=memory_user(settings, who.id, user))
     reply = respond(question, who, settings=settings)
     if show_memory:
@@ -138,8 +140,9 @@ def chat(
     from dualmem.stores.personas import find_persona
 
     settings = _settings(model, store)
+    given = persona_file(persona)
     _preflight(settings, ("chat", "writer") if remember else ("chat",), reads=True)
-    who = find_persona(settings.store_uri, persona, settings.store_options)
+    who = given or find_persona(settings.store_uri, persona, settings.store_options)
     settings = settings.replace(user_id=memory_user(settings, who.id, user))
     db = open_store(settings)
     formation = FormationExecutor() if remember else None

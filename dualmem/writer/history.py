@@ -88,7 +88,7 @@ def _write(ctx: Context, store: DualStore, ns: tuple[str, ...], persona: Persona
     rows: dict[str, dict[str, Any]] = {}
     snapshots = Snapshots()
     bar = Progress(TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
-                   disable=not progress)  # fmt: skip
+                   disable=not progress or not todo)  # fmt: skip
     with bar:
         task = bar.add_task("write", total=len(todo))
         for chunk in todo:

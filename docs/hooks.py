@@ -74,6 +74,95 @@ def render_writer_overhead(d: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:
+    below = [f"{r['mode']} at limit {r['limit']}: {r[key]}" for r in runs if r[key] < target]
+    return f"**not met** ({'; '.join(below)})" if below else "**met**"
+
+
+def render_eval_scale(d: dict[str, Any]) -> str:
+    """`dualmem eval` of many small personas against a slow endpoint, in threads of one process and on a Ray cluster."""
+    t, runs, g = d["targets"], d["runs"], d["driver_rss_growth"]
+    rows = [[r["mode"], r["personas"], r["limit"], r["units_in_flight"], r["calls"], r["calls_per_s"], r["utilisation"],
+             f"{r['bound_fraction']} ({r['bound_fraction_of_free_cores']})", r["cpu_s_per_call"],
+             f"{r['driver_peak_rss_mb']:g} / {r['worker_peak_rss_mb'] or '–'}", r["query_errors"] + r["failed_chunks"]] for r in runs]  # fmt: skip
+    return "\n".join([
+        f"Every model call answered after {d['latency_s']:g} s; {d['machine']['cpus']} CPU cores.", "",
+        _table(["mode", "personas", "endpoint limit", "units in flight", "calls", "calls/s", "utilisation",
+                "bound fraction (of free cores)", "CPU-s per call", "peak RSS MB driver / worker", "errors"], rows), "",
+        f"Targets: utilisation ≥ {t['utilisation_at_16']} at limit 16, "
+        f"{_verdict([r for r in runs if r['limit'] == 16], 'utilisation', t['utilisation_at_16'])}; "
+        f"bound fraction ≥ {t['bound_fraction']} in every run, {_verdict(runs, 'bound_fraction', t['bound_fraction'])}. "
+        f"The driver's peak memory from {g['personas'][0]} to {g['personas'][1]} personas on Ray: "
+        f"{g['driver_peak_rss_mb'][0]:g} → {g['driver_peak_rss_mb'][1]:g} MB (×{g['ratio']:g}).",
+    ])  # fmt: skip
+
+
+def _grpo_curve_row(c: dict[str, Any]) -> list[Any]:
+    return [c["phase"], c["step"], f"{c['score']:+.4f} ± {c['score_se']:.4f}", c["parsed_share"], c["fact_recall"], c["insight_recall"]]  # fmt: skip
+
+
+def _paired(d: dict[str, Any]) -> str:
+    p = d["paired_check"]
+    return (f"final − initial at {len(p['seeds'])} other evaluation seeds: {', '.join(f'{x:+}' for x in p['final_minus_initial'])} "
+            f"(mean **{p['mean_gain']:+}**); the initial model's own spread over seeds: sd {p['noise_initial_sd']}, "
+            f"range {p['noise_initial_range']}")  # fmt: skip
+
+
+def render_grpo_tiny_cpu(d: dict[str, Any]) -> str:
+    """Held-out reward of a tiny random Llama: random init, after a short SFT, then every few GRPO steps (TRL, CPU)."""
+    s, sec = d["settings"], d["seconds"]
+    return "\n".join([
+        f"{s['train_personas']} training histories, held out: {', '.join(d['heldout_history'])}. SFT {s['sft_steps']} steps "
+        f"(final loss {d['sft_final_loss']}), then GRPO {s['grpo_steps']} steps of {s['num_generations']} rollouts, "
+        f"learning rate {s['lr']:g}. Held-out reward: the mean episode reward of {s['eval_rollouts']} rollouts "
+        f"(± its standard error), the same evaluation seed at every point.", "",
+        _table(["phase", "step", "held-out reward", "parsed share", "fact recall", "insight recall"],
+               [_grpo_curve_row(c) for c in d["heldout_curve"]]), "",
+        f"Paired check, {_paired(d)}. Time: {sec['total']:g} s ({sec['sft']:g} s SFT, {sec['grpo_incl_evals']:g} s GRPO "
+        f"with its evaluations).",
+    ])  # fmt: skip
+
+
+def _grpo_summary(d: dict[str, Any]) -> str:
+    s, curve = d["settings"], d["heldout_curve"]
+    start = next(c for c in curve if c["phase"] == "after SFT")
+    return "\n".join([
+        _table(["GRPO seed", "rewards", "held-out reward after SFT → last step", "parsed share"],
+               [[s["grpo_seed"], "shuffled within each group" if s["placebo"] else "as earned",
+                 f"{start['score']:+.4f} → {curve[-1]['score']:+.4f} (step {curve[-1]['step']})",
+                 f"{start['parsed_share']} → {curve[-1]['parsed_share']}"]]), "",
+        f"Paired check, {_paired(d)}.",
+    ])  # fmt: skip
+
+
+render_grpo_tiny_cpu_seed7 = render_grpo_tiny_cpu_placebo = _grpo_summary
+
+
+def render_verl_gpu_h100(d: dict[str, Any]) -> str:
+    """VeRL GRPO of the same tiny writer on one GPU: the held-out reward before and during training."""
+    s, p, steps = d["settings"], d["prepared"], d["train_steps"]
+    key = "dualmem/rolememo-writer/{}/{}@" + str(s["val_n"])
+    val = [[v["step"], f"{v[key.format('reward', 'mean')]:+.4f} ± {v[key.format('reward', 'std')]:.4f}",
+            *(round(v[key.format(k, "mean")], 4) for k in ("parsed_share", "fact_recall", "penalty"))]
+           for v in d["validation"]]  # fmt: skip
+    train = [[t["step"], f"{t['critic/score/mean']:+.4f} ({t['critic/score/min']:+.4f} … {t['critic/score/max']:+.4f})",
+              f"{t['response_length/mean']:.1f}", f"{t['timing_s/step']:.1f} ({t['timing_s/gen']:.1f} / {t['timing_s/update_actor']:.1f})"]
+             for t in steps]  # fmt: skip
+    stopped = (f"The run was stopped at its time limit ({d['seconds']:g} s) after {len(steps)} of {s['total_training_steps']} "
+               "planned steps; the validations shown had completed." if d["returncode"] == 124 else
+               f"Exit code {d['returncode']} after {d['seconds']:g} s.")  # fmt: skip
+    return "\n".join([
+        f"{d['device']}; VeRL {d['versions']['verl']}, transformers rollout (`rollout.name=hf`). The policy: the tiny Llama "
+        f"after {p['sft_steps']} SFT steps (final loss {p['sft_final_loss']}); {p['rows']['train']} training rows, "
+        f"{p['rows']['val']} held-out rows ({', '.join(p['heldout_histories'])}); {s['rollout_n']} rollouts per prompt, "
+        f"learning rate {s['learning_rate']:g}. {stopped}", "",
+        "Held-out validation, mean ± sd over " + str(s["val_n"]) + " samples:", "",
+        _table(["after step", "reward", "parsed share", "fact recall", "penalty"], val), "",
+        "Training steps:", "",
+        _table(["step", "score mean (min … max)", "response tokens", "step s (generation / actor update)"], train),
+    ])  # fmt: skip
+
+
 def render_bench(name: str) -> str:
     """Return the markdown of one results file (its table and the command that produced it)."""
     path = RESULTS / f"{name}.json"

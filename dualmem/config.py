@@ -93,6 +93,13 @@ class Settings:
     emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
     framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
     incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
+    judge_leniency_max: float = _setting(
+        0.2, "false-accept rate of a calibrated judge (dualmem eval --calibrate-judge) above which reports warn that its scores overstate quality", float
+    )
+    calibration_queries: int = _setting(20, "gold answers per persona that judge calibration perturbs into wrong and faithful answers", int)
+    prices: str = _setting(
+        "", "price table turning tokens into money in cost reports: MODEL=IN/OUT per million input/output tokens, comma-separated (* = any model); empty = tokens only"
+    )
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
     call_retries: int = _setting(4, "retries of a model call that failed transiently (429, 5xx, timeout, refused connection)", int)
     retry_backoff: float = _setting(1.0, "first wait before retrying a model call, in seconds; doubles each retry (with jitter)", float)
@@ -104,9 +111,6 @@ class Settings:
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
     local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
-    local_dtype: str = _setting(
-        "auto", "weights of local: models on transformers: auto (bfloat16 when the CPU has AMX or AVX512-BF16, else float32), bfloat16, float32"
-    )
     concurrency: int = _setting(4, "bounded fan-out of graph branches (dualmem eval: persona x framework units in flight, cluster-wide)", int)
     ray_address: str = _setting(
         "", "Ray cluster of dualmem eval and batch ingest (auto, local, HOST:PORT or ray://HOST:10001); empty = threads of this process"
@@ -128,7 +132,6 @@ class Settings:
             "search_mode": ("hybrid", "vector", "fts"),
             "emotion_strategy": ("", "C-A", "C-M", "S-S", "S-E"),
             "local_engine": ("auto", "llama.cpp", "transformers"),
-            "local_dtype": ("auto", "bfloat16", "float32"),
             "formation": ("auto", "local", "server"),
         }
         for name, allowed in choices.items():
@@ -137,11 +140,11 @@ class Settings:
                     f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
                     f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
                 )
-        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk"):
+        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk", "calibration_queries"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
-                     "ranker_context_turns", "endpoint_concurrency", "endpoint_rpm"):
+                     "ranker_context_turns", "endpoint_concurrency", "endpoint_rpm", "judge_leniency_max"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:

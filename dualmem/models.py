@@ -75,7 +75,7 @@ def load_chat_model(
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
     return _build_chat_model(
         model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens,
-        settings.local_engine, settings.request_timeout, settings.local_dtype,
+        settings.local_engine, settings.request_timeout,
     )
 
 
@@ -93,7 +93,7 @@ def _need_key(spec: str, provider: str, given: str = "") -> None:
 @lru_cache(maxsize=8)
 def _build_chat_model(
     spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto",
-    request_timeout: float = 120.0, local_dtype: str = "auto",
+    request_timeout: float = 120.0,
 ) -> BaseChatModel:
     provider, name = _split(spec)
     if not name:
@@ -102,9 +102,7 @@ def _build_chat_model(
     if provider == "local":
         from dualmem.local import load_local_chat_model
 
-        return load_local_chat_model(
-            name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine, dtype=local_dtype
-        )
+        return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine)
     if provider == "fake":  # offline scripted model for servers and CLI tests
         from dualmem.testing import make_fake
 

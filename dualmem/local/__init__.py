@@ -7,8 +7,7 @@ Two engines run the package's GGUF file behind one chat model (setting
   the quantised GGUF directly, several times faster on CPU; structured output
   is decoded under a llama.cpp JSON-schema grammar.
 - ``transformers``: de-quantises the GGUF once and caches it as safetensors
-  under ``~/.cache/dualmem``; runs it in bfloat16 where the CPU multiplies
-  bfloat16 natively, else float32 (setting ``local_dtype``); structured
+  under ``~/.cache/dualmem`` (later loads take about a second); structured
   output is decoded under an xgrammar JSON-schema grammar when xgrammar is
   installed, else it falls back to prompting and the repair loop.
 

@@ -26,7 +26,6 @@ BASE = "smollm2"  # the base model of LoRA adapters
 # adapters shipped with the package: name -> folder under dualmem/data (a peft LoRA of BASE)
 ADAPTERS = {"smollm2-writer": "writer_lora"}
 ENGINES = ("auto", "llama.cpp", "transformers")
-DTYPES = ("auto", "bfloat16", "float32")  # weights on the transformers engine
 CONTEXT_TOKENS = 8192
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "user"}
 
@@ -91,38 +90,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DUALMEM_CACHE", Path.home() / ".cache" / "dualmem"))
 
 
-def resolve_dtype(dtype: str) -> str:
-    """Return the weight type ``dtype`` names (``auto``: bfloat16 when the CPU multiplies bfloat16 natively, else float32).
-
-    Generating a token reads every weight once, so a small model on CPU is bound by memory traffic: bfloat16 halves
-    it, and AMX or AVX512-BF16 instructions multiply it without converting. Without them, float32 is faster.
-    """
-    if dtype not in DTYPES:
-        raise ConfigurationError(f"local dtype {dtype!r} is not one of {DTYPES}; set DUALMEM_LOCAL_DTYPE")
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if native_bfloat16() else "float32"
-
-
-@lru_cache(maxsize=1)
-def native_bfloat16() -> bool:
-    """Return whether this CPU has bfloat16 matrix instructions (AMX-BF16 or AVX512-BF16; Linux flags, else False)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return re.search(r"\b(amx_bf16|avx512_bf16)\b", flags) is not None
-
-
 @lru_cache(maxsize=3)
-def load_transformers(name: str, dtype: str = "float32") -> tuple[Any, Any]:
-    """Return (model, tokenizer) for inference, weights in ``dtype`` (bfloat16 or float32), de-quantising the GGUF once
-    into the cache; an adapter is merged (in float32) into its own copy of the base."""
+def load_transformers(name: str) -> tuple[Any, Any]:
+    """Return (model, tokenizer), de-quantising the GGUF once into the cache; an adapter is merged into its own copy of the base."""
     model, tok = load_local(name)
-    if dtype != "float32":
-        import torch
-
-        model.to(getattr(torch, dtype))
     model.eval()
     return model, tok
 

@@ -101,11 +101,11 @@ def compile_grammar(tok: Any, vocab_size: int, schema_json: str, max_new_tokens:
 
 
 @lru_cache(maxsize=16)
-def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engine: str = "transformers", dtype: str = "float32") -> Any:
+def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engine: str = "transformers") -> Any:
     """Return a zero-arg factory of fresh xgrammar logits processors (None without xgrammar)."""
     if importlib.util.find_spec("xgrammar") is None:
         return None
-    model, tok = load_transformers(name, dtype)
+    model, tok = load_transformers(name)
     compiled = compile_grammar(tok, model.config.vocab_size, schema_json, max_new_tokens)
     if compiled is None:
         return None

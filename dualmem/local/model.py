@@ -23,7 +23,6 @@ from dualmem.local.bundled import (
     chat_dicts,
     check_name,
     load_transformers,
-    resolve_dtype,
     resolve_engine,
     stop_ids,
     usage,
@@ -36,7 +35,6 @@ class LocalChatModel(BaseChatModel):
 
     name_: str = "smollm2"
     engine: str = "transformers"
-    dtype: str = "float32"  # weights on the transformers engine: bfloat16 or float32
     temperature: float = 0.0
     max_new_tokens: int = 512
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -48,8 +46,7 @@ class LocalChatModel(BaseChatModel):
     @property
     def model_name(self) -> str:
         """Return the model's human name."""
-        engine = self.engine if self.engine == "llama.cpp" else f"{self.engine}, {self.dtype}"
-        return f"local:{self.name_} ({LOCAL_MODELS.get(self.name_, 'SmolLM2-135M-Instruct + LoRA')}, {engine})"
+        return f"local:{self.name_} ({LOCAL_MODELS.get(self.name_, 'SmolLM2-135M-Instruct + LoRA')}, {self.engine})"
 
     def _adapter(self) -> bool:
         """Whether this is a trained LoRA writer: it was trained on the plain prompt, so no schema hint and no repetition penalty."""
@@ -60,7 +57,7 @@ class LocalChatModel(BaseChatModel):
         return importlib.util.find_spec("xgrammar") is not None
 
     def _encode(self, messages: list[BaseMessage]) -> Any:
-        _, tok = load_transformers(self.name_, self.dtype)
+        _, tok = load_transformers(self.name_)
         enc = tok.apply_chat_template(chat_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True)
         budget = CONTEXT_TOKENS - self.max_new_tokens
         if enc["input_ids"].shape[1] > budget:  # keep the start (system prompt) and the end
@@ -73,7 +70,7 @@ class LocalChatModel(BaseChatModel):
         return enc
 
     def _gen_kwargs(self, stop: list[str] | None, **extra: Any) -> dict[str, Any]:
-        _, tok = load_transformers(self.name_, self.dtype)
+        _, tok = load_transformers(self.name_)
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": tok.eos_token_id,
@@ -96,9 +93,9 @@ class LocalChatModel(BaseChatModel):
                 return llamacpp.complete(self.name_, messages, self._llama_kwargs(stop, schema_json))
         import torch
 
-        model, tok = load_transformers(self.name_, self.dtype)
+        model, tok = load_transformers(self.name_)
         enc = self._encode(messages)
-        factory = grammar_factory(self.name_, schema_json, self.max_new_tokens, "transformers", self.dtype) if schema_json else None
+        factory = grammar_factory(self.name_, schema_json, self.max_new_tokens, "transformers") if schema_json else None
         extra = {"logits_processor": [factory()]} if factory else {}
         with self._lock, torch.inference_mode():
             out = model.generate(**enc, **self._gen_kwargs(stop, **extra))
@@ -217,7 +214,7 @@ class LocalChatModel(BaseChatModel):
         import torch
         from transformers import TextIteratorStreamer
 
-        model, tok = load_transformers(self.name_, self.dtype)
+        model, tok = load_transformers(self.name_)
         enc = self._encode(messages)
         streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
 
@@ -274,16 +271,10 @@ def _tool_request(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], Any] | 
 
 
 
-def load_local_chat_model(
-    name: str, *, temperature: float = 0.0, max_new_tokens: int = 512, engine: str = "auto", dtype: str = "auto"
-) -> LocalChatModel:
-    """Return the bundled local chat model ``name`` on ``engine`` (auto, llama.cpp, transformers), with weights in
-    ``dtype`` on transformers (auto, bfloat16, float32: see :func:`~dualmem.local.bundled.resolve_dtype`).
+def load_local_chat_model(name: str, *, temperature: float = 0.0, max_new_tokens: int = 512, engine: str = "auto") -> LocalChatModel:
+    """Return the bundled local chat model ``name`` on ``engine`` (auto, llama.cpp, transformers).
 
     ``name``: ``smollm2``, ``smollm2-writer`` (SmolLM2 with the shipped writer LoRA) or the folder of a LoRA adapter of SmolLM2.
     """
     check_name(name)
-    return LocalChatModel(
-        name_=name, engine=resolve_engine(engine, name), dtype=resolve_dtype(dtype), temperature=temperature,
-        max_new_tokens=max_new_tokens,
-    )  # fmt: skip
+    return LocalChatModel(name_=name, engine=resolve_engine(engine, name), temperature=temperature, max_new_tokens=max_new_tokens)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from langchain_core.messages import HumanMessage
-from langgraph._internal._runnable import RunnableCallable
+from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import get_runtime
 from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
@@ -39,7 +40,18 @@ from dualmem.stores.results import ScoredItem
 builder = StateGraph(RespondState, context_schema=Context, input_schema=RespondInput)
 builder.add_node("retrieve", retrieve)
 builder.add_node("reply", reply)
-builder.add_node("remember", RunnableCallable(remember, aremember, trace=False))
+
+
+def _remember(state: RespondState) -> dict[str, Any]:
+    return remember(state, get_runtime(Context))
+
+
+async def _aremember(state: RespondState) -> dict[str, Any]:
+    return await aremember(state, get_runtime(Context))
+
+
+# one node, two bodies: graph.invoke runs remember, graph.ainvoke (the server) aremember
+builder.add_node("remember", RunnableLambda(_remember, afunc=_aremember, name="remember"))
 builder.add_edge(START, "retrieve")
 builder.add_edge("retrieve", "reply")
 builder.add_conditional_edges("reply", route_after_reply, ["remember", END])

@@ -22,14 +22,6 @@ class DatasetError(DualMemError):
         super().__init__(f"{file}: {path}: expected {expected}, found {found}")
 
 
-class StructuredOutputError(DualMemError):
-    """A model's answer could not be parsed into the schema after all retries."""
-
-    def __init__(self, message: str, *, raw: str | None = None, attempts: int = 0) -> None:
-        self.raw, self.attempts = raw, attempts
-        super().__init__(message)
-
-
 class ModelCallError(DualMemError):
     """A model call failed: a transient error outlasted its retries, or the endpoint refused the request.
 

@@ -167,21 +167,14 @@ def test_list_orders_and_limits(store):
     assert [m.id for m in store.list(NS, newest_first=False, limit=2)] == ["n0", "n1"]
 
 
-def test_dual_search_expands_insights_with_cited_facts(filled):
-    res = filled.dual_search(NS, "night shifts and gaming fatigue", k_facts=2, k_insights=2)
-    assert len(res.facts) == 2 and len(res.insights) == 2
-    assert {h.item.kind for h in res.facts} == {"fact"} and {h.item.kind for h in res.insights} == {"insight"}
-    assert [f.id for f in res.grounding["i1"]] == ["f1", "f2"]
-    assert [f.id for f in res.grounding["i2"]] == ["f3"]
-    assert res.merged == []
-    assert filled.dual_search(NS, "night shifts", expand=False).grounding == {}
-
-
-def test_dual_search_merged_gives_one_pool(filled):
-    res = filled.dual_search(NS, "night shifts gaming cat", k_facts=3, k_insights=3, merged=True)
-    assert len(res.merged) == 3
-    assert {h.item.id for h in res.merged} == {h.item.id for h in res.facts + res.insights}
-    assert [h.score for h in res.merged] == sorted((h.score for h in res.merged), reverse=True)
+def test_search_by_kind_and_grounding_give_insights_with_their_cited_facts(filled):
+    facts = filled.search(NS, "night shifts and gaming fatigue", kind="fact", k=2)
+    insights = filled.search(NS, "night shifts and gaming fatigue", kind="insight", k=2)
+    assert len(facts) == 2 and len(insights) == 2
+    assert {h.item.kind for h in facts} == {"fact"} and {h.item.kind for h in insights} == {"insight"}
+    grounding = filled.grounding(NS, [h.item for h in insights])
+    assert [f.id for f in grounding["i1"]] == ["f1", "f2"]
+    assert [f.id for f in grounding["i2"]] == ["f3"]
 
 
 def test_namespaces_with_prefix(filled):

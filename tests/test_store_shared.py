@@ -73,7 +73,7 @@ def test_a_reader_opened_before_another_process_writes_sees_it_through_every_rea
     assert [i.text for i in dual.get(NS, ["f2"])] == ["plays chess on sundays"]
     for mode in ("vector", "hybrid", "fts"):
         assert dual.search(NS, "green tea", k=1, mode=mode)[0].item.id == "f1", mode
-    assert NS in dual.namespaces() and dual.dual_search(NS, "chess", k_facts=1).facts[0].item.id == "f2"
+    assert NS in dual.namespaces() and dual.search(NS, "chess", kind="fact", k=1)[0].item.id == "f2"
     assert retriever.invoke("tomatoes balcony")[0].metadata["id"] == "f3"
     assert json.loads(tool.invoke({"query": "chess sundays", "limit": 1}))[0]["id"] == "f2"
     assert graph_store.get(("notes", "alice"), "k").value == {"text": "likes tea"}

@@ -39,7 +39,7 @@ from langchain_core.embeddings import Embeddings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind
 from dualmem.stores._rows import item_to_row, row_to_item
-from dualmem.stores.results import DualResult, ScoredItem
+from dualmem.stores.results import ScoredItem
 
 Namespace = tuple[str, ...]
 SearchMode = Literal["hybrid", "vector", "fts"]
@@ -336,24 +336,6 @@ class DualStore(ABC):
         cited = builtins.list(dict.fromkeys(f for i in insights for f in i.grounding))
         by_id = {f.id: f for f in self.get(namespace, cited)} if cited else {}
         return {i.id: [by_id[f] for f in i.grounding if f in by_id and by_id[f].kind == "fact"] for i in insights}
-
-    def dual_search(
-        self, namespace: Namespace, query: str, k_facts: int = 10, k_insights: int = 10, mode: SearchMode = "hybrid",
-        merged: bool = False, expand: bool = True,
-    ) -> DualResult:  # fmt: skip
-        """Search facts and insights (or one merged pool); expand insights with the facts they cite."""
-        vector = None if mode == "fts" else self.embeddings.embed_query(query)
-        if merged:
-            pool = self.search(namespace, query, k=max(k_facts, k_insights), mode=mode, vector=vector)
-            result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
-                                insights=[h for h in pool if h.item.kind == "insight"])  # fmt: skip
-        else:
-            facts = self.search(namespace, query, kind="fact", k=k_facts, mode=mode, vector=vector)
-            insights = self.search(namespace, query, kind="insight", k=k_insights, mode=mode, vector=vector)
-            result = DualResult(facts=facts, insights=insights)
-        if expand and result.insights:
-            result.grounding = self.grounding(namespace, [h.item for h in result.insights])
-        return result
 
 
 # --------------------------------------------------------------------------- preparing operations

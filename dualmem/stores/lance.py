@@ -91,6 +91,8 @@ class LanceDualStore(DualStore):
         if not self.dims:  # a fresh store: its width is the embedder's, so the embedder loads now
             self._embeddings = _loaded(embeddings)
             self.dims = _dims(self._embeddings)
+        elif not isinstance(embeddings, str):  # an embedder object is checked now, a spec when it loads
+            self._check(embeddings)
         schema = item_schema(self.dims).with_metadata({EMBEDDER_KEY: spec} if spec else {})
         self.table = _open_memory(self._db, schema)
         L.check_dims(self.table, "vector", self.dims, self.uri)
@@ -105,14 +107,17 @@ class LanceDualStore(DualStore):
     def embeddings(self) -> Any:  # type: ignore[override]
         """The store's embedder (a spec given at construction is loaded now, once)."""
         if isinstance(self._embeddings, str):
-            spec, loaded = self._embeddings, _loaded(self._embeddings)
-            if _dims(loaded) != self.dims:
-                raise ConfigurationError(
-                    f"the store at {self.uri!r} holds {self.dims}-dim vectors but the embedder {spec!r} makes "
-                    f"{_dims(loaded)}-dim ones; use the embedder the store was written with (DUALMEM_EMBEDDER) or a fresh store"
-                )
-            self._embeddings = loaded
+            self._embeddings = self._check(_loaded(self._embeddings), self._embeddings)
         return self._embeddings
+
+    def _check(self, embeddings: Any, spec: str | None = None) -> Any:
+        """Return ``embeddings`` if its vectors have the stored width, else raise naming the fix."""
+        if (made := _dims(embeddings)) != self.dims:
+            raise ConfigurationError(
+                f"the store at {self.uri!r} holds {self.dims}-dim vectors but the embedder {spec or type(embeddings).__name__!r} "
+                f"makes {made}-dim ones; use the embedder the store was written with (DUALMEM_EMBEDDER) or a fresh store"
+            )
+        return embeddings
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, embeddings: Any = None) -> LanceDualStore:

@@ -90,14 +90,6 @@ def _mix(fact: float | None, insight: float | None, fact_share: float) -> float:
     return fact_share * fact + (1 - fact_share) * insight
 
 
-def memory_recall(
-    memory: list[str], gold_facts: list[str], gold_insights: list[str], embed: Embeddings, cfg: RewardConfig
-) -> tuple[float | None, float | None]:
-    """Return (fact recall, insight recall) of the memory; None where there is no gold of that kind."""
-    (fact, insight), _ = _recall_and_similarity(memory, gold_facts, gold_insights, embed, cfg)
-    return fact, insight
-
-
 def _recall_and_similarity(
     memory: list[str], gold_facts: list[str], gold_insights: list[str], embed: Embeddings, cfg: RewardConfig
 ) -> tuple[tuple[float | None, float | None], float]:

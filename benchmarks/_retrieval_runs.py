@@ -33,7 +33,9 @@ def cached_embeddings(folder: Path | None = None, embedder: str | None = None) -
 
     from dualmem.models import BUNDLED_EMBEDDER, load_embeddings
 
-    cache = EmbeddingCache(load_embeddings(embedder or BUNDLED_EMBEDDER), folder or REPO / DEFAULT_FOLDER, autosave=2000)
+    cache = EmbeddingCache(
+        load_embeddings(embedder or BUNDLED_EMBEDDER), folder or REPO / DEFAULT_FOLDER, autosave=2000
+    )
     return CachedEmbeddings(cache)
 
 
@@ -47,7 +49,9 @@ def fold_paths(ids: Sequence[str], folder: Path = FOLDS) -> dict[str, Path]:
     paths = {i: folder / f"{i}.json" for i in ids}
     missing = sorted(i for i, p in paths.items() if not p.is_file())
     if missing:
-        raise SystemExit(f"no held-out ranker weights for {missing[:3]} in {folder}; run python benchmarks/fit_ranker.py first")
+        raise SystemExit(
+            f"no held-out ranker weights for {missing[:3]} in {folder}; run python benchmarks/fit_ranker.py first"
+        )
     return paths
 
 
@@ -82,12 +86,27 @@ def eval_run(
     if fresh and out.exists():
         shutil.rmtree(out)  # a finished run would be re-reported from its journal: start afresh
     started = time.perf_counter()
-    run_eval(dataset_kind, data, framework, respond=False, settings={"ranker": ranker, "concurrency": 1}, embeddings=embeddings,
-             similarity=embeddings, out=out, personas=personas, framework_factory=factory, progress=False, ragas=False)
+    run_eval(
+        dataset_kind,
+        data,
+        framework,
+        respond=False,
+        settings={"ranker": ranker, "concurrency": 1},
+        embeddings=embeddings,
+        similarity=embeddings,
+        out=out,
+        personas=personas,
+        framework_factory=factory,
+        progress=False,
+        ragas=False,
+    )
     embeddings.cache.save()
     summary = read_summary(out)
-    return {"summary": summary, "seconds": round(time.perf_counter() - started, 1), "run": str(out.relative_to(REPO))
-            if out.is_relative_to(REPO) else str(out)}
+    return {
+        "summary": summary,
+        "seconds": round(time.perf_counter() - started, 1),
+        "run": str(out.relative_to(REPO)) if out.is_relative_to(REPO) else str(out),
+    }
 
 
 def retrieve_seconds(run_dir: Path) -> list[float]:
@@ -100,8 +119,12 @@ def machine() -> dict[str, Any]:
     """Return what the figures were measured on."""
     import os
 
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "date": datetime.now(UTC).strftime("%Y-%m-%d")}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+    }
 
 
 def pick(metrics: dict[str, Any], keys: Sequence[str]) -> dict[str, float]:

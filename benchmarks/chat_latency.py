@@ -79,11 +79,15 @@ class FixedLatencyModel(BaseChatModel):
     def _words(self) -> list[str]:
         return [f"word{i} " for i in range(self.tokens)]
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         time.sleep(self.ttft + self.gap * (self.tokens - 1))
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content="".join(self._words())))])
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Iterator[ChatGenerationChunk]:
         self.systems.append(str(messages[0].content) if messages and messages[0].type == "system" else "")
         for i, word in enumerate(self._words()):
             time.sleep(self.ttft if i == 0 else self.gap)
@@ -92,7 +96,9 @@ class FixedLatencyModel(BaseChatModel):
                 run_manager.on_llm_new_token(word, chunk=chunk)
             yield chunk
 
-    async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
         self.systems.append(str(messages[0].content) if messages and messages[0].type == "system" else "")
         for i, word in enumerate(self._words()):
             await asyncio.sleep(self.ttft if i == 0 else self.gap)
@@ -107,11 +113,31 @@ def fill(store: LanceDualStore, item: DatasetItem, namespace: tuple[str, str], c
     facts, insights = [], []
     for session in item.dialogue.sessions:
         for turn in session.turns:
-            facts.append(Fact(id=turn.id, namespace=namespace, text=turn.text, event_time=session.time, source=SourceRef(session_id=session.id, turn_ids=[turn.id])))
+            facts.append(
+                Fact(
+                    id=turn.id,
+                    namespace=namespace,
+                    text=turn.text,
+                    event_time=session.time,
+                    source=SourceRef(session_id=session.id, turn_ids=[turn.id]),
+                )
+            )
         ids = [t.id for t in session.turns]
         for point in session.memory_points:
-            cited = f"{session.id}:{point.source_turn}" if point.source_turn is not None and f"{session.id}:{point.source_turn}" in ids else ids[0]
-            insights.append(Insight(id=point.id, namespace=namespace, text=point.content, grounding=[cited], source=SourceRef(session_id=session.id, turn_ids=[cited])))
+            cited = (
+                f"{session.id}:{point.source_turn}"
+                if point.source_turn is not None and f"{session.id}:{point.source_turn}" in ids
+                else ids[0]
+            )
+            insights.append(
+                Insight(
+                    id=point.id,
+                    namespace=namespace,
+                    text=point.content,
+                    grounding=[cited],
+                    source=SourceRef(session_id=session.id, turn_ids=[cited]),
+                )
+            )
     items = [*facts, *insights]
     cache = EmbeddingCache(store.embeddings, cache_folder)
     vectors = cache.embed([i.text for i in items], progress="embedding the persona's memory")
@@ -137,7 +163,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"p50_ms": pct(values, 0.5), "p95_ms": pct(values, 0.95), "mean_ms": round(1000 * statistics.fmean(values), 1)}
+    return {
+        "p50_ms": pct(values, 0.5),
+        "p95_ms": pct(values, 0.95),
+        "mean_ms": round(1000 * statistics.fmean(values), 1),
+    }
 
 
 def _first_token(chunk: Any, meta: dict[str, Any]) -> bool:
@@ -148,7 +178,12 @@ def timed(agent: Any, text: str, thread: str) -> tuple[float, float]:
     """Return (time to first token, total time) of one streamed turn."""
     forget_queries()
     start, first = time.perf_counter(), None
-    for chunk, meta in agent.stream({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "bench"}, stream_mode="messages"):
+    for chunk, meta in agent.stream(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": thread}},
+        context={"user_id": "bench"},
+        stream_mode="messages",
+    ):
         if first is None and _first_token(chunk, meta):
             first = time.perf_counter() - start
     return first or float("nan"), time.perf_counter() - start
@@ -158,7 +193,12 @@ async def atimed(agent: Any, text: str, thread: str) -> tuple[float, float]:
     """Async :func:`timed`."""
     forget_queries()
     start, first = time.perf_counter(), None
-    async for chunk, meta in agent.astream({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "bench"}, stream_mode="messages"):
+    async for chunk, meta in agent.astream(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": thread}},
+        context={"user_id": "bench"},
+        stream_mode="messages",
+    ):
         if first is None and _first_token(chunk, meta):
             first = time.perf_counter() - start
     return first or float("nan"), time.perf_counter() - start
@@ -168,7 +208,7 @@ def measure(agents: dict[str, Any], queries: list[str], warmup: int, mode: str) 
     """Stream every query through each agent, alternating agents query by query."""
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in agents}
     for i, text in enumerate([*queries[:warmup], *queries]):
-        for name, agent in (list(agents.items()) if i % 2 == 0 else list(agents.items())[::-1]):
+        for name, agent in list(agents.items()) if i % 2 == 0 else list(agents.items())[::-1]:
             thread = f"{mode}-{name}-{i}"
             pair = asyncio.run(atimed(agent, text, thread)) if mode == "async" else timed(agent, text, thread)
             if i >= warmup:
@@ -180,15 +220,26 @@ def main() -> None:
     """Run the benchmark; print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA, help="RealMem folder")
-    parser.add_argument("--persona", default="Sarah_Miller", help="RealMem persona whose whole history fills the namespace")
-    parser.add_argument("--queries", type=int, default=150, help="queries measured per mode (the persona's own questions, cycled)")
-    parser.add_argument("--warmup", type=int, default=20, help="unmeasured queries first (a fresh process prepares each padded query length once)")
+    parser.add_argument(
+        "--persona", default="Sarah_Miller", help="RealMem persona whose whole history fills the namespace"
+    )
+    parser.add_argument(
+        "--queries", type=int, default=150, help="queries measured per mode (the persona's own questions, cycled)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="unmeasured queries first (a fresh process prepares each padded query length once)",
+    )
     parser.add_argument("--ttft", type=float, default=0.3, help="the model's fixed time to first token, seconds")
     parser.add_argument("--tokens", type=int, default=20, help="tokens per reply")
     parser.add_argument("--token-gap", type=float, default=0.01, help="seconds between tokens")
     parser.add_argument("--embedder", default=BUNDLED_EMBEDDER, help="the store's embedder (default: the bundled one)")
     parser.add_argument("--modes", default="sync,async", help="stream / astream")
-    parser.add_argument("--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache of the persona's memory")
+    parser.add_argument(
+        "--cache", type=Path, default=REPO / DEFAULT_FOLDER, help="embedding cache of the persona's memory"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     path = args.data / f"{args.persona}_dialogues_256k.json"
@@ -199,7 +250,9 @@ def main() -> None:
     persona = item.dialogue.persona
     assert persona is not None
     namespace = (persona.id, "bench")
-    questions = [q.text for q in item.queries] or [t.text for s in item.dialogue.sessions for t in s.turns if t.role == "user"]
+    questions = [q.text for q in item.queries] or [
+        t.text for s in item.dialogue.sessions for t in s.turns if t.role == "user"
+    ]
     queries = [questions[i % len(questions)] for i in range(args.queries)]
     load_before = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory(prefix="chat-latency-") as tmp:
@@ -208,11 +261,19 @@ def main() -> None:
         sizes = fill(dual, item, namespace, args.cache)
         store = LanceDBStore.over(dual)
         RANKERS.append(Ranker.from_settings(settings))
-        models = {name: FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap, systems=[]) for name in ("off", "on")}
+        models = {
+            name: FixedLatencyModel(ttft=args.ttft, tokens=args.tokens, gap=args.token_gap, systems=[])
+            for name in ("off", "on")
+        }
         formation = FormationExecutor(workers=1)  # its writes wait for the quiet time: none during the measurement
         agents = {
             "off": create_agent(models["off"], [], system_prompt=render_respond_system(persona, ""), store=store),
-            "on": create_agent(models["on"], [], middleware=[DualMemMiddleware(persona, settings=settings, formation=formation)], store=store),
+            "on": create_agent(
+                models["on"],
+                [],
+                middleware=[DualMemMiddleware(persona, settings=settings, formation=formation)],
+                store=store,
+            ),
         }
         results: dict[str, Any] = {}
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
@@ -237,29 +298,46 @@ def main() -> None:
     result = {
         "benchmark": "time to first token of a create_agent reply with DualMemMiddleware on vs off (fixed-latency model)",
         "command": f"python benchmarks/chat_latency.py --persona {args.persona} --queries {args.queries} --warmup {args.warmup} "
-                   f"--ttft {args.ttft} --tokens {args.tokens} --token-gap {args.token_gap} --modes {args.modes}",
-        "persona": args.persona, "namespace_items": sizes, "embedder": args.embedder, "queries": args.queries,
+        f"--ttft {args.ttft} --tokens {args.tokens} --token-gap {args.token_gap} --modes {args.modes}",
+        "persona": args.persona,
+        "namespace_items": sizes,
+        "embedder": args.embedder,
+        "queries": args.queries,
         "model": {"ttft_s": args.ttft, "tokens": args.tokens, "token_gap_s": args.token_gap},
-        "retrieval_alone": retrieval, "modes": results,
+        "retrieval_alone": retrieval,
+        "modes": results,
         "on_turns_with_recalled_memory": sum(1 for p in models["on"].systems if "because: " in p),
-        "on_turns": len(models["on"].systems), "off_turns_with_recalled_memory": sum(1 for p in models["off"].systems if "because: " in p),
-        "target": {"retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS, "ttft_added_p50_ms": TARGET_ADDED_P50_MS,
-                   "ttft_added_within_retrieval": "added p50 <= retrieval p50 + 5 ms"},
-        "passed": {"retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS, **{f"ttft_added_{m}": ok for m, ok in modes_ok.items()},
-                   **{f"ttft_added_within_retrieval_{m}": ok for m, ok in within.items()}},
+        "on_turns": len(models["on"].systems),
+        "off_turns_with_recalled_memory": sum(1 for p in models["off"].systems if "because: " in p),
+        "target": {
+            "retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS,
+            "ttft_added_p50_ms": TARGET_ADDED_P50_MS,
+            "ttft_added_within_retrieval": "added p50 <= retrieval p50 + 5 ms",
+        },
+        "passed": {
+            "retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS,
+            **{f"ttft_added_{m}": ok for m, ok in modes_ok.items()},
+            **{f"ttft_added_within_retrieval_{m}": ok for m, ok in within.items()},
+        },
         "load_average_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"namespace: {args.persona}, {sizes['facts']} facts + {sizes['insights']} insights; embedder {args.embedder}; "
-          f"{args.queries} queries per mode; model: first token after {args.ttft * 1000:.0f} ms")
-    print(f"retrieval alone:      p50 {retrieval['p50_ms']} ms, p95 {retrieval['p95_ms']} ms (target p50 <= {TARGET_RETRIEVAL_P50_MS:.0f} ms)")
+    print(
+        f"namespace: {args.persona}, {sizes['facts']} facts + {sizes['insights']} insights; embedder {args.embedder}; "
+        f"{args.queries} queries per mode; model: first token after {args.ttft * 1000:.0f} ms"
+    )
+    print(
+        f"retrieval alone:      p50 {retrieval['p50_ms']} ms, p95 {retrieval['p95_ms']} ms (target p50 <= {TARGET_RETRIEVAL_P50_MS:.0f} ms)"
+    )
     for mode, r in results.items():
-        print(f"[{mode}] first token off: p50 {r['ttft_off']['p50_ms']} ms; on: p50 {r['ttft_on']['p50_ms']} ms; "
-              f"added: p50 {r['ttft_added']['p50_ms']} ms, p95 {r['ttft_added']['p95_ms']} ms; "
-              f"after the last token off/on: p50 {r['after_last_token_off']['p50_ms']} / {r['after_last_token_on']['p50_ms']} ms")
+        print(
+            f"[{mode}] first token off: p50 {r['ttft_off']['p50_ms']} ms; on: p50 {r['ttft_on']['p50_ms']} ms; "
+            f"added: p50 {r['ttft_added']['p50_ms']} ms, p95 {r['ttft_added']['p95_ms']} ms; "
+            f"after the last token off/on: p50 {r['after_last_token_off']['p50_ms']} / {r['after_last_token_on']['p50_ms']} ms"
+        )
     print("passed:", ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["passed"].items()))
     print(f"wrote {args.out}")
 

@@ -62,10 +62,16 @@ def writer_script(name: str | None, schema: dict[str, Any] | None, messages: lis
         return answer
     chunk = " ".join(str(m.get("content") or "") for m in messages[-1:]).split()
     words = [w for w in chunk if w.isalpha()] or ["nothing"]
-    line = lambda start: " ".join(words[start % len(words):][:45] or words[:45])  # noqa: E731
-    return {"facts": [{"op": "ADD", "id": f"N{i}", "text": f"User said: {line(i * 45)}", "turn_ids": []} for i in (1, 2, 3)],
-            "insights": [{"op": "ADD", "id": f"M{i}", "text": f"I read this as telling: {line(i * 30)}", "fact_ids": ["N1", "N2"]}
-                         for i in (1, 2)]}
+    line = lambda start: " ".join(words[start % len(words) :][:45] or words[:45])  # noqa: E731
+    return {
+        "facts": [
+            {"op": "ADD", "id": f"N{i}", "text": f"User said: {line(i * 45)}", "turn_ids": []} for i in (1, 2, 3)
+        ],
+        "insights": [
+            {"op": "ADD", "id": f"M{i}", "text": f"I read this as telling: {line(i * 30)}", "fact_ids": ["N1", "N2"]}
+            for i in (1, 2)
+        ],
+    }
 
 
 def _serve(conn: Any, latency: float) -> None:
@@ -113,14 +119,31 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     base_url = parent.recv()
     out = Path(args.work) / f"{args.mode}-{args.limit_calls}-{args.personas}"
     shutil.rmtree(out, ignore_errors=True)
-    settings = Settings(chat_model="openai-compatible:standin", openai_base_url=base_url, openai_api_key="bench",
-                        embedder="hash:384", store_uri=str(out / "store"), checkpoint_path=str(out / "ck.sqlite"),
-                        concurrency=2 * args.limit_calls, endpoint_concurrency=args.limit_calls, request_timeout=60.0,
-                        ray_address=args.ray if args.mode == "ray" else "")
+    settings = Settings(
+        chat_model="openai-compatible:standin",
+        openai_base_url=base_url,
+        openai_api_key="bench",
+        embedder="hash:384",
+        store_uri=str(out / "store"),
+        checkpoint_path=str(out / "ck.sqlite"),
+        concurrency=2 * args.limit_calls,
+        endpoint_concurrency=args.limit_calls,
+        request_timeout=60.0,
+        ray_address=args.ray if args.mode == "ray" else "",
+    )
     data = Path(args.work) / f"data-{args.personas}"
     busy0, cpu0, started = _busy_s(), os.times(), time.perf_counter()
-    [run_dir] = run_evals("rolememo", data, ["dualmem"], limit=1, out=out / "run", settings=settings, progress=False,
-                          ragas=False, upload=False)
+    [run_dir] = run_evals(
+        "rolememo",
+        data,
+        ["dualmem"],
+        limit=1,
+        out=out / "run",
+        settings=settings,
+        progress=False,
+        ragas=False,
+        upload=False,
+    )
     wall = time.perf_counter() - started
     cpu1, busy1 = os.times(), _busy_s()
     parent.send("stop")
@@ -141,17 +164,29 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     free = max(0.1, cores - others)
     bound_free = min(args.limit_calls / args.latency, free / per_call if per_call else float("inf"))
     return {
-        "mode": args.mode, "personas": args.personas, "limit": args.limit_calls, "units_in_flight": settings.concurrency,
-        "calls": len(calls), "wall_s": round(wall, 1), "calls_per_s": round(rate, 2),
+        "mode": args.mode,
+        "personas": args.personas,
+        "limit": args.limit_calls,
+        "units_in_flight": settings.concurrency,
+        "calls": len(calls),
+        "wall_s": round(wall, 1),
+        "calls_per_s": round(rate, 2),
         "utilisation": round(len(calls) * args.latency / (wall * args.limit_calls), 3),
-        "driver_cpu_s": round(driver_cpu, 1), "worker_cpu_s": round(worker_cpu, 1), "cpu_s_per_call": round(per_call, 4),
-        "cores": cores, "bound_calls_per_s": round(bound, 2), "bound_fraction": round(rate / bound, 3),
-        "endpoint_cpu_s": round(endpoint_cpu, 1), "other_busy_cores": round(others, 2),
+        "driver_cpu_s": round(driver_cpu, 1),
+        "worker_cpu_s": round(worker_cpu, 1),
+        "cpu_s_per_call": round(per_call, 4),
+        "cores": cores,
+        "bound_calls_per_s": round(bound, 2),
+        "bound_fraction": round(rate / bound, 3),
+        "endpoint_cpu_s": round(endpoint_cpu, 1),
+        "other_busy_cores": round(others, 2),
         "bound_fraction_of_free_cores": round(rate / bound_free, 3),
         "worker_peak_rss_mb": cluster.get("worker_peak_rss_mb"),
-        "endpoint_peak_in_flight": _peak(calls), "gate_peak_in_flight": cluster.get("peak"),
+        "endpoint_peak_in_flight": _peak(calls),
+        "gate_peak_in_flight": cluster.get("peak"),
         "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "query_errors": summary["n_query_errors"], "failed_chunks": summary["ingest"]["failed_chunks"],
+        "query_errors": summary["n_query_errors"],
+        "failed_chunks": summary["ingest"]["failed_chunks"],
         "workers": meta["workers"],
     }
 
@@ -164,8 +199,23 @@ def _busy_s() -> float:
 
 
 def _child(args: argparse.Namespace, mode: str, limit: int, personas: int, address: str) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", "--mode", mode, "--limit-calls", str(limit), "--personas", str(personas),
-           "--latency", str(args.latency), "--work", str(args.work), "--ray", address]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--one",
+        "--mode",
+        mode,
+        "--limit-calls",
+        str(limit),
+        "--personas",
+        str(personas),
+        "--latency",
+        str(args.latency),
+        "--work",
+        str(args.work),
+        "--ray",
+        address,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"run {mode} limit {limit} x {personas} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -179,7 +229,9 @@ def main() -> None:
     parser.add_argument("--grow", type=int, default=800, help="personas of the memory-growth run (Ray, largest limit)")
     parser.add_argument("--limits", default="16,64", help="endpoint_concurrency values")
     parser.add_argument("--latency", type=float, default=2.0)
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-scale", help="scratch folder (deleted first)")
+    parser.add_argument(
+        "--work", type=Path, default=REPO / "runs" / "bench-scale", help="scratch folder (deleted first)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "eval_scale.json")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="threads", help=argparse.SUPPRESS)
@@ -213,16 +265,20 @@ def main() -> None:
     grown = runs[-1]
     result = {
         "command": f"python benchmarks/eval_scale.py --personas {args.personas} --grow {args.grow} --limits {args.limits} "
-                   f"--latency {args.latency}",
+        f"--latency {args.latency}",
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "latency_s": args.latency,
         "runs": runs,
-        "driver_rss_growth": {"personas": [args.personas, args.grow],
-                              "driver_peak_rss_mb": [small["driver_peak_rss_mb"], grown["driver_peak_rss_mb"]],
-                              "ratio": round(grown["driver_peak_rss_mb"] / small["driver_peak_rss_mb"], 3)},
+        "driver_rss_growth": {
+            "personas": [args.personas, args.grow],
+            "driver_peak_rss_mb": [small["driver_peak_rss_mb"], grown["driver_peak_rss_mb"]],
+            "ratio": round(grown["driver_peak_rss_mb"] / small["driver_peak_rss_mb"], 3),
+        },
         "targets": {"utilisation_at_16": TARGET_UTILISATION, "bound_fraction": TARGET_BOUND},
-        "met": {"utilisation_at_16": all(r["utilisation"] >= TARGET_UTILISATION for r in runs if r["limit"] == 16),
-                "bound_fraction": all(r["bound_fraction"] >= TARGET_BOUND for r in runs)},
+        "met": {
+            "utilisation_at_16": all(r["utilisation"] >= TARGET_UTILISATION for r in runs if r["limit"] == 16),
+            "bound_fraction": all(r["bound_fraction"] >= TARGET_BOUND for r in runs),
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

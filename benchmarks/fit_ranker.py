@@ -56,20 +56,28 @@ def collect_all(realmem: Path | None, locomo: Path | None, workdir: Path, embedd
     if locomo is not None:
         items += [("locomo", it) for it in load_locomo(locomo).items]
     texts = [turn_text(t) for _, it in items for s in it.dialogue.sessions for t in s.turns if t.text.strip()]
-    texts += [strip_names(q.text, {t.speaker for s in it.dialogue.sessions for t in s.turns if t.speaker})
-              for _, it in items for q in it.queries]
+    texts += [
+        strip_names(q.text, {t.speaker for s in it.dialogue.sessions for t in s.turns if t.speaker})
+        for _, it in items
+        for q in it.queries
+    ]
     embeddings.cache.embed(texts, progress="embedding turns and queries")  # one batched pass; the rest hits the cache
     out = []
     for kind, item in items:
         started = time.perf_counter()
-        context = FrameworkContext(namespace=(item.dialogue.id, "user"), settings=Settings(store_uri=str(workdir / kind)),
-                                   embeddings=embeddings)
+        context = FrameworkContext(
+            namespace=(item.dialogue.id, "user"),
+            settings=Settings(store_uri=str(workdir / kind)),
+            embeddings=embeddings,
+        )
         [(store, examples)] = store_examples(kind, [item], lambda _item, c=context: c)
         collected = collect(store, examples, kinds=("fact",))
         for c in collected:
             c.meta["dataset"] = kind
         out += collected
-        print(f"{kind} {item.dialogue.id}: {len(collected)} queries ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"{kind} {item.dialogue.id}: {len(collected)} queries ({time.perf_counter() - started:.0f} s)", flush=True
+        )
     embeddings.cache.save()
     return out
 
@@ -84,8 +92,10 @@ def check(collected: list[Any], folds: dict[str, Any]) -> dict[str, Any]:
         groups = sorted({c.group for c in collected if c.meta["dataset"] == kind})
         if groups:
             keys = [k for k in means[groups[0]] if k != "n_queries"]
-            out[kind] = {"macro": {k: round(float(np.mean([means[g][k] for g in groups])), 4) for k in keys},
-                         "per_group": {g: {k: round(v, 4) for k, v in means[g].items()} for g in groups}}
+            out[kind] = {
+                "macro": {k: round(float(np.mean([means[g][k] for g in groups])), 4) for k in keys},
+                "per_group": {g: {k: round(v, 4) for k, v in means[g].items()} for g in groups},
+            }
     return out
 
 
@@ -115,12 +125,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         weights.save(args.folds / f"{group}.json")
     result: dict[str, Any] = {"benchmark": "ranker fit", "held_out_from_features": check(collected, folds)}
     if not args.no_ship:
-        shipped = fit_with_policy(collected, meta={"fitted_on": "every RealMem persona and LoCoMo conversation "
-                                                "(python benchmarks/fit_ranker.py)"})
+        shipped = fit_with_policy(
+            collected,
+            meta={"fitted_on": "every RealMem persona and LoCoMo conversation (python benchmarks/fit_ranker.py)"},
+        )
         shipped.save(shipped_path())
-        result["shipped"] = {"path": "dualmem/data/rankers/learned.json", "max_per_session": shipped.max_per_session,
-                             "weights": dict(zip(shipped.features, shipped.weights, strict=True))}
-    result["folds"] = {g: {"max_per_session": w.max_per_session, "fitted_on_groups": w.meta["groups"]} for g, w in folds.items()}
+        result["shipped"] = {
+            "path": "dualmem/data/rankers/learned.json",
+            "max_per_session": shipped.max_per_session,
+            "weights": dict(zip(shipped.features, shipped.weights, strict=True)),
+        }
+    result["folds"] = {
+        g: {"max_per_session": w.max_per_session, "fitted_on_groups": w.meta["groups"]} for g, w in folds.items()
+    }
     result["queries"] = len(collected)
     result["seconds"] = {"collect": round(collected_s), "total": round(time.perf_counter() - started)}
     result["machine"] = machine()

@@ -67,7 +67,9 @@ def _engine(model: str) -> str:
     return resolve_engine(Settings().local_engine) if model.startswith("local:") else model.split(":", 1)[0]
 
 
-def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: int, *, run: bool = True) -> dict[str, Any]:
+def run_one(
+    name: str, data: Path, limit: int, runs: Path, model: str, timeout: int, *, run: bool = True
+) -> dict[str, Any]:
     """Run one framework's evaluation in a subprocess; return its status row.
 
     With ``run=False`` nothing is started: an unfinished run is reported as its
@@ -90,8 +92,23 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
     else:
         earlier = json.loads(status_path.read_text()) if status_path.exists() else {}
         earlier = earlier if earlier.get("status") == "interrupted" else {}
-        cmd = [*_dualmem(), "eval", str(data), "--dataset", "realmem", "--framework", name, "--limit", str(limit),
-               "--out", str(run_dir), "--model", model, "--set", f"retrieval_mode={RETRIEVAL_MODE}"]
+        cmd = [
+            *_dualmem(),
+            "eval",
+            str(data),
+            "--dataset",
+            "realmem",
+            "--framework",
+            name,
+            "--limit",
+            str(limit),
+            "--out",
+            str(run_dir),
+            "--model",
+            model,
+            "--set",
+            f"retrieval_mode={RETRIEVAL_MODE}",
+        ]
         started = time.perf_counter()
         log = runs / f"{name}.log"
         runs.mkdir(parents=True, exist_ok=True)
@@ -108,7 +125,9 @@ def run_one(name: str, data: Path, limit: int, runs: Path, model: str, timeout: 
         finally:  # an interrupted run resumes from its checkpoint next time; its time so far is kept
             row["wall_s"] = round(float(earlier.get("wall_s", 0.0)) + time.perf_counter() - started, 1)
             row["exit"] = code
-            row["status"] = "ok" if code == 0 and summary_path.exists() else ("interrupted" if code == "interrupted" else "failed")
+            row["status"] = (
+                "ok" if code == 0 and summary_path.exists() else ("interrupted" if code == "interrupted" else "failed")
+            )
             if row["status"] == "failed":
                 row["log_tail"] = log.read_text()[-2000:]
             status_path.write_text(json.dumps(row, indent=2) + "\n")
@@ -128,9 +147,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every framework (or those named), print a status table, write the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="RealMem file (default: Sophie_Dubois)")
-    parser.add_argument("--limit", type=int, default=20, help="first N queries (replay stops at the N-th query's session)")
+    parser.add_argument(
+        "--limit", type=int, default=20, help="first N queries (replay stops at the N-th query's session)"
+    )
     parser.add_argument("--frameworks", default=",".join(REGISTRY), help="comma-separated names (default: all)")
-    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "frameworks-local", help="folder of the run folders")
+    parser.add_argument(
+        "--runs", type=Path, default=REPO / "runs" / "frameworks-local", help="folder of the run folders"
+    )
     parser.add_argument("--model", default="local:smollm2", help="chat model of every framework")
     parser.add_argument("--timeout", type=int, default=4 * 3600, help="seconds allowed per framework")
     parser.add_argument("--out", type=Path, default=OUT, help="JSON file written with the results")
@@ -151,7 +174,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _write(args, rows)
             print(f"  interrupted: {name} resumes from its checkpoint when this command is run again", flush=True)
             raise SystemExit(130) from None
-        print(f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}", flush=True)
+        print(
+            f"  {row['status']}  {row.get('wall_s', '-')} s  queries={row.get('queries')}  {row.get('metrics')}",
+            flush=True,
+        )
         rows.append(row)
         if not args.report:  # after each run, so a later interrupt keeps the finished ones
             _write(args, rows)
@@ -192,7 +218,11 @@ def _merged(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> list
     A run of some frameworks keeps the others' figures in the results file; rows come in registry order.
     """
     earlier = json.loads(out.read_text()) if out.exists() else {}
-    kept = {r["framework"]: r for r in earlier.get("frameworks", [])} if all(earlier.get(k) == v for k, v in meta.items()) else {}
+    kept = (
+        {r["framework"]: r for r in earlier.get("frameworks", [])}
+        if all(earlier.get(k) == v for k, v in meta.items())
+        else {}
+    )
     kept.update({r["framework"]: r for r in rows})
     order = list(REGISTRY)
     return sorted(kept.values(), key=lambda r: order.index(r["framework"]) if r["framework"] in order else len(order))

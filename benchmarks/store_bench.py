@@ -111,7 +111,9 @@ def interleaved(fns: dict[str, Callable[[int], Any]], queries: list[int]) -> dic
     return {name: stats(v) for name, v in laps.items()}
 
 
-def load(store: LanceDualStore, rows: int, ns_size: int, dims: int, target: int, words: list[str]) -> tuple[np.ndarray, float, float]:
+def load(
+    store: LanceDualStore, rows: int, ns_size: int, dims: int, target: int, words: list[str]
+) -> tuple[np.ndarray, float, float]:
     """Bulk-load ``rows`` facts interleaved over namespaces (the benchmark's setup, straight into the table); return the
     target namespace's vectors, the load seconds and the maintenance seconds."""
     rng = np.random.default_rng(rows)
@@ -152,7 +154,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     q_texts = [" ".join(rng.choice(words, 3)) for _ in range(args.queries)]
     foreign = unit(rng, args.queries, dims)
     f_texts = [f"foreign write {i}" for i in range(args.queries)]
-    lookup = LookupEmbeddings({t: v.tolist() for t, v in zip([*q_texts, *f_texts], [*q_vecs, *foreign], strict=True)}, dims)
+    lookup = LookupEmbeddings(
+        {t: v.tolist() for t, v in zip([*q_texts, *f_texts], [*q_vecs, *foreign], strict=True)}, dims
+    )
     store = LanceDualStore(uri, lookup, dims=dims)
     n_ns = max(1, args.rows // args.ns_size)
     ns = (f"persona-{n_ns // 2}", "user")
@@ -179,7 +183,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "numpy": brute,
     }, queries)  # fmt: skip
     exact = sum(len(set(brute(i).tolist()) & {r for r, _ in candidates(i)}) for i in queries[:50])
-    out["ranker_recall_at_10"] = round(exact / (10 * min(50, len(queries))), 4)  # positions are the same up to row order
+    out["ranker_recall_at_10"] = round(
+        exact / (10 * min(50, len(queries))), 4
+    )  # positions are the same up to row order
     other = LanceDualStore(uri, lookup, dims=dims)
     laps = []
     for i in queries[: args.cold_queries]:

@@ -113,7 +113,9 @@ def reader(args: argparse.Namespace) -> dict[str, Any]:
     return {"reads": reads, "errors": errors, "stale_reads": stale_reads, "laps": laps, "staleness": staleness}
 
 
-def run(uri: str, ns: tuple[str, ...], dims: int, seconds: float, readers: int, workdir: str, think_ms: float = 5.0) -> dict[str, Any]:
+def run(
+    uri: str, ns: tuple[str, ...], dims: int, seconds: float, readers: int, workdir: str, think_ms: float = 5.0
+) -> dict[str, Any]:
     """Start 1 writer and ``readers`` reader processes on ``uri``; return the merged figures."""
     log = Path(workdir) / f"commits-{time.time_ns()}.jsonl"
     log.touch()
@@ -164,7 +166,15 @@ def main() -> int:
     elif args.role == "reader":
         print(json.dumps(reader(args)))
     else:
-        figures = run(args.uri, tuple(args.ns.split(",")), args.dims, args.seconds, args.readers, str(Path(args.uri).parent), args.think_ms)
+        figures = run(
+            args.uri,
+            tuple(args.ns.split(",")),
+            args.dims,
+            args.seconds,
+            args.readers,
+            str(Path(args.uri).parent),
+            args.think_ms,
+        )
         print(json.dumps(figures, indent=2))
     return 0
 

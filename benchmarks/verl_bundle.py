@@ -29,18 +29,69 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SITES = [REPO / ".venv-verl" / "lib" / "python3.11" / "site-packages", REPO / ".venv" / "lib" / "python3.11" / "site-packages"]
-BUILT = ["ray", "pydantic-core", "orjson", "rpds-py", "uuid-utils", "zstandard", "watchfiles", "tensordict", "multiprocess", "tokenizers"]
+SITES = [
+    REPO / ".venv-verl" / "lib" / "python3.11" / "site-packages",
+    REPO / ".venv" / "lib" / "python3.11" / "site-packages",
+]
+BUILT = [
+    "ray",
+    "pydantic-core",
+    "orjson",
+    "rpds-py",
+    "uuid-utils",
+    "zstandard",
+    "watchfiles",
+    "tensordict",
+    "multiprocess",
+    "tokenizers",
+]
 PURE = [
-    "verl", "hydra-core", "omegaconf", "antlr4-python3-runtime", "codetiming", "torchdata", "datasets", "dill", "cachetools", "colorful",
-    "fastapi", "starlette", "uvicorn", "sniffio", "pydantic", "annotated-types", "typing-inspection", "jsonschema",
-    "jsonschema-specifications", "referencing", "rfc3339-validator", "pyvers", "langchain-core", "langchain-protocol", "langsmith",
-    "jsonpatch", "jsonpointer", "requests-toolbelt", "distro", "opentelemetry-api", "opentelemetry-sdk",
-    "opentelemetry-semantic-conventions", "importlib-metadata", "transformers",
+    "verl",
+    "hydra-core",
+    "omegaconf",
+    "antlr4-python3-runtime",
+    "codetiming",
+    "torchdata",
+    "datasets",
+    "dill",
+    "cachetools",
+    "colorful",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sniffio",
+    "pydantic",
+    "annotated-types",
+    "typing-inspection",
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rfc3339-validator",
+    "pyvers",
+    "langchain-core",
+    "langchain-protocol",
+    "langsmith",
+    "jsonpatch",
+    "jsonpointer",
+    "requests-toolbelt",
+    "distro",
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-semantic-conventions",
+    "importlib-metadata",
+    "transformers",
 ]
 RAY_EXTRAS = ["ray/jars", "ray/rllib", "ray/dashboard/client/build"]
-PLATFORMS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+]
 
 
 def _norm(name: str) -> str:
@@ -86,8 +137,23 @@ def build(out: Path, python: str = "3.12") -> Path:
         site.mkdir()
         for name in BUILT:
             spec = f"{name}=={dists[_norm(name)].version}"
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", python,
-                   "--implementation", "cp", *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(wheels), spec]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                python,
+                "--implementation",
+                "cp",
+                *[a for p in PLATFORMS for a in ("--platform", p)],
+                "-d",
+                str(wheels),
+                spec,
+            ]
             if subprocess.run(cmd).returncode != 0:
                 raise SystemExit(f"pip download {spec} failed (needs the package index)")
         for wheel in sorted(wheels.glob("*.whl")):
@@ -107,7 +173,9 @@ def build(out: Path, python: str = "3.12") -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".whl/site.tar.xz")
-    ap.add_argument("--python", default="3.12", help="the GPU machine's Python (wheels of compiled packages are fetched for it)")
+    ap.add_argument(
+        "--python", default="3.12", help="the GPU machine's Python (wheels of compiled packages are fetched for it)"
+    )
     args = ap.parse_args()
     path = build(Path(args.out), args.python)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")

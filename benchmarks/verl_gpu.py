@@ -31,8 +31,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
-KEYS = ("critic/score/mean", "critic/score/max", "critic/score/min", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
-        "actor/kl_loss", "actor/entropy", "timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/update_weights")
+KEYS = (
+    "critic/score/mean",
+    "critic/score/max",
+    "critic/score/min",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/kl_loss",
+    "actor/entropy",
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
+)
 MEMORY_EMBEDDER = "hash:64"  # the rollouts' memory store and the reward's recall (no MiniLM weights on the GPU machine)
 
 
@@ -59,18 +71,38 @@ def prepare(args: argparse.Namespace) -> None:
     tok = tiny_tokenizer(texts)
     model = tiny_llama(tok)
     write_jsonl(work / "sft.jsonl", gold_records(train, keep_empty=1.0, ctx=ctx))
-    sft = SFTRunConfig(train_file=str(work / "sft.jsonl"), output_dir=str(work / "sft-run"), learning_rate=3e-3, lr_scheduler_type="constant",
-                       warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=args.sft_steps,
-                       max_length=2048, logging_steps=10, save_steps=10_000, use_cpu=True, disable_tqdm=True)
+    sft = SFTRunConfig(
+        train_file=str(work / "sft.jsonl"),
+        output_dir=str(work / "sft-run"),
+        learning_rate=3e-3,
+        lr_scheduler_type="constant",
+        warmup_ratio=0.0,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_steps=args.sft_steps,
+        max_length=2048,
+        logging_steps=10,
+        save_steps=10_000,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     t0 = time.time()
     out = train_sft(sft, model=model, tokenizer=tok)
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     both = Dataset(name="verl-gpu", items=[*train.items, *held.items])
-    counts = write_verl_dataset(both, work / "data", chunk_tokens=args.chunk_tokens, val_personas=[HELD_OUT], memory_embedder=MEMORY_EMBEDDER)
-    meta = {"sft_steps": args.sft_steps, "sft_final_loss": round(out["train_loss"], 4), "sft_seconds": round(time.time() - t0, 1),
-            "train_histories": [i.dialogue.id for i in train.items], "heldout_histories": [i.dialogue.id for i in held.items],
-            "chunk_tokens": args.chunk_tokens, "rows": {k: counts[k] for k in ("train", "val")}}
+    counts = write_verl_dataset(
+        both, work / "data", chunk_tokens=args.chunk_tokens, val_personas=[HELD_OUT], memory_embedder=MEMORY_EMBEDDER
+    )
+    meta = {
+        "sft_steps": args.sft_steps,
+        "sft_final_loss": round(out["train_loss"], 4),
+        "sft_seconds": round(time.time() - t0, 1),
+        "train_histories": [i.dialogue.id for i in train.items],
+        "heldout_histories": [i.dialogue.id for i in held.items],
+        "chunk_tokens": args.chunk_tokens,
+        "rows": {k: counts[k] for k in ("train", "val")},
+    }
     meta["command"] = "python " + " ".join(sys.argv)
     (work / "prepared.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta))
@@ -83,10 +115,16 @@ def parse_log(text: str) -> tuple[list[dict[str, float]], list[dict[str, float]]
         m = re.search(r"step:(\d+) - (.*)$", line)
         if not m:
             continue
-        fields = dict(re.findall(r"([\w@/\-.]+):(?:np\.\w+\()?(-?\d[\d.]*(?:e[-+]?\d+)?)", m.group(2)))  # pformat: np.float64(0.1)
+        fields = dict(
+            re.findall(r"([\w@/\-.]+):(?:np\.\w+\()?(-?\d[\d.]*(?:e[-+]?\d+)?)", m.group(2))
+        )  # pformat: np.float64(0.1)
         row = {"step": int(m.group(1))}
         train = {k: float(f"{float(fields[k]):.6g}") for k in KEYS if k in fields}
-        val = {k.removeprefix("val-core/").removeprefix("val-aux/"): float(f"{float(v):.6g}") for k, v in fields.items() if k.startswith("val-")}
+        val = {
+            k.removeprefix("val-core/").removeprefix("val-aux/"): float(f"{float(v):.6g}")
+            for k, v in fields.items()
+            if k.startswith("val-")
+        }
         if train:
             steps.append({**row, **train})
         if val:
@@ -100,21 +138,44 @@ def run(args: argparse.Namespace) -> None:
     from dualmem.training.verl.config import VerlRunConfig, launch_env, overrides, write_agent_loop_yaml
 
     work = Path(args.work).resolve()
-    write_agent_loop_yaml(work / "data", memory_embedder=MEMORY_EMBEDDER)  # the episodes' path where the folder is now (it may have been moved)
+    write_agent_loop_yaml(
+        work / "data", memory_embedder=MEMORY_EMBEDDER
+    )  # the episodes' path where the folder is now (it may have been moved)
     cfg = VerlRunConfig(
-        model_path=str(work / "model"), data_dir=str(work / "data"), output_dir=str(work / "run"), rollout_engine="hf",
-        rollout_n=args.n, train_batch_size=args.batch, ppo_mini_batch_size=args.mini_batch, micro_batch_size_per_gpu=args.mini_batch * args.n,
-        max_prompt_length=2048, max_response_length=args.response, total_training_steps=args.steps, learning_rate=args.lr,
-        n_gpus_per_node=1, embedder="hash:64", save_freq=-1, test_freq=args.test_freq, logger="console",
+        model_path=str(work / "model"),
+        data_dir=str(work / "data"),
+        output_dir=str(work / "run"),
+        rollout_engine="hf",
+        rollout_n=args.n,
+        train_batch_size=args.batch,
+        ppo_mini_batch_size=args.mini_batch,
+        micro_batch_size_per_gpu=args.mini_batch * args.n,
+        max_prompt_length=2048,
+        max_response_length=args.response,
+        total_training_steps=args.steps,
+        learning_rate=args.lr,
+        n_gpus_per_node=1,
+        embedder="hash:64",
+        save_freq=-1,
+        test_freq=args.test_freq,
+        logger="console",
     )
     extra = [
-        "trainer.use_v1=false", "trainer.val_before_train=true", "actor_rollout_ref.rollout.agent.num_workers=1",
-        "actor_rollout_ref.model.use_remove_padding=false", "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}", "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0", f"ray_kwargs.ray_init.num_cpus={os.cpu_count() or 4}",
-        "data.dataloader_num_workers=0", *args.override,
+        "trainer.use_v1=false",
+        "trainer.val_before_train=true",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        f"ray_kwargs.ray_init.num_cpus={os.cpu_count() or 4}",
+        "data.dataloader_num_workers=0",
+        *args.override,
     ]
-    env = launch_env({**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}, rollout_engine="hf")
+    env = launch_env(
+        {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}, rollout_engine="hf"
+    )
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides(cfg), *extra]
     t0 = time.time()
     log_path = Path(args.log or work / "verl.log")
@@ -130,18 +191,42 @@ def run(args: argparse.Namespace) -> None:
     meta = json.loads((work / "prepared.json").read_text()) if (work / "prepared.json").exists() else {}
     result = {
         "what": "held-out writer reward (persona chen-wei, never trained on) before and during VeRL GRPO of the SFT-warmed tiny Llama; "
-                "VeRL 0.9.1 FSDP actor, transformers rollout backend (rollout.name=hf), hash:64 judge",
-        "command": "python " + " ".join(sys.argv), "returncode": code, "seconds": round(time.time() - t0, 1),
+        "VeRL 0.9.1 FSDP actor, transformers rollout backend (rollout.name=hf), hash:64 judge",
+        "command": "python " + " ".join(sys.argv),
+        "returncode": code,
+        "seconds": round(time.time() - t0, 1),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "versions": _versions(), "prepared": meta,
-        "settings": {k: getattr(cfg, k) for k in ("rollout_n", "train_batch_size", "ppo_mini_batch_size", "max_response_length",
-                                                  "total_training_steps", "learning_rate", "kl_loss_coef", "test_freq")} | {"val_n": args.val_n, "extra": extra},
-        "validation": vals, "train_steps": steps,
+        "versions": _versions(),
+        "prepared": meta,
+        "settings": {
+            k: getattr(cfg, k)
+            for k in (
+                "rollout_n",
+                "train_batch_size",
+                "ppo_mini_batch_size",
+                "max_response_length",
+                "total_training_steps",
+                "learning_rate",
+                "kl_loss_coef",
+                "test_freq",
+            )
+        }
+        | {"val_n": args.val_n, "extra": extra},
+        "validation": vals,
+        "train_steps": steps,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({"returncode": code, "validation": [(v["step"], {k: v[k] for k in v if "score" in k or "reward" in k}) for v in vals],
-                      "train": [(s["step"], s.get("critic/score/mean")) for s in steps]}, indent=None))
+    print(
+        json.dumps(
+            {
+                "returncode": code,
+                "validation": [(v["step"], {k: v[k] for k in v if "score" in k or "reward" in k}) for v in vals],
+                "train": [(s["step"], s.get("critic/score/mean")) for s in steps],
+            },
+            indent=None,
+        )
+    )
     if code != 0:
         print(text[-6000:])
     raise SystemExit(code)

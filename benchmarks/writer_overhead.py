@@ -38,11 +38,25 @@ def answer(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
     view = text.split("## WORKING MEMORY", 1)[-1].split("## CONVERSATION CHUNK", 1)[0]
     chunk = text.split("## CONVERSATION CHUNK", 1)[-1]
     turns = re.findall(r'^\[([^\]]+)\] [^:"]*?: "(.*)"$', chunk, re.M)
-    facts = [{"op": "ADD", "id": f"N{i + 1}", "text": f"The user said: {said[:120]}", "turn_ids": [tid]} for i, (tid, said) in enumerate(turns[:2])]
-    insights = [{"op": "ADD", "id": "M1", "text": f"I read this as a sign: {turns[0][1][:80]}", "fact_ids": ["N1"]}] if turns else []
+    facts = [
+        {"op": "ADD", "id": f"N{i + 1}", "text": f"The user said: {said[:120]}", "turn_ids": [tid]}
+        for i, (tid, said) in enumerate(turns[:2])
+    ]
+    insights = (
+        [{"op": "ADD", "id": "M1", "text": f"I read this as a sign: {turns[0][1][:80]}", "fact_ids": ["N1"]}]
+        if turns
+        else []
+    )
     shown = re.findall(r"^(F\d+)", view, re.M)
     if len(shown) >= 3:
-        facts.append({"op": "UPDATE", "id": shown[len(chunk) % len(shown)], "text": f"Updated: {turns[-1][1][:80]}" if turns else "Updated", "turn_ids": []})
+        facts.append(
+            {
+                "op": "UPDATE",
+                "id": shown[len(chunk) % len(shown)],
+                "text": f"Updated: {turns[-1][1][:80]}" if turns else "Updated",
+                "turn_ids": [],
+            }
+        )
     return {"facts": facts, "insights": insights}
 
 

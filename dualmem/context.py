@@ -42,16 +42,26 @@ OBJECTS = ("models", "embeddings", "store", "memory", "formation", "run")
 class Context:
     """Per-run settings, any other setting by name, and injected objects (see the module docstring)."""
 
-    user_id: str | None = field(default=None, metadata={"help": "whose memory: the second part of every memory namespace"})
+    user_id: str | None = field(
+        default=None, metadata={"help": "whose memory: the second part of every memory namespace"}
+    )
     chat_model: str | None = field(default=None, metadata={"help": "chat model as provider:model"})
-    writer_model: str | None = field(default=None, metadata={"help": "model of the memory writer (empty: the chat model's writer)"})
-    framework: str | None = field(default=None, metadata={"help": "memory framework of the respond graph and evaluations"})
+    writer_model: str | None = field(
+        default=None, metadata={"help": "model of the memory writer (empty: the chat model's writer)"}
+    )
+    framework: str | None = field(
+        default=None, metadata={"help": "memory framework of the respond graph and evaluations"}
+    )
     retrieval_k: int | None = field(default=None, metadata={"help": "facts and insights retrieved per query"})
     options: Settings | Mapping[str, Any] | None = field(default=None, metadata={"help": "any other setting by name"})
-    models: Mapping[str, Any] | None = field(default=None, metadata={"help": "chat model objects by role: chat, writer, judge"})
+    models: Mapping[str, Any] | None = field(
+        default=None, metadata={"help": "chat model objects by role: chat, writer, judge"}
+    )
     embeddings: Any = field(default=None, metadata={"help": "embeddings object used instead of the embedder setting"})
     store: Any = field(default=None, metadata={"help": "the store used when the graph has no runtime.store"})
-    memory: Any = field(default=None, metadata={"help": "memory framework object used instead of the framework setting's"})
+    memory: Any = field(
+        default=None, metadata={"help": "memory framework object used instead of the framework setting's"}
+    )
     formation: Any = field(default=None, metadata={"help": "where chat exchanges are formed into memory (a Formation)"})
     run: Any = field(default=None, metadata={"help": "run resources of an evaluation (journal, judges, hooks)"})
 
@@ -133,7 +143,9 @@ def context_of(source: Any = None, **changes: Any) -> Context:
         given = {k: v for k, v in context.items() if v is not None}
         known = set(Settings.field_names()) | own
         if unknown := set(given) - known:
-            raise ConfigurationError(f"unknown context keys {sorted(unknown)}; a context takes its fields and the settings of the README table")
+            raise ConfigurationError(
+                f"unknown context keys {sorted(unknown)}; a context takes its fields and the settings of the README table"
+            )
         ctx = Context(**{k: v for k, v in given.items() if k in own})
         settings = {k: v for k, v in given.items() if k not in own}
         if settings:
@@ -141,6 +153,8 @@ def context_of(source: Any = None, **changes: Any) -> Context:
     elif context is None:
         ctx = Context()
     else:
-        raise ConfigurationError(f"a graph context is a Context, Settings or a dict of settings, got {type(context).__name__}")
+        raise ConfigurationError(
+            f"a graph context is a Context, Settings or a dict of settings, got {type(context).__name__}"
+        )
     changes = {k: v for k, v in changes.items() if v is not None}
     return ctx.with_(**changes) if changes else ctx

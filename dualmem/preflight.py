@@ -91,7 +91,9 @@ def _check_openai(model: Any, policy: RetryPolicy) -> None:
         try:
             response = httpx.get(f"{base}/models", headers=headers, timeout=CHECK_TIMEOUT)
         except httpx.TransportError as exc:  # refused, unresolvable, silent: a setting to fix, not a blip to wait out
-            raise ConfigurationError(f"cannot reach the model endpoint {base}: {_connection_reason(exc)}; {ENDPOINT_FIX}") from None
+            raise ConfigurationError(
+                f"cannot reach the model endpoint {base}: {_connection_reason(exc)}; {ENDPOINT_FIX}"
+            ) from None
         if response.status_code >= 500 or response.status_code == 429:
             response.raise_for_status()  # transient: retried by the policy
         return response
@@ -101,8 +103,12 @@ def _check_openai(model: Any, policy: RetryPolicy) -> None:
     except ModelCallError as exc:
         cause = exc.__cause__ or exc
         if exc.status is None:
-            raise ConfigurationError(f"cannot reach the model endpoint {base}: {_connection_reason(cause)}; {ENDPOINT_FIX}") from None
-        raise ConfigurationError(f"the model endpoint {base} is failing (HTTP {exc.status}); wait until it is up, or {ENDPOINT_FIX}") from None
+            raise ConfigurationError(
+                f"cannot reach the model endpoint {base}: {_connection_reason(cause)}; {ENDPOINT_FIX}"
+            ) from None
+        raise ConfigurationError(
+            f"the model endpoint {base} is failing (HTTP {exc.status}); wait until it is up, or {ENDPOINT_FIX}"
+        ) from None
     if response.status_code in (401, 403):
         raise ConfigurationError(
             f"the model endpoint {base} rejected the API key (HTTP {response.status_code}); set OPENAI_API_KEY "
@@ -112,11 +118,15 @@ def _check_openai(model: Any, policy: RetryPolicy) -> None:
         _check_by_call(model, policy, f"{base} ({name})")
         return
     if response.status_code >= 400:
-        raise ConfigurationError(f"the model endpoint {base} answered HTTP {response.status_code} to GET /models; {ENDPOINT_FIX}")
+        raise ConfigurationError(
+            f"the model endpoint {base} answered HTTP {response.status_code} to GET /models; {ENDPOINT_FIX}"
+        )
     try:
         served = [str(m.get("id")) for m in response.json().get("data", [])]
     except (ValueError, AttributeError):
-        raise ConfigurationError(f"{base}/models did not answer like an OpenAI-compatible endpoint; {ENDPOINT_FIX}") from None
+        raise ConfigurationError(
+            f"{base}/models did not answer like an OpenAI-compatible endpoint; {ENDPOINT_FIX}"
+        ) from None
     if served and name and name not in served:
         shown = ", ".join(served[:8]) + (" …" if len(served) > 8 else "")
         raise ConfigurationError(f"model {name!r} is not served at {base}; it serves: {shown}. Pick one of them")
@@ -133,7 +143,9 @@ def _check_by_call(model: BaseChatModel, policy: RetryPolicy, where: str) -> Non
     except ModelCallError as exc:
         cause = exc.__cause__ or exc
         reason = _connection_reason(cause) if exc.status is None else str(exc)
-        raise ConfigurationError(f"the model at {where} cannot be used: {reason}; check its endpoint, key and model name") from None
+        raise ConfigurationError(
+            f"the model at {where} cannot be used: {reason}; check its endpoint, key and model name"
+        ) from None
 
 
 def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
@@ -145,7 +157,9 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
         if key in _PASSED:
             return
     s = settings or Settings()
-    policy = RetryPolicy(retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0))
+    policy = RetryPolicy(
+        retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0)
+    )
     if hasattr(model, "openai_api_base"):
         _check_openai(model, policy)
     else:
@@ -171,7 +185,11 @@ def check_models(settings: Settings, roles: Iterable[str], models: dict[str, Any
     seen: set[str] = set()
     for role in roles:
         given = (models or {}).get(role)
-        spec = given if given is not None else {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}[role]
+        spec = (
+            given
+            if given is not None
+            else {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}[role]
+        )
         key = spec if isinstance(spec, str) else f"object:{id(spec)}"
         if isinstance(spec, str) and spec.startswith("fake:"):
             load_chat_model(spec, settings, role=role)  # an unknown fake name is a one-line ConfigurationError
@@ -211,14 +229,20 @@ def check_store_uri(uri: str) -> None:
     if match:
         scheme = match.group(1).lower()
         if scheme not in STORE_SCHEMES:
-            raise ConfigurationError(f"store {uri!r}: unknown URI scheme {scheme + '://'!r}; {fix}: a folder or one of {', '.join(STORE_SCHEMES)}")
+            raise ConfigurationError(
+                f"store {uri!r}: unknown URI scheme {scheme + '://'!r}; {fix}: a folder or one of {', '.join(STORE_SCHEMES)}"
+            )
         if scheme != "file":
             return  # object stores are checked by LanceDB on first use (credentials live in its environment)
         uri = match.group(2)
     _writable_folder(Path(uri).expanduser(), "store folder", fix)
 
 
-def check_file_path(path: str, what: str = "checkpoint file", fix: str = "set DUALMEM_CHECKPOINT_PATH (checkpoint_path=) to a writable file path") -> None:
+def check_file_path(
+    path: str,
+    what: str = "checkpoint file",
+    fix: str = "set DUALMEM_CHECKPOINT_PATH (checkpoint_path=) to a writable file path",
+) -> None:
     """Check that a file can be created at ``path`` (its folder is created)."""
     if not path or path == ":memory:":
         return
@@ -244,11 +268,15 @@ def check_embedder(settings: Settings, embeddings: Any = None) -> None:
     if not isinstance(built, RemoteEmbeddings):
         return
     s = settings
-    policy = RetryPolicy(retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0))
+    policy = RetryPolicy(
+        retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0)
+    )
     try:
         invoke_with_retry(built.inner.embed_query, "probe", policy=policy)
     except ModelCallError as exc:
         cause = exc.__cause__ or exc
         reason = _connection_reason(cause) if exc.status is None else str(exc)
-        raise ConfigurationError(f"the embedder {s.embedder!r} cannot be used: {reason}; check its endpoint and key, "
-                                 "or set DUALMEM_EMBEDDER to a local one (bundled:all-MiniLM-L6-v2)") from None
+        raise ConfigurationError(
+            f"the embedder {s.embedder!r} cannot be used: {reason}; check its endpoint and key, "
+            "or set DUALMEM_EMBEDDER to a local one (bundled:all-MiniLM-L6-v2)"
+        ) from None

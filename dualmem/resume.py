@@ -67,8 +67,16 @@ async def async_sqlite_saver(path: str | None, given: Any = None) -> AsyncIterat
 
 
 def run_resumable(
-    builder: Any, batches: Iterable[Any], config: Any, *, context: Any = None, store: Any = None, path: str | None = None,
-    checkpointer: Any = None, on_update: Update | None = None, check: Check | None = None,
+    builder: Any,
+    batches: Iterable[Any],
+    config: Any,
+    *,
+    context: Any = None,
+    store: Any = None,
+    path: str | None = None,
+    checkpointer: Any = None,
+    on_update: Update | None = None,
+    check: Check | None = None,
 ) -> dict[str, Any]:
     """Run ``batches`` on ``config``'s thread (finishing an interrupted run first); return the final values."""
     with sqlite_saver(path, checkpointer) as saver:
@@ -87,8 +95,16 @@ def run_resumable(
 
 
 async def arun_resumable(
-    builder: Any, batches: Iterable[Any], config: Any, *, context: Any = None, store: Any = None, path: str | None = None,
-    checkpointer: Any = None, on_update: Update | None = None, check: Check | None = None,
+    builder: Any,
+    batches: Iterable[Any],
+    config: Any,
+    *,
+    context: Any = None,
+    store: Any = None,
+    path: str | None = None,
+    checkpointer: Any = None,
+    on_update: Update | None = None,
+    check: Check | None = None,
 ) -> dict[str, Any]:
     """Async :func:`run_resumable` (same plan, async checkpointer and stream)."""
     async with async_sqlite_saver(path, checkpointer) as saver:

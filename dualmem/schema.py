@@ -204,7 +204,9 @@ class FactOp(BaseModel):
     model_config = ConfigDict(extra="forbid")  # an unknown key is an error to repair, never ignored
 
     op: OpName
-    id: str = Field(description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE", pattern=r"^[NF][0-9]{1,3}$")
+    id: str = Field(
+        description="new label N1, N2… for ADD; a view id like F3 for UPDATE/DELETE", pattern=r"^[NF][0-9]{1,3}$"
+    )
     text: str = Field(default="", description="the fact, one short sentence (empty for DELETE)", max_length=300)
     turn_ids: list[str] = Field(default_factory=list, description="ids of the turns it comes from")
 
@@ -215,7 +217,9 @@ class InsightOp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     op: OpName
-    id: str = Field(description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE", pattern=r"^[MI][0-9]{1,3}$")
+    id: str = Field(
+        description="new label M1, M2… for ADD; a view id like I2 for UPDATE/DELETE", pattern=r"^[MI][0-9]{1,3}$"
+    )
     text: str = Field(default="", description="the persona's interpretation (empty for DELETE)", max_length=500)
     fact_ids: list[Annotated[str, Field(pattern=r"^[NF][0-9]{1,3}$")]] = Field(
         default_factory=list, description="fact ids it rests on: view ids (F3) or new labels (N1)"

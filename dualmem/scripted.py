@@ -12,8 +12,30 @@ import re
 from typing import Any
 
 WORDS = [
-    "amber", "birch", "cobalt", "denim", "ember", "fjord", "garnet", "harbor", "indigo", "juniper", "kelp", "lagoon",
-    "maple", "nutmeg", "opal", "pepper", "quartz", "russet", "saffron", "thistle", "umber", "violet", "walnut", "yarrow",
+    "amber",
+    "birch",
+    "cobalt",
+    "denim",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kelp",
+    "lagoon",
+    "maple",
+    "nutmeg",
+    "opal",
+    "pepper",
+    "quartz",
+    "russet",
+    "saffron",
+    "thistle",
+    "umber",
+    "violet",
+    "walnut",
+    "yarrow",
 ]
 
 
@@ -45,7 +67,15 @@ def _word(s: str, salt: int) -> str:
 class WeaveScript:
     """Answer every weave step; knobs pick the insights that fail a check."""
 
-    def __init__(self, *, generic: tuple[str, ...] = (), easy: tuple[str, ...] = (), broken: tuple[str, ...] = (), echo: tuple[str, ...] = (), kill_on: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        generic: tuple[str, ...] = (),
+        easy: tuple[str, ...] = (),
+        broken: tuple[str, ...] = (),
+        echo: tuple[str, ...] = (),
+        kill_on: str | None = None,
+    ) -> None:
         self.generic, self.easy, self.broken, self.echo, self.kill_on = generic, easy, broken, echo, kill_on
 
     def __call__(self, messages: list[Any], tool: str | None) -> Any:
@@ -55,14 +85,24 @@ class WeaveScript:
             n = int(_between(text, "Write ", " INSIGHTS"))
             return {
                 "insights": [
-                    {"text": f"{task} insight {k} of {_between(text, 'Name: ')}", "reasoning_steps": ["a", "b"], "fact_kinds": ["work", "sleep"]}
+                    {
+                        "text": f"{task} insight {k} of {_between(text, 'Name: ')}",
+                        "reasoning_steps": ["a", "b"],
+                        "fact_kinds": ["work", "sleep"],
+                    }
                     for k in range(n)
                 ]
             }
         if tool == "SpecificityVerdict":
             ins = _insight_text(text)
             ok = not any(g in ins for g in self.generic)
-            return {"perspective_unique": ok, "conversational": True, "needs_fact_combination": True, "testable": ok, "reason": "too generic" if not ok else "fine"}
+            return {
+                "perspective_unique": ok,
+                "conversational": True,
+                "needs_fact_combination": True,
+                "testable": ok,
+                "reason": "too generic" if not ok else "fine",
+            }
         if tool == "QuerySeed":
             ins = _insight_text(text)
             if self.kill_on and self.kill_on in ins:
@@ -76,13 +116,15 @@ class WeaveScript:
             return {
                 "fragment_1": f"{tag}I painted my {a} bookshelf before breakfast",
                 "fragment_2": f"My cousin returned the {b} kayak yesterday",
-                "question": "EASY question, what now?" if any(e in ins for e in self.easy) else f"What should I do next about {a}?",
+                "question": "EASY question, what now?"
+                if any(e in ins for e in self.easy)
+                else f"What should I do next about {a}?",
                 "connector": "f1 + f2 -> insight -> question",
             }
         if tool == "NecessityVerdict":
             return {"needs_memory": "EASY question" not in text, "reason": "generic answer"}
         if tool == "WovenDialogue":
-            facts = [line[len("- fact: "):] for line in text.splitlines() if line.startswith("- fact: ")]
+            facts = [line[len("- fact: ") :] for line in text.splitlines() if line.startswith("- fact: ")]
             rounds, part = _number(r"Write the next (\d+) rounds", text), _number(r"Write part (\d+) of", text)
             turns = []
             for r in range(rounds):
@@ -101,10 +143,20 @@ class WeaveScript:
         raise AssertionError(f"unexpected schema {tool}")
 
 
-
 # --------------------------------------------------------------------------- simulate
 
-MARKERS = ["tangerine", "zeppelin", "obsidian", "marigold", "pelican", "cinnabar", "gondola", "hazelnut", "tamarind", "xylophone"]
+MARKERS = [
+    "tangerine",
+    "zeppelin",
+    "obsidian",
+    "marigold",
+    "pelican",
+    "cinnabar",
+    "gondola",
+    "hazelnut",
+    "tamarind",
+    "xylophone",
+]
 PROJECTS = [
     {"topic": "home", "title": "Kitchen renovation", "goal": "a new kitchen"},
     {"topic": "pets", "title": "Dog adoption", "goal": "adopt a dog"},
@@ -125,7 +177,12 @@ class SimScript:
         if tool == "EventPlan":
             n = int(_between(text, "ordered sequence of ", " events"))
             titles = [p["title"] for p in PROJECTS]
-            return {"events": [{"project": titles[i % 3], "title": f"Step {i} {MARKERS[i]}", "detail": f"detail {MARKERS[i]}"} for i in range(n)]}
+            return {
+                "events": [
+                    {"project": titles[i % 3], "title": f"Step {i} {MARKERS[i]}", "detail": f"detail {MARKERS[i]}"}
+                    for i in range(n)
+                ]
+            }
         if tool == "SessionPlans":
             n = int(_between(text, "Answer with exactly ", " sessions"))
             return {"sessions": [{"summary": "catch up", "goal": "get one concrete tip"} for _ in range(n)]}
@@ -140,16 +197,25 @@ class SimScript:
             return {"goal_met": text.count(": User: ") >= 2, "reason": "tip given"}
         if tool == "ExtractedMemory":
             current = [m for m in MARKERS if f"{m}." in text or f"{m} " in text]
-            return {"points": [
-                {"type": "static", "content": "The user lives with a grey cat named Pixel", "source_turn": 0},
-                {"type": "dynamic", "content": f"The user is working on {current[-1] if current else 'something'}", "source_turn": 0},
-            ]}
+            return {
+                "points": [
+                    {"type": "static", "content": "The user lives with a grey cat named Pixel", "source_turn": 0},
+                    {
+                        "type": "dynamic",
+                        "content": f"The user is working on {current[-1] if current else 'something'}",
+                        "source_turn": 0,
+                    },
+                ]
+            }
         raise AssertionError(f"unexpected schema {tool}")
 
 
-
-WEAVE_SCHEMAS = frozenset({"InsightBatch", "SpecificityVerdict", "QuerySeed", "NecessityVerdict", "WovenDialogue", "SafetyVerdict"})
-SIMULATE_SCHEMAS = frozenset({"ProjectOutline", "EventPlan", "SessionPlans", "UserTurn", "AssistantTurn", "GoalCheck", "ExtractedMemory"})
+WEAVE_SCHEMAS = frozenset(
+    {"InsightBatch", "SpecificityVerdict", "QuerySeed", "NecessityVerdict", "WovenDialogue", "SafetyVerdict"}
+)
+SIMULATE_SCHEMAS = frozenset(
+    {"ProjectOutline", "EventPlan", "SessionPlans", "UserTurn", "AssistantTurn", "GoalCheck", "ExtractedMemory"}
+)
 
 
 def generator_answer(messages: list[Any], tool: str | None) -> Any:

@@ -51,9 +51,7 @@ def _output_errors() -> tuple[type[BaseException], ...]:
 OUTPUT_ERRORS = _output_errors()
 ANSWER_OR_CALL_ERRORS: tuple[type[BaseException], ...] = (*OUTPUT_ERRORS, ModelCallError)
 
-JSON_INSTRUCTION = (
-    "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
-)
+JSON_INSTRUCTION = "Answer with one JSON object only, no prose, matching this JSON schema:\n{schema}"
 REPAIR_INSTRUCTION = (
     "Your previous answer could not be used: {error}\n"
     "Answer again with one valid JSON object matching the schema, nothing else."
@@ -109,7 +107,9 @@ def _supports_schema(model: BaseChatModel) -> bool:
     )
 
 
-_RUNNABLES: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, str | None], Any]]] = {}  # id(model) -> (model, its runnables)
+_RUNNABLES: dict[
+    int, tuple[weakref.ref[Any], dict[tuple[Any, str | None], Any]]
+] = {}  # id(model) -> (model, its runnables)
 
 
 def _forget(ref: weakref.ref[Any], key: int) -> None:
@@ -135,7 +135,9 @@ def _structured_runnable(model: BaseChatModel, schema: type[T], method: str | No
     return runnables[(schema, method)]
 
 
-def _prepare(model: BaseChatModel, schema: type[T], messages: list[BaseMessage], method: str | None) -> tuple[Any, list[BaseMessage], bool]:
+def _prepare(
+    model: BaseChatModel, schema: type[T], messages: list[BaseMessage], method: str | None
+) -> tuple[Any, list[BaseMessage], bool]:
     """Return (runnable, first messages, native) for ``schema``."""
     if _supports_schema(model):
         try:
@@ -195,7 +197,9 @@ class _Counter:
         self.n += 1
 
 
-def _core(schema: type[T], native: bool, msgs: list[BaseMessage], retries: int) -> Generator[list[BaseMessage], Any, Structured[T]]:
+def _core(
+    schema: type[T], native: bool, msgs: list[BaseMessage], retries: int
+) -> Generator[list[BaseMessage], Any, Structured[T]]:
     """Yield the messages of each attempt, receive the answer (or the exception)."""
     out: Structured[T] = Structured(value=None)
     for _ in range(retries + 1):
@@ -231,8 +235,15 @@ class _Run(Generic[T]):
     """One structured call: the requests ``_core`` makes and the options of each model call (shared by both shells)."""
 
     def __init__(
-        self, model: BaseChatModel, messages: list[BaseMessage], schema: type[T], *, retries: int = setting_default("max_retries"),
-        method: str | None = None, config: Any = None, policy: RetryPolicy | Settings | None = None,
+        self,
+        model: BaseChatModel,
+        messages: list[BaseMessage],
+        schema: type[T],
+        *,
+        retries: int = setting_default("max_retries"),
+        method: str | None = None,
+        config: Any = None,
+        policy: RetryPolicy | Settings | None = None,
     ) -> None:
         self.runnable, msgs, native = _prepare(model, schema, messages, method)
         self.core = _core(schema, native, msgs, retries)
@@ -250,7 +261,9 @@ class _Run(Generic[T]):
         return None
 
 
-def invoke_structured(model: BaseChatModel, messages: list[BaseMessage], schema: type[T], **options: Unpack[StructuredOptions]) -> Structured[T]:
+def invoke_structured(
+    model: BaseChatModel, messages: list[BaseMessage], schema: type[T], **options: Unpack[StructuredOptions]
+) -> Structured[T]:
     """Ask ``model`` for ``schema``; repair up to ``retries`` times; never raise on bad output or a failed call."""
     run = _Run(model, messages, schema, **options)
     while True:

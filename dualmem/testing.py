@@ -80,7 +80,9 @@ class FakeChatModel(BaseChatModel):
             return "ok"
         i = self._state["i"]
         self._state["i"] = i + 1
-        item = self.responses[i % len(self.responses)] if self.cycle else self.responses[min(i, len(self.responses) - 1)]
+        item = (
+            self.responses[i % len(self.responses)] if self.cycle else self.responses[min(i, len(self.responses) - 1)]
+        )
         if callable(item) and not isinstance(item, (BaseModel, type)):
             takes_tool = len(inspect.signature(item).parameters) >= 2
             item = item(messages, tool) if takes_tool else item(messages)
@@ -232,7 +234,11 @@ def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None,
         return schema["const"]
     if "enum" in schema:
         return schema["enum"][0]
-    if "default" in schema and schema["default"] is not None and (text is None or schema["default"] not in ("", [], {})):
+    if (
+        "default" in schema
+        and schema["default"] is not None
+        and (text is None or schema["default"] not in ("", [], {}))
+    ):
         return schema["default"]
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
@@ -248,7 +254,9 @@ def minimal_instance(schema: dict[str, Any], root: dict[str, Any] | None = None,
     if kind == "boolean":
         return False
     if kind == "string":
-        return (text if text is not None else "fake text that is long enough")[: schema.get("maxLength", 1000 if text else 64)]
+        return (text if text is not None else "fake text that is long enough")[
+            : schema.get("maxLength", 1000 if text else 64)
+        ]
     return None
 
 
@@ -264,14 +272,24 @@ def editing_writer(messages: list[BaseMessage], tool: str | None = None) -> Any:
     turns = re.findall(r'^\[([^\]]+)\] User: "(.*)"$', chunk, re.M)
     h = int(hashlib.sha256(chunk.encode()).hexdigest()[:8], 16)
     f_ops: list[dict[str, Any]] = [
-        {"op": "ADD", "id": f"N{i + 1}", "text": f"The user said {said[:80]}", "turn_ids": [tid]} for i, (tid, said) in enumerate(turns[:2])
+        {"op": "ADD", "id": f"N{i + 1}", "text": f"The user said {said[:80]}", "turn_ids": [tid]}
+        for i, (tid, said) in enumerate(turns[:2])
     ]
-    i_ops: list[dict[str, Any]] = [{"op": "ADD", "id": "M1", "text": f"I read {turns[0][1][:50]} as a sign", "fact_ids": ["N1"]}] if turns else []
+    i_ops: list[dict[str, Any]] = (
+        [{"op": "ADD", "id": "M1", "text": f"I read {turns[0][1][:50]} as a sign", "fact_ids": ["N1"]}] if turns else []
+    )
     if len(facts) >= 3:
         f_ops.append({"op": "UPDATE", "id": facts[h % len(facts)], "text": f"Updated fact {h % 3}", "turn_ids": []})
     if len(insights) >= 3:
         i_ops.append({"op": "DELETE", "id": insights[(h // 7) % len(insights)]})
-        i_ops.append({"op": "UPDATE", "id": insights[(h // 3) % len(insights)], "text": f"Revised insight {h % 2}", "fact_ids": []})
+        i_ops.append(
+            {
+                "op": "UPDATE",
+                "id": insights[(h // 3) % len(insights)],
+                "text": f"Revised insight {h % 2}",
+                "fact_ids": [],
+            }
+        )
     return {"facts": f_ops, "insights": i_ops}
 
 

@@ -12,9 +12,35 @@ from conftest import REALMEM_SOPHIE, REPO, need
 def test_the_chat_latency_benchmark_measures_memory_on_against_off(tmp_path):
     need(REALMEM_SOPHIE)
     out = tmp_path / "chat_latency.json"
-    args = ["--data", str(REALMEM_SOPHIE.parent), "--persona", "Sophie_Dubois", "--embedder", "hash:64", "--queries", "6",
-            "--warmup", "2", "--ttft", "0.05", "--tokens", "3", "--token-gap", "0.001", "--cache", str(tmp_path / "cache"), "--out", str(out)]
-    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "chat_latency.py"), *args], capture_output=True, text=True, timeout=600, cwd=REPO)
+    args = [
+        "--data",
+        str(REALMEM_SOPHIE.parent),
+        "--persona",
+        "Sophie_Dubois",
+        "--embedder",
+        "hash:64",
+        "--queries",
+        "6",
+        "--warmup",
+        "2",
+        "--ttft",
+        "0.05",
+        "--tokens",
+        "3",
+        "--token-gap",
+        "0.001",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--out",
+        str(out),
+    ]
+    run = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "chat_latency.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["namespace_items"] == {"facts": 1044, "insights": 595}  # every turn, every memory point

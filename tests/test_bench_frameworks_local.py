@@ -25,7 +25,11 @@ def _fake_eval(monkeypatch: pytest.MonkeyPatch, bench, script: str) -> None:
     """Stand in for `dualmem eval ... --out DIR`: run ``script`` with the --out folder as argv[1]."""
 
     def fake() -> list[str]:
-        return [sys.executable, "-c", f"import sys, json, pathlib\nout = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n{script}"]
+        return [
+            sys.executable,
+            "-c",
+            f"import sys, json, pathlib\nout = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n{script}",
+        ]
 
     monkeypatch.setattr(bench, "_dualmem", fake)
 
@@ -53,8 +57,12 @@ def test_run_one_records_status_and_skips_finished(bench, monkeypatch: pytest.Mo
     assert again["status"] == "ok" and again["wall_s"] == row["wall_s"]
 
 
-def test_interrupted_run_adds_its_time_to_the_resumed_one(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "amem.status.json").write_text(json.dumps({"framework": "amem", "status": "interrupted", "wall_s": 100.0, "segments": 2}))
+def test_interrupted_run_adds_its_time_to_the_resumed_one(
+    bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "amem.status.json").write_text(
+        json.dumps({"framework": "amem", "status": "interrupted", "wall_s": 100.0, "segments": 2})
+    )
     # the resumed segment lasts long enough to show in wall_s, which is rounded to 0.1 s
     _fake_eval(monkeypatch, bench, "import time\ntime.sleep(0.3)\n" + WRITE_RUN)
     row = bench.run_one("amem", tmp_path / "data.json", 2, tmp_path, "openai:gpt-x", timeout=60)
@@ -62,7 +70,9 @@ def test_interrupted_run_adds_its_time_to_the_resumed_one(bench, monkeypatch: py
     assert 100.0 < row["wall_s"] < 200.0
 
 
-def test_failed_run_keeps_log_tail_and_its_time_is_not_carried(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_failed_run_keeps_log_tail_and_its_time_is_not_carried(
+    bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     (tmp_path / "amem.status.json").write_text(json.dumps({"framework": "amem", "status": "failed", "wall_s": 100.0}))
     _fake_eval(monkeypatch, bench, "print('model exploded'); raise SystemExit(2)")
     row = bench.run_one("amem", tmp_path / "data.json", 2, tmp_path, "openai:gpt-x", timeout=60)
@@ -73,8 +83,16 @@ def test_failed_run_keeps_log_tail_and_its_time_is_not_carried(bench, monkeypatc
 
 def test_markdown_table_has_one_row_per_framework(bench) -> None:
     rows = [
-        {"framework": "a", "status": "ok", "engine": "llama.cpp", "wall_s": 600.0, "queries": 2, "answered": 2,
-         "ingest": {"sessions": 3, "items_written": 5, "failed_chunks": 0}, "metrics": {"recall_any@10": 0.5}},
+        {
+            "framework": "a",
+            "status": "ok",
+            "engine": "llama.cpp",
+            "wall_s": 600.0,
+            "queries": 2,
+            "answered": 2,
+            "ingest": {"sessions": 3, "items_written": 5, "failed_chunks": 0},
+            "metrics": {"recall_any@10": 0.5},
+        },
         {"framework": "b", "status": "interrupted", "wall_s": 60.0},
     ]
     lines = bench.markdown_table(rows).splitlines()
@@ -83,7 +101,9 @@ def test_markdown_table_has_one_row_per_framework(bench) -> None:
     assert lines[3].startswith("| `b` | interrupted | - | 1 min |")
 
 
-def test_report_only_starts_nothing_and_keeps_the_other_frameworks_rows(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_report_only_starts_nothing_and_keeps_the_other_frameworks_rows(
+    bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     data = tmp_path / "Sophie.json"
     data.write_text("{}")
     out = tmp_path / "results.json"

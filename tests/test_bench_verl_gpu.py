@@ -36,5 +36,8 @@ def test_the_recorded_gpu_run_is_what_verls_lines_say():
     gen_new = [s["timing_s/gen"] for s in steps if s["timing_s/gen"] > 1]  # steps that played new episodes
     update = [s["timing_s/update_actor"] for s in steps]
     assert (round(min(step_s)), round(max(step_s))) == (23, 57)  # README: a step took 23-57 s
-    assert (round(min(gen_new)), round(max(gen_new))) == (23, 36) and (round(min(update)), round(max(update))) == (11, 17)
+    assert (round(min(gen_new)), round(max(gen_new))) == (23, 36) and (round(min(update)), round(max(update))) == (
+        11,
+        17,
+    )
     assert "H100" in result["device"]

@@ -36,7 +36,9 @@ def _store(uri: str) -> LanceDBStore:
 def test_kill_9_between_reply_and_write_loses_and_duplicates_nothing(tmp_path, moment):
     uri = str(tmp_path / "db")
     args = {"uri": uri, "thread": "th-1", "messages": MESSAGES, "mode": moment}
-    proc = subprocess.Popen([sys.executable, str(WORKER), json.dumps(args)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKER), json.dumps(args)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
     assert proc.stdout is not None
     wait_for = {"idle": f"replied {len(MESSAGES)}", "writing": "writing", "settling": None}[moment]
     for line in proc.stdout:
@@ -57,7 +59,14 @@ def test_kill_9_between_reply_and_write_loses_and_duplicates_nothing(tmp_path, m
 
     env = {**os.environ, "DUALMEM_STORE_URI": uri, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory",
            "DUALMEM_LEASE_TTL_S": "2"}  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "dualmem.cli", "flush", "--now"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", "flush", "--now"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "dr-lee / alice / th-1: 1 chunk(s); 0 turn(s) still pending" in out.stdout
 
@@ -69,4 +78,6 @@ def test_kill_9_between_reply_and_write_loses_and_duplicates_nothing(tmp_path, m
     assert len(facts) == 1 and len(store.dual.ledger.applied_ids(NS)) == 1 and store.dual.ledger.look(NS, "")[1] == []
     if moment == "settling":
         assert [f.id for f in facts] == [f.id for f in facts_before]  # the applied chunk was not written again
-    assert "memory formed: 0 chunk(s)" in out.stdout if moment == "settling" else "memory formed: 1 chunk(s)" in out.stdout
+    assert (
+        "memory formed: 0 chunk(s)" in out.stdout if moment == "settling" else "memory formed: 1 chunk(s)" in out.stdout
+    )

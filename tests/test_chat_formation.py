@@ -19,7 +19,9 @@ from dualmem.writer.sealing import plan_chunks
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = (PERSONA.id, "alice")
-MESSAGES = [f"On day {i} I walked the dog along the canal and thought about message number {i} for a while." for i in range(10)]
+MESSAGES = [
+    f"On day {i} I walked the dog along the canal and thought about message number {i} for a while." for i in range(10)
+]
 
 
 def counting_writer() -> FakeChatModel:
@@ -27,7 +29,10 @@ def counting_writer() -> FakeChatModel:
 
     def answer(messages, tool=None):
         users = re.findall(r"^\[(t-[0-9a-f]+)\] User:", str(messages[-1].content), re.M)
-        return {"facts": [{"op": "ADD", "id": "N1", "text": f"the user spoke in {' '.join(users)}", "turn_ids": users}], "insights": []}
+        return {
+            "facts": [{"op": "ADD", "id": "N1", "text": f"the user spoke in {' '.join(users)}", "turn_ids": users}],
+            "insights": [],
+        }
 
     return FakeChatModel(responses=[answer], cycle=True)
 
@@ -39,7 +44,9 @@ def chat(settings, store, formation, writer, messages):
     )  # fmt: skip
     sent = []
     for text in messages:
-        agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "th"}}, context={"user_id": "alice"})
+        agent.invoke(
+            {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "th"}}, context={"user_id": "alice"}
+        )
         sent.append(time.monotonic())
     return sent
 
@@ -89,7 +96,9 @@ def test_a_sealed_chunk_keeps_its_turns_when_more_arrive(tmp_settings):
     store = LanceDBStore.from_settings(tmp_settings)
     thread = PendingThread(store, NS, "th")
     persona = PERSONA.model_dump(mode="json")
-    thread.append([new_turn(f"t-{i}", "user" if i % 2 == 0 else "assistant", MESSAGES[i], seq=i) for i in range(3)], persona)
+    thread.append(
+        [new_turn(f"t-{i}", "user" if i % 2 == 0 else "assistant", MESSAGES[i], seq=i) for i in range(3)], persona
+    )
     first, seals = plan_chunks(thread.read(), NS, "th", 4096, write_tail=True)
     assert len(first) == 1 and set(seals) == {"t-0", "t-1", "t-2"}
     from dualmem.writer.pending import seal_ops
@@ -107,7 +116,14 @@ def test_a_run_before_the_quiet_time_leaves_a_short_tail_pending(tmp_settings):
     store = LanceDBStore.from_settings(tmp_settings)
     thread = PendingThread(store, NS, "th")
     thread.append([new_turn("t-0", "user", MESSAGES[0])], PERSONA.model_dump(mode="json"))
-    request = FormationRequest(PERSONA.model_dump(mode="json"), NS, "th", tmp_settings.replace(formation_idle_s=600), store=store, writer_model=counting_writer())
+    request = FormationRequest(
+        PERSONA.model_dump(mode="json"),
+        NS,
+        "th",
+        tmp_settings.replace(formation_idle_s=600),
+        store=store,
+        writer_model=counting_writer(),
+    )
     early = run_formation(request)
     assert early.rows == [] and early.pending_turns == 1
     forced = run_formation(request, flush=True)

@@ -44,7 +44,8 @@ def server(tmp_path_factory):
     agent, config, _ = docs_server_blocks()
     assert agent.count('"openai:gpt-4o-mini"') == 1
     (work / "agent.py").write_text(  # the docs' agent.py; the model comes from the settings (fake:memory here)
-        "from dualmem.models import load_chat_model\n" + agent.replace('"openai:gpt-4o-mini"', "load_chat_model(None)"))
+        "from dualmem.models import load_chat_model\n" + agent.replace('"openai:gpt-4o-mini"', "load_chat_model(None)")
+    )
     assert config["graphs"]["agent"] == "./agent.py:agent" and config["dependencies"] == ["."]
     config["dependencies"] = [str(REPO)]  # the docs' "." is the user's project, which depends on dualmem
     config["graphs"]["agent"] = str(work / "agent.py") + ":agent"
@@ -86,15 +87,24 @@ def test_a_chat_turn_then_the_scheduled_write_run_then_the_memory_in_the_store_a
     async def scenario() -> None:
         client = get_client(url=server)
         thread = (await client.threads.create())["thread_id"]
-        said = ["I work night shifts at the warehouse and they drain me", "Last night I could not sleep at all after my shift"]
+        said = [
+            "I work night shifts at the warehouse and they drain me",
+            "Last night I could not sleep at all after my shift",
+        ]
         started = time.monotonic()
         for text in said:  # two quick messages: the second postpones the write
-            out = await client.runs.wait(thread, "agent", input={"messages": [{"role": "user", "content": text}]}, context={"user_id": "alice"})
+            out = await client.runs.wait(
+                thread, "agent", input={"messages": [{"role": "user", "content": text}]}, context={"user_id": "alice"}
+            )
             assert out["messages"][-1]["type"] == "ai" and out["messages"][-1]["content"].startswith("(fake reply)")
         pending = await client.store.search_items(["dualmem_pending", PERSONA_ID, "alice", thread], limit=50)
         turns = [i for i in pending["items"] if i["key"].startswith("t-")]
-        assert [t["value"]["text"] for t in sorted(turns, key=lambda t: (t["value"]["at"], t["value"]["seq"]))][::2] == said
-        assert await client.store.search_items(["dualmem", PERSONA_ID, "alice", "fact"]) == {"items": []}  # not yet written
+        assert [t["value"]["text"] for t in sorted(turns, key=lambda t: (t["value"]["at"], t["value"]["seq"]))][
+            ::2
+        ] == said
+        assert await client.store.search_items(["dualmem", PERSONA_ID, "alice", "fact"]) == {
+            "items": []
+        }  # not yet written
 
         async def facts():
             return (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "fact"], limit=50))["items"]
@@ -103,20 +113,30 @@ def test_a_chat_turn_then_the_scheduled_write_run_then_the_memory_in_the_store_a
         assert written and time.monotonic() - started >= IDLE_S, "written once the thread was quiet"
         assert {tuple(i["namespace"]) for i in written} == {("dualmem", PERSONA_ID, "alice", "fact")}
         assert written[0]["value"]["source"]["session_id"] == thread
+
         async def insights_now():
             return (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "insight"], limit=50))["items"]
 
-        insights = await _until(insights_now, timeout=10.0, every=0.1)  # the insights table commits just after the facts'
+        insights = await _until(
+            insights_now, timeout=10.0, every=0.1
+        )  # the insights table commits just after the facts'
         assert insights and set(insights[0]["value"]["grounding"]) <= {f["key"] for f in written}
 
         runs = await _finished(client, _formation_thread("alice", thread))
-        assert [(r["status"], r["metadata"]["dualmem_formation"]) for r in runs] == [("success", "quiet")], "one write run: debounced"
+        assert [(r["status"], r["metadata"]["dualmem_formation"]) for r in runs] == [("success", "quiet")], (
+            "one write run: debounced"
+        )
         left = await client.store.search_items(["dualmem_pending", PERSONA_ID, "alice", thread], limit=50)
         assert not [i for i in left["items"] if i["key"].startswith("t-")]  # the written turns left the pending list
 
         # the next turn of another user recalls nothing of alice's
         other = (await client.threads.create())["thread_id"]
-        await client.runs.wait(other, "agent", input={"messages": [{"role": "user", "content": "night shifts"}]}, context={"user_id": "bob"})
+        await client.runs.wait(
+            other,
+            "agent",
+            input={"messages": [{"role": "user", "content": "night shifts"}]},
+            context={"user_id": "bob"},
+        )
         assert (await client.store.search_items(["dualmem", PERSONA_ID, "bob", "fact"]))["items"] == []
 
     asyncio.run(scenario())
@@ -133,7 +153,9 @@ def test_the_respond_graph_remembers_through_the_same_scheduled_write(server):
         client = get_client(url=server)
         thread = (await client.threads.create())["thread_id"]
         out = await client.runs.wait(
-            thread, "respond", input={"persona": persona, "query": "My sister Ana moved to Lyon with her kids", "remember": True},
+            thread,
+            "respond",
+            input={"persona": persona, "query": "My sister Ana moved to Lyon with her kids", "remember": True},
             context={"user_id": "carol"},
         )
         assert out["reply"] and out["pending"]["thread"] == thread and out["pending"]["turns"] == 2
@@ -161,7 +183,9 @@ def test_the_docs_client_snippet_runs_as_written(server):
 
     async def scenario() -> None:
         client = get_client(url=server)
-        await _finished(client, _formation_thread("alice", scope["thread"]))  # the scheduled write run, after the quiet time
+        await _finished(
+            client, _formation_thread("alice", scope["thread"])
+        )  # the scheduled write run, after the quiet time
 
         async def insights():
             return (await client.store.search_items(["dualmem", PERSONA_ID, "alice", "insight"]))["items"]

@@ -61,7 +61,9 @@ def test_frameworks_lists_every_framework(env):
 def test_ingest_inspect_ask_and_chat_on_the_sample(env):
     result = run("ingest", SAMPLE, "--dataset", "rolememo")
     assert result.exit_code == 0, result.output
-    assert "mara-okafor" in result.stdout and "0 failed chunk(s)" in result.stdout and "memory stored in" in result.stdout
+    assert (
+        "mara-okafor" in result.stdout and "0 failed chunk(s)" in result.stdout and "memory stored in" in result.stdout
+    )
     again = run("ingest", SAMPLE, "--dataset", "rolememo")  # resumable: nothing written twice
     assert again.exit_code == 0 and "all 4 chunks were written before; nothing to do" in again.stdout, again.stdout
     assert "0/0" not in again.stdout  # no empty progress bar
@@ -87,7 +89,9 @@ def test_ingest_inspect_ask_and_chat_on_the_sample(env):
 
 def test_inspect_rejects_an_unknown_kind(env):
     assert run("ingest", SAMPLE).exit_code == 0
-    assert "--kind 'facts': use fact or insight" in one_line_error(run("inspect", "--persona", PERSONA, "--kind", "facts"))
+    assert "--kind 'facts': use fact or insight" in one_line_error(
+        run("inspect", "--persona", PERSONA, "--kind", "facts")
+    )
 
 
 def test_eval_runs_and_writes_a_report(env, tmp_path):
@@ -125,7 +129,9 @@ def test_chat_goes_on_after_a_failed_model_call(env, monkeypatch):
         server.script = [("status", 503), ("ok", None)]
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("DUALMEM_CALL_RETRIES", "0")
-        result = run("chat", "--persona", PERSONA, "--model", "vllm:test-model", "--no-remember", input="first\nsecond\n\n")
+        result = run(
+            "chat", "--persona", PERSONA, "--model", "vllm:test-model", "--no-remember", input="first\nsecond\n\n"
+        )
     assert result.exit_code == 1  # one message went unanswered
     assert "HTTP 503" in result.stderr and "your message was not answered" in result.stderr
     assert "Mara Okafor> Hello there." in result.stdout
@@ -141,7 +147,13 @@ def test_openai_and_anthropic_models_without_a_key(env):
     assert "needs an API key: set ANTHROPIC_API_KEY" in line
 
 
-@pytest.mark.parametrize("url, reason", [(None, "the connection was refused"), ("http://dualmem-no-such-host.invalid:8000/v1", "the host name does not resolve")])
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        (None, "the connection was refused"),
+        ("http://dualmem-no-such-host.invalid:8000/v1", "the host name does not resolve"),
+    ],
+)
 def test_an_endpoint_that_cannot_be_reached(env, monkeypatch, url, reason):
     monkeypatch.setenv("OPENAI_BASE_URL", url or closed_port_url())
     monkeypatch.setenv("DUALMEM_CALL_RETRIES", "0")
@@ -158,11 +170,14 @@ def test_an_endpoint_that_rejects_the_key(env, monkeypatch):
     assert "rejected the API key (HTTP 401)" in line and "OPENAI_API_KEY" in line
 
 
-@pytest.mark.parametrize("store, expect", [
-    ("{file}/db", "lies under {file}, which is a file"),
-    ("/sys/dualmem-test-store", "is not writable"),
-    ("foo://bucket/db", "unknown URI scheme 'foo://'"),
-])
+@pytest.mark.parametrize(
+    "store, expect",
+    [
+        ("{file}/db", "lies under {file}, which is a file"),
+        ("/sys/dualmem-test-store", "is not writable"),
+        ("foo://bucket/db", "unknown URI scheme 'foo://'"),
+    ],
+)
 def test_bad_store_paths(env, store, expect):
     afile = env / "afile"
     afile.write_text("x")
@@ -177,12 +192,15 @@ def test_a_checkpoint_path_under_a_file(env, monkeypatch):
     assert f"{env / 'afile'} is a file, not a folder" in line and "DUALMEM_CHECKPOINT_PATH" in line
 
 
-@pytest.mark.parametrize("embedder, expect", [
-    ("{tmp}/no/such/model", "does not exist"),
-    ("{tmp}/notamodel", "holds no model (no modules.json or config.json)"),
-    ("{tmp}/notamodel/readme.txt", "is a file, not a model folder"),
-    ("hash:abc", "hash:DIMS needs a positive whole number"),
-])
+@pytest.mark.parametrize(
+    "embedder, expect",
+    [
+        ("{tmp}/no/such/model", "does not exist"),
+        ("{tmp}/notamodel", "holds no model (no modules.json or config.json)"),
+        ("{tmp}/notamodel/readme.txt", "is a file, not a model folder"),
+        ("hash:abc", "hash:DIMS needs a positive whole number"),
+    ],
+)
 def test_bad_embedders(env, monkeypatch, embedder, expect):
     (env / "notamodel").mkdir()
     (env / "notamodel" / "readme.txt").write_text("not a model")
@@ -216,7 +234,9 @@ def test_locomo_session_date_that_is_a_number(env):
     path = env / "locomo.json"
     path.write_text(json.dumps([data]))
     line = one_line_error(run("ingest", str(path), "--dataset", "locomo", "--sessions", "1"))
-    assert f"{path}: $[0].conversation.session_1_date_time: expected a date string" in line and "integer 20230508" in line
+    assert (
+        f"{path}: $[0].conversation.session_1_date_time: expected a date string" in line and "integer 20230508" in line
+    )
 
 
 def test_locomo_repeated_dialogue_id(env):
@@ -225,7 +245,10 @@ def test_locomo_repeated_dialogue_id(env):
     path = env / "locomo.json"
     path.write_text(json.dumps([data]))
     line = one_line_error(run("ingest", str(path), "--dataset", "locomo"))
-    assert "$[0].conversation.session_1[3].dia_id: expected a dia_id not used by an earlier turn (first at $[0].conversation.session_1[1])" in line
+    assert (
+        "$[0].conversation.session_1[3].dia_id: expected a dia_id not used by an earlier turn (first at $[0].conversation.session_1[1])"
+        in line
+    )
 
 
 def test_realmem_repeated_session_uuid(env):
@@ -235,34 +258,49 @@ def test_realmem_repeated_session_uuid(env):
     path = env / "Sophie_Dubois_dialogues_256k.json"
     path.write_text(json.dumps(data))
     line = one_line_error(run("ingest", str(path), "--dataset", "realmem"))
-    assert "$.dialogues[2].session_uuid: expected a session_uuid not used by an earlier session (first used at $.dialogues[0])" in line
+    assert (
+        "$.dialogues[2].session_uuid: expected a session_uuid not used by an earlier session (first used at $.dialogues[0])"
+        in line
+    )
 
 
 def test_an_unknown_dataset_kind(env):
-    assert "--dataset 'csv': use one of auto, rolememo, realmem, locomo" in one_line_error(run("ingest", SAMPLE, "--dataset", "csv"))
+    assert "--dataset 'csv': use one of auto, rolememo, realmem, locomo" in one_line_error(
+        run("ingest", SAMPLE, "--dataset", "csv")
+    )
 
 
 def test_a_real_process_prints_one_line_and_exits_2(env):
     """The installed entry point, as a shell runs it: stderr is the one line, no traceback."""
     proc = subprocess.run(
         [sys.executable, "-m", "dualmem.cli", "ingest", SAMPLE, "--model", "vllm:test-model"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "OPENAI_BASE_URL": closed_port_url(), "DUALMEM_CALL_RETRIES": "0"},
     )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the model endpoint") and "Traceback" not in proc.stderr
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("error: cannot reach the model endpoint")
+        and "Traceback" not in proc.stderr
+    )
 
 
 # --------------------------------------------------------------------------- persona files, run folders, embedders
 
 
-@pytest.mark.parametrize("content, expect", [
-    ("[" * 200_000, "$: expected JSON nested less than ~1,000 levels deep"),
-    (b"\xff\xfe{", "$: expected UTF-8 text, found undecodable byte at offset 0"),
-    ('{"name": ', "$: expected valid JSON"),
-    ('{"name": "Ada", "core_values": 3}', "$.core_values: expected"),
-])
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ("[" * 200_000, "$: expected JSON nested less than ~1,000 levels deep"),
+        (b"\xff\xfe{", "$: expected UTF-8 text, found undecodable byte at offset 0"),
+        ('{"name": ', "$: expected valid JSON"),
+        ('{"name": "Ada", "core_values": 3}', "$.core_values: expected"),
+    ],
+)
 @pytest.mark.parametrize("command", ["ask", "chat"])
 def test_broken_persona_files(env, command, content, expect):
     path = env / "persona.json"
@@ -276,13 +314,17 @@ def test_generate_with_a_broken_persona_file(env, tmp_path):
     folder = tmp_path / "personas"
     folder.mkdir()
     (folder / "deep.json").write_text("[" * 5_000)
-    line = one_line_error(run("generate", "rolememo", "--personas", str(folder), "--out", str(tmp_path / "out"), "-m", "fake:weave"))
+    line = one_line_error(
+        run("generate", "rolememo", "--personas", str(folder), "--out", str(tmp_path / "out"), "-m", "fake:weave")
+    )
     assert "deep.json: $: expected JSON nested less than" in line
 
 
 def test_eval_compare_and_resume_of_folders_that_are_not_runs(env, tmp_path):
     (tmp_path / "notrun").mkdir()
-    assert "summary.json not found: pass a folder written by `dualmem eval`" in one_line_error(run("eval", "compare", str(tmp_path / "notrun")))
+    assert "summary.json not found: pass a folder written by `dualmem eval`" in one_line_error(
+        run("eval", "compare", str(tmp_path / "notrun"))
+    )
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "run.json").write_text("{bad")
     assert "run.json: $: expected valid JSON" in one_line_error(run("eval", "--resume", str(tmp_path / "broken")))
@@ -292,7 +334,9 @@ def test_eval_checks_framework_and_embedder_before_claiming_a_run_folder(env, mo
     out = tmp_path / "run"
     assert "unknown framework 'nope'" in one_line_error(run("eval", SAMPLE, "-f", "nope", "--out", str(out)))
     monkeypatch.setenv("DUALMEM_EMBEDDER", "hash:abc")
-    assert "hash:DIMS needs a positive whole number" in one_line_error(run("eval", SAMPLE, "-f", "raw-turns", "--out", str(out)))
+    assert "hash:DIMS needs a positive whole number" in one_line_error(
+        run("eval", SAMPLE, "-f", "raw-turns", "--out", str(out))
+    )
     assert not out.exists()  # nothing claimed: the corrected command is not refused as "another run"
 
 

@@ -79,15 +79,24 @@ def test_an_exported_item_shows_its_history_in_order(source, tmp_path):
     out = tmp_path / "theo.json"
     export_namespace(source, NS, out)
     doc = json.loads(out.read_text())
-    assert doc["format"] == "dualmem.export" and doc["namespace"] == {"persona": "mara", "user": "theo"} and doc["dims"] == 64
+    assert (
+        doc["format"] == "dualmem.export"
+        and doc["namespace"] == {"persona": "mara", "user": "theo"}
+        and doc["dims"] == 64
+    )
     moved = next(i for i in doc["items"] if i["id"] == "api-1")
-    assert [(h["op"], h["text_after"]) for h in moved["history"]] == [("ADD", "moved to Lisbon"), ("UPDATE", "moved to Porto")]
+    assert [(h["op"], h["text_after"]) for h in moved["history"]] == [
+        ("ADD", "moved to Lisbon"),
+        ("UPDATE", "moved to Porto"),
+    ]
     updated = [i for i in doc["items"] if len(i["history"]) > 2]
     assert updated, "the writer updated some item twice"
     for item in updated:
         ops = [h["op"] for h in item["history"]]
         assert ops[0] == "ADD" and set(ops[1:]) <= {"UPDATE", "DELETE"}
-        assert all(b["text_after"] == a["text_before"] for b, a in zip(item["history"], item["history"][1:], strict=False))
+        assert all(
+            b["text_after"] == a["text_before"] for b, a in zip(item["history"], item["history"][1:], strict=False)
+        )
         assert [h["at"] for h in item["history"]] == sorted(h["at"] for h in item["history"])
         assert item["source"]["chunk_id"] and item["source"]["session_id"] and item["source"]["turn_ids"]
     assert all(i["grounding"] for i in doc["items"] if i["kind"] == "insight")
@@ -119,7 +128,9 @@ def test_a_malformed_export_is_refused_before_anything_is_written(source, tmp_pa
     with pytest.raises(DatasetError) as err:
         read_export(out)
     assert str(out) in str(err.value) and field in str(err.value)
-    result = CliRunner().invoke(app, ["import", str(out), "--store", str(tmp_path / "fresh")], env={"DUALMEM_EMBEDDER": "hash:64"})
+    result = CliRunner().invoke(
+        app, ["import", str(out), "--store", str(tmp_path / "fresh")], env={"DUALMEM_EMBEDDER": "hash:64"}
+    )
     assert result.exit_code == 2 and field in result.stderr and "Traceback" not in result.output
     assert LanceDualStore(str(tmp_path / "fresh"), HashEmbeddings(64)).count(NS, status=None) == 0
 
@@ -136,7 +147,11 @@ def test_the_commands_export_and_import_and_refuse_what_would_mix(source, tmp_pa
     again = CliRunner().invoke(app, ["import", str(out), "--store", fresh, "--user", "theo2"])
     assert again.exit_code == 2 and "--merge" in again.stderr
     assert CliRunner().invoke(app, ["import", str(out), "--store", fresh, "--user", "theo2", "--merge"]).exit_code == 0
-    other = CliRunner().invoke(app, ["import", str(out), "--store", str(tmp_path / "other")], env={"DUALMEM_EMBEDDER": "hash:32"})
+    other = CliRunner().invoke(
+        app, ["import", str(out), "--store", str(tmp_path / "other")], env={"DUALMEM_EMBEDDER": "hash:32"}
+    )
     assert other.exit_code == 2 and "--reembed" in other.stderr and "DUALMEM_EMBEDDER=hash:64" in other.stderr
-    missing = CliRunner().invoke(app, ["export", "-p", "mara", "-u", "nobody", "-o", str(tmp_path / "x.json"), "--store", source.uri])
+    missing = CliRunner().invoke(
+        app, ["export", "-p", "mara", "-u", "nobody", "-o", str(tmp_path / "x.json"), "--store", source.uri]
+    )
     assert missing.exit_code == 2 and "--user" in missing.stderr and not (tmp_path / "x.json").exists()

@@ -60,7 +60,9 @@ def checkpoint(path: str, thread: str, text: str, metadata: dict | None = None) 
     builder.add_edge(START, "remember")
     builder.add_edge("remember", END)
     with SqliteSaver.from_conn_string(path) as saver:
-        builder.compile(checkpointer=saver).invoke({"said": [text]}, {"configurable": {"thread_id": thread}, "metadata": metadata or {}})
+        builder.compile(checkpointer=saver).invoke(
+            {"said": [text]}, {"configurable": {"thread_id": thread}, "metadata": metadata or {}}
+        )
 
 
 def threads_in(path: str) -> set[str]:
@@ -77,11 +79,14 @@ def populate(settings: Settings, user: str, word: str) -> None:
                   store=dual, namespace=(PERSONA.id, user), progress=False)  # fmt: skip
     lg = LanceDBStore(settings.store_uri, dual=dual)
     PendingThread(lg, (PERSONA.id, user), f"chat-{user}").append(
-        [new_turn(f"t-{user}", "user", f"pending words {word}-pending", seq=1)], PERSONA.model_dump(mode="json"))
+        [new_turn(f"t-{user}", "user", f"pending words {word}-pending", seq=1)], PERSONA.model_dump(mode="json")
+    )
     lg.put(("dualmem", PERSONA.id, user, "profile"), "bio", {"text": f"profile {word}-profile"})
     lg.put(("dualmem", PERSONA.id, user, "fact"), "api-fact", {"text": f"put through the store {word}-api"})
     for name in FRAMEWORKS:
-        ctx = FrameworkContext(namespace=(PERSONA.id, user), settings=settings, persona=PERSONA, embeddings=HashEmbeddings(64))
+        ctx = FrameworkContext(
+            namespace=(PERSONA.id, user), settings=settings, persona=PERSONA, embeddings=HashEmbeddings(64)
+        )
         open_framework(name, ctx).ingest(history(user, word, 1)[0])
     checkpoint(settings.checkpoint_path, f"chat-{user}", f"chat {word}-checkpoint")
     checkpoint(settings.checkpoint_path, f"side-{user}", f"side {word}-side", thread_metadata(PERSONA.id, user))
@@ -102,7 +107,13 @@ def files_holding(root: Path, marker: bytes) -> list[str]:
 def objects_holding(s3: dict, prefix: str, marker: bytes) -> tuple[int, list[str]]:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3["endpoint"],
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    )
     keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3["bucket"], Prefix=prefix)
             for o in page.get("Contents", [])]  # fmt: skip
     return len(keys), [k for k in keys if marker in client.get_object(Bucket=s3["bucket"], Key=k)["Body"].read()]
@@ -113,10 +124,18 @@ def where(request, tmp_path):
     """Settings for a fresh store: a local folder, or a prefix of a bucket on the S3-compatible server."""
     ckpt = str(tmp_path / "checkpoints.sqlite")
     if request.param == "local":
-        return {"settings": Settings(store_uri=str(tmp_path / "db"), checkpoint_path=ckpt, embedder="hash:64"), "root": tmp_path}
+        return {
+            "settings": Settings(store_uri=str(tmp_path / "db"), checkpoint_path=ckpt, embedder="hash:64"),
+            "root": tmp_path,
+        }
     s3 = request.getfixturevalue("s3_server")
     prefix = f"forget-{time.time_ns()}"
-    settings = Settings(store_uri=f"s3://{s3['bucket']}/{prefix}", store_options=s3["options_json"], checkpoint_path=ckpt, embedder="hash:64")
+    settings = Settings(
+        store_uri=f"s3://{s3['bucket']}/{prefix}",
+        store_options=s3["options_json"],
+        checkpoint_path=ckpt,
+        embedder="hash:64",
+    )
     return {"settings": settings, "root": tmp_path, "s3": s3, "prefix": prefix}
 
 
@@ -150,7 +169,9 @@ def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
                               stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     deadline = time.time() + 120
     while not ready.exists():
-        assert reader.poll() is None and time.time() < deadline, reader.stderr.read() if reader.poll() is not None else "reader timed out"
+        assert reader.poll() is None and time.time() < deadline, (
+            reader.stderr.read() if reader.poll() is not None else "reader timed out"
+        )
         time.sleep(0.1)
 
     done = subprocess.run([sys.executable, "-m", "dualmem.cli", "forget", "--persona", "mara", "--user", "alice", "--yes"],
@@ -177,5 +198,7 @@ def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
     assert lg.get(("dualmem", "mara", "bob", "profile"), "bio") is not None
     assert threads_in(settings.checkpoint_path) == {"chat-bob", "side-bob"}
     for name in FRAMEWORKS:
-        ctx = FrameworkContext(namespace=("mara", "bob"), settings=settings, persona=PERSONA, embeddings=HashEmbeddings(64))
+        ctx = FrameworkContext(
+            namespace=("mara", "bob"), settings=settings, persona=PERSONA, embeddings=HashEmbeddings(64)
+        )
         assert open_framework(name, ctx).retrieve("garden tomatoes", 3), f"{name} still serves bob"

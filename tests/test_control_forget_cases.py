@@ -24,7 +24,14 @@ from dualmem.writer.pending import PendingThread, new_turn, pending_threads
 
 WORKER = Path(__file__).parent / "fixtures" / "control_worker.py"
 runner = CliRunner()
-NAMES = ["alice", "ali", "alice2", "o'brien", 'quo"te', "j.doe"]  # prefixes, quotes, encoded labels: none may widen a filter
+NAMES = [
+    "alice",
+    "ali",
+    "alice2",
+    "o'brien",
+    'quo"te',
+    "j.doe",
+]  # prefixes, quotes, encoded labels: none may widen a filter
 
 
 def seed(uri: str, persona: str, user: str, word: str) -> LanceDualStore:
@@ -36,7 +43,9 @@ def seed(uri: str, persona: str, user: str, word: str) -> LanceDualStore:
     lg = langgraph_view(dual)
     if "." not in user:  # LangGraph labels hold no dot (the pending turns' namespaces encode it)
         lg.put(("dualmem", persona, user, "profile"), "bio", {"text": f"bio {word}"})
-    PendingThread(lg, ns, f"chat.{user}").append([new_turn(f"t-{user}", "user", f"said {word}")], {"id": persona, "name": persona})
+    PendingThread(lg, ns, f"chat.{user}").append(
+        [new_turn(f"t-{user}", "user", f"said {word}")], {"id": persona, "name": persona}
+    )
     return dual
 
 
@@ -100,7 +109,12 @@ def test_bad_input_is_one_line_and_touches_nothing(env, args, says):
 def test_forget_refuses_while_a_writer_holds_the_namespace_and_waits_when_asked(env, tmp_path):
     ready, release = tmp_path / "ready", tmp_path / "release"
     args = {"uri": env, "ns": ["mara", "alice"], "ready": str(ready), "release": str(release)}
-    holder = subprocess.Popen([sys.executable, str(WORKER), "hold", json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), "hold", json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not ready.exists():
         assert holder.poll() is None, holder.stderr.read()
         time.sleep(0.05)
@@ -135,7 +149,12 @@ def test_forget_one_item_removes_it_its_history_and_its_text_in_the_ledger(env, 
     ns = ("dualmem", "mara", "alice", "fact")
     store.put(ns, "f9", {"text": "secret itemmarker one"})
     store.put(ns, "f9", {"text": "secret itemmarker two"})
-    dual.ledger.mark(("mara", "alice"), "chunk-9", "applied", json.dumps({"applied": [{"store_id": "f9", "text": "itemmarker three"}]}))
+    dual.ledger.mark(
+        ("mara", "alice"),
+        "chunk-9",
+        "applied",
+        json.dumps({"applied": [{"store_id": "f9", "text": "itemmarker three"}]}),
+    )
     assert len(item_history(dual, ("mara", "alice"), "f9")) == 2
     result = invoke("forget", "-p", "mara", "-u", "alice", "--item", "f9", "--yes")
     assert result.exit_code == 0, result.output
@@ -153,7 +172,9 @@ def test_the_python_and_langgraph_store_apis_forget_too(env):
     report = forget("mara", 'quo"te', store=LanceDualStore(env, HashEmbeddings(64)))
     assert report.removed["store/memory"] == 3 and report.threads == ['chat.quo"te']
     report = forget("mara", "j.doe", settings=None, store=store)
-    assert report.threads == ["chat.j.doe"] and report.removed["store/lg_items"] == 2, "the pending turn and its thread record"
+    assert report.threads == ["chat.j.doe"] and report.removed["store/lg_items"] == 2, (
+        "the pending turn and its thread record"
+    )
     assert set(counts(env)) == {("mara", "alice"), ("mara", "ali"), ("mara", "alice2"), ("zed", "alice")}
     assert sorted(u for (_, u), _ in pending_threads(store, ("mara",))) == ["ali", "alice", "alice2"]
     with pytest.raises(ConfigurationError, match="in-memory"):

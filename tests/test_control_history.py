@@ -27,7 +27,9 @@ def written(request, tmp_path, tmp_settings):
     emb = HashEmbeddings(64)
     dual = LanceDualStore(str(tmp_path / "db"), emb) if request.param == "lancedb" else InMemoryDualStore(emb)
     model = FakeChatModel(responses=[editing_writer], cycle=True)
-    write_history(synthetic_history(12, 4), PERSONA, settings=tmp_settings, model=model, store=dual, namespace=NS, progress=False)
+    write_history(
+        synthetic_history(12, 4), PERSONA, settings=tmp_settings, model=model, store=dual, namespace=NS, progress=False
+    )
     return dual
 
 
@@ -43,9 +45,14 @@ def test_an_updated_items_history_chains_every_state_in_order(written):
     for item_id in updated:
         records = item_history(dual, NS, item_id)
         current = dual.get(NS, [item_id])[0]
-        assert records[0]["op"] == "ADD" and records[0]["chunk_id"] == current.source.chunk_id and records[0]["via"] == "writer"
+        assert (
+            records[0]["op"] == "ADD"
+            and records[0]["chunk_id"] == current.source.chunk_id
+            and records[0]["via"] == "writer"
+        )
         assert [r["op"] for r in records[1:]] == ["UPDATE"] * (len(records) - 1 - (records[-1]["op"] == "DELETE")) + (
-            ["DELETE"] if records[-1]["op"] == "DELETE" else [])
+            ["DELETE"] if records[-1]["op"] == "DELETE" else []
+        )
         for before, after in zip(records, records[1:], strict=False):
             assert after["text_before"] == before["text_after"], "each change starts from the state the last one left"
             assert after["at"] >= before["at"] and after["chunk_id"] in chunks
@@ -55,7 +62,9 @@ def test_an_updated_items_history_chains_every_state_in_order(written):
 
 def test_a_writer_delete_ends_the_history_and_retrieval_sees_only_current_items(written):
     dual = written
-    deleted = [i for i in dual.list(NS, status="superseded") if i.meta.get("deleted_by_chunk") and not i.meta.get("version_of")]
+    deleted = [
+        i for i in dual.list(NS, status="superseded") if i.meta.get("deleted_by_chunk") and not i.meta.get("version_of")
+    ]
     assert deleted, "the editing writer deletes insights"
     records = item_history(dual, NS, deleted[0].id)
     assert records[-1]["op"] == "DELETE" and records[-1]["chunk_id"] == deleted[0].meta["deleted_by_chunk"]

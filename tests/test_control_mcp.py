@@ -30,7 +30,12 @@ def store(tmp_path):
         ns = ("mara", user)
         dual.upsert([Fact(id=f"{user}-1", namespace=ns, text=a), Fact(id=f"{user}-2", namespace=ns, text=b),
                      Insight(id=f"{user}-i", namespace=ns, text=f"{user} finds calm in routine", grounding=[f"{user}-1"])])  # fmt: skip
-    env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": uri, "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite")}
+    env = {
+        **os.environ,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_URI": uri,
+        "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"),
+    }
     return dual, env
 
 
@@ -49,20 +54,31 @@ def error_text(result) -> str:
 
 async def test_stdio_server_scoped_to_one_user_searches_adds_and_forgets(store):
     dual, env = store
-    params = StdioServerParameters(command=sys.executable, args=["-m", "dualmem.cli", "mcp", "--persona", "mara", "--user", "alice"], env=env)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "dualmem.cli", "mcp", "--persona", "mara", "--user", "alice"], env=env
+    )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         names = {t.name for t in (await session.list_tools()).tools}
         assert {"search_memory", "add_fact", "forget", "memory_history"} <= names
         hits = payload(await session.call_tool("search_memory", {"query": "tomatoes"}))
         assert hits and {h["id"] for h in hits} <= {"alice-1", "alice-2", "alice-i"} and hits[0]["id"] == "alice-1"
-        assert "scoped to user 'alice'" in error_text(await session.call_tool("search_memory", {"query": "tomatoes", "user": "bob"}))
+        assert "scoped to user 'alice'" in error_text(
+            await session.call_tool("search_memory", {"query": "tomatoes", "user": "bob"})
+        )
         assert "scoped" in error_text(await session.call_tool("forget", {"everything": True, "user": "bob"}))
         added = payload(await session.call_tool("add_fact", {"text": "adopted a grey cat named Pixel"}))
-        assert payload(await session.call_tool("search_memory", {"query": "grey cat Pixel", "limit": 1}))[0]["id"] == added["id"]
-        assert [h["op"] for h in payload(await session.call_tool("memory_history", {"item_id": added["id"]}))] == ["ADD"]
+        assert (
+            payload(await session.call_tool("search_memory", {"query": "grey cat Pixel", "limit": 1}))[0]["id"]
+            == added["id"]
+        )
+        assert [h["op"] for h in payload(await session.call_tool("memory_history", {"item_id": added["id"]}))] == [
+            "ADD"
+        ]
         payload(await session.call_tool("forget", {"item_id": "alice-2"}))
-        assert "alice-2" not in {h["id"] for h in payload(await session.call_tool("search_memory", {"query": "night shifts"}))}
+        assert "alice-2" not in {
+            h["id"] for h in payload(await session.call_tool("search_memory", {"query": "night shifts"}))
+        }
         assert "either" in error_text(await session.call_tool("forget", {}))
         done = payload(await session.call_tool("forget", {"everything": True}))
         assert done["removed"]["store/memory"] == 3
@@ -99,17 +115,26 @@ def http_server(store, tmp_path):
 async def test_http_connections_are_scoped_by_headers_or_per_call(http_server, store):
     dual, _ = store
     alice = {"X-DualMem-Persona": "mara", "X-DualMem-User": "alice"}
-    async with streamablehttp_client(http_server, headers=alice) as (read, write, _), ClientSession(read, write) as session:
+    async with (
+        streamablehttp_client(http_server, headers=alice) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         hits = payload(await session.call_tool("search_memory", {"query": "grows tomatoes"}))
         assert hits and all(h["id"].startswith("alice") for h in hits)
-        assert "cannot reach user 'bob'" in error_text(await session.call_tool("search_memory", {"query": "sails", "user": "bob"}))
-        assert "cannot reach persona" in error_text(await session.call_tool("add_fact", {"text": "x", "persona": "zed"}))
+        assert "cannot reach user 'bob'" in error_text(
+            await session.call_tool("search_memory", {"query": "sails", "user": "bob"})
+        )
+        assert "cannot reach persona" in error_text(
+            await session.call_tool("add_fact", {"text": "x", "persona": "zed"})
+        )
         payload(await session.call_tool("add_fact", {"text": "learns the cello"}))
     async with streamablehttp_client(http_server) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
         assert "name the persona" in error_text(await session.call_tool("search_memory", {"query": "cello"}))
-        hits = payload(await session.call_tool("search_memory", {"query": "cello sails", "persona": "mara", "user": "bob"}))
+        hits = payload(
+            await session.call_tool("search_memory", {"query": "cello sails", "persona": "mara", "user": "bob"})
+        )
         assert hits and all(h["id"].startswith("bob") for h in hits), "bob's memory has no cello"
     assert {i.text for i in dual.list(("mara", "alice"))} >= {"learns the cello"}
     assert "learns the cello" not in {i.text for i in dual.list(("mara", "bob"))}

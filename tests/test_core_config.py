@@ -74,7 +74,9 @@ def test_the_docs_settings_table_matches_code():
     for name in Settings.field_names():  # no hand-written table anywhere else in the docs to drift
         for other in docs.rglob("*.md"):
             if other.name != "configuration.md":
-                assert not re.search(rf"^\| `{name}` \| `DUALMEM_", other.read_text(), re.M), f"{other} types a settings row"
+                assert not re.search(rf"^\| `{name}` \| `DUALMEM_", other.read_text(), re.M), (
+                    f"{other} types a settings row"
+                )
 
 
 def test_who_writes_memory():
@@ -83,6 +85,11 @@ def test_who_writes_memory():
     bundled = Settings(chat_model="local:smollm2", writer_model="", local_engine="auto")
     assert bundled.writer_for() == bundled.writer == "local:smollm2-writer"
     assert bundled.writer_for(chat_given=True) is None  # a chat model handed over also writes
-    assert Settings(chat_model="local:smollm2", writer_model="local:smollm2").writer_for(chat_given=True) == "local:smollm2"
+    assert (
+        Settings(chat_model="local:smollm2", writer_model="local:smollm2").writer_for(chat_given=True)
+        == "local:smollm2"
+    )
     assert Settings(chat_model="openai:gpt-4o-mini", writer_model="").writer_for() == "openai:gpt-4o-mini"
-    assert Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").writer_for() == "local:smollm2"
+    assert (
+        Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").writer_for() == "local:smollm2"
+    )

@@ -158,8 +158,13 @@ def test_locomo_gold_ids_name_real_turns_and_odd_ids_are_split(locomo_raw):
 
 @pytest.mark.parametrize(
     ("raw", "ids"),
-    [("D8:6; D9:17", ["D8:6", "D9:17"]), ("D:11:26", ["D11:26"]), ("D30:05", ["D30:5"]), ("D", []),
-     ("D9:1 D4:4 D4:6", ["D9:1", "D4:4", "D4:6"])],
+    [
+        ("D8:6; D9:17", ["D8:6", "D9:17"]),
+        ("D:11:26", ["D11:26"]),
+        ("D30:05", ["D30:5"]),
+        ("D", []),
+        ("D9:1 D4:4 D4:6", ["D9:1", "D4:4", "D4:6"]),
+    ],
 )
 def test_normalise_evidence(raw, ids):
     assert normalise_evidence(raw) == ids
@@ -168,7 +173,9 @@ def test_normalise_evidence(raw, ids):
 def test_locomo_prefix():
     item = load_dataset("locomo", need(LOCOMO), limit_sessions=3).items[0]
     assert [s.id for s in item.dialogue.sessions] == ["session_1", "session_2", "session_3"]
-    assert item.queries and all(set(q.gold.session_ids) <= {"session_1", "session_2", "session_3"} for q in item.queries)
+    assert item.queries and all(
+        set(q.gold.session_ids) <= {"session_1", "session_2", "session_3"} for q in item.queries
+    )
 
 
 # --------------------------------------------------------------------------- broken files
@@ -181,7 +188,10 @@ def _write(tmp_path: Path, name: str, data) -> Path:
 
 
 def _small_realmem(sophie_raw: dict) -> dict:
-    return {"_metadata": dict(sophie_raw["_metadata"]), "dialogues": json.loads(json.dumps(sophie_raw["dialogues"][:5]))}
+    return {
+        "_metadata": dict(sophie_raw["_metadata"]),
+        "dialogues": json.loads(json.dumps(sophie_raw["dialogues"][:5])),
+    }
 
 
 def test_realmem_missing_key_names_the_path(tmp_path, sophie_raw):
@@ -191,7 +201,10 @@ def test_realmem_missing_key_names_the_path(tmp_path, sophie_raw):
     with pytest.raises(DatasetError) as info:
         load_realmem(path)
     assert info.value.path == "$.dialogues[3].dialogue_turns[2].speaker"
-    assert str(info.value) == f"{path}: $.dialogues[3].dialogue_turns[2].speaker: expected key 'speaker', found nothing (key missing)"
+    assert (
+        str(info.value)
+        == f"{path}: $.dialogues[3].dialogue_turns[2].speaker: expected key 'speaker', found nothing (key missing)"
+    )
     assert "\n" not in str(info.value)
 
 
@@ -206,7 +219,9 @@ def test_realmem_wrong_type_names_the_path(tmp_path, sophie_raw):
 
     data = _small_realmem(sophie_raw)
     data["dialogues"][4]["session_uuid"] = 17
-    with pytest.raises(DatasetError, match=r"\$\.dialogues\[4\]\.session_uuid: expected a valid string, found integer 17"):
+    with pytest.raises(
+        DatasetError, match=r"\$\.dialogues\[4\]\.session_uuid: expected a valid string, found integer 17"
+    ):
         load_realmem(_write(tmp_path, "bad_dialogues_3.json", data))
 
 

@@ -16,7 +16,9 @@ def test_sample_is_a_valid_rolememo_history():
     item = load_sample()
     d = item.dialogue
     assert d.persona == load_sample_persona()
-    assert d.persona.core_values and d.persona.traits and d.persona.background and d.persona.expertise and d.persona.goals
+    assert (
+        d.persona.core_values and d.persona.traits and d.persona.background and d.persona.expertise and d.persona.goals
+    )
     assert len(d.sessions) == 4 and all(6 <= len(s.turns) <= 10 for s in d.sessions)
     assert all(s.time for s in d.sessions) and [s.time for s in d.sessions] == sorted(s.time for s in d.sessions)
     assert len(item.queries) == 3 and len({q.task_type for q in item.queries}) == 3
@@ -75,10 +77,16 @@ def _broken(tmp_path: Path, edit) -> Path:
         (lambda d: d["history"][2]["turns"][3].pop("content"), "$.history[2].turns[3].content", "key 'content'"),
         (lambda d: d["history"][0]["turns"][1].update(role="narrator"), "$.history[0].turns[1].role", "'user' or"),
         (lambda d: d["queries"][0]["core_fragments"].pop(), "$.queries[0].core_fragments", "at least 2"),
-        (lambda d: d["queries"][2]["evidence"][1].update(turn_id="s9-t1"), "$.queries[2].evidence[1].turn_id",
-         "a turn_id of history"),
-        (lambda d: d["queries"][2]["evidence"][0].update(session_id="s2"), "$.queries[2].evidence[0].session_id",
-         "'s1'"),
+        (
+            lambda d: d["queries"][2]["evidence"][1].update(turn_id="s9-t1"),
+            "$.queries[2].evidence[1].turn_id",
+            "a turn_id of history",
+        ),
+        (
+            lambda d: d["queries"][2]["evidence"][0].update(session_id="s2"),
+            "$.queries[2].evidence[0].session_id",
+            "'s1'",
+        ),
         (lambda d: d.update(format="rolememo/0"), "$.format", "'rolememo/1'"),
         (lambda d: d["history"][1]["turns"][0].update(turn_id="s1-t1"), "$.history[1].turns[0].turn_id", "unique"),
     ],

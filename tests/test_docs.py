@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(?:<!-- doc-test: (?P<mode>run|compile|skip)[^>]*-->\s*\n)?```(?P<lang>[a-z]*)[^\n]*\n(?P<code>.*?)\n```", re.S)
+BLOCK = re.compile(
+    r"(?:<!-- doc-test: (?P<mode>run|compile|skip)[^>]*-->\s*\n)?```(?P<lang>[a-z]*)[^\n]*\n(?P<code>.*?)\n```", re.S
+)
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 OFFLINE = {
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "LANGSMITH_TRACING": "false",
@@ -39,7 +41,9 @@ def blocks(page: Path) -> list[tuple[str, str, str]]:
 def test_the_readme_is_a_front_door_of_at_most_15_kb():
     text = (REPO / "README.md").read_text()
     assert len(text.encode()) <= 15_000, f"README.md is {len(text.encode())} bytes"
-    assert not re.search(r"\b[0-9a-f]{7,40}\b(?=[ ),.;]|$)", re.sub(r"```.*?```", "", text, flags=re.S)), "no commit hashes in user docs"
+    assert not re.search(r"\b[0-9a-f]{7,40}\b(?=[ ),.;]|$)", re.sub(r"```.*?```", "", text, flags=re.S)), (
+        "no commit hashes in user docs"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
@@ -51,12 +55,16 @@ def test_every_code_block_of_the_page_runs(page: Path, tmp_path):
             checked = subprocess.run(["bash", "-n", "-c", code], capture_output=True, text=True)
             assert checked.returncode == 0, f"{where}: {checked.stderr}"
             if mode == "run":
-                done = subprocess.run(["bash", "-e", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                done = subprocess.run(
+                    ["bash", "-e", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+                )
                 assert done.returncode == 0, f"{where} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         elif lang == "python":
             compile(code, where, "exec")
             if mode == "run":
-                done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                done = subprocess.run(
+                    [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+                )
                 assert done.returncode == 0, f"{where} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         elif lang == "json":
             json.loads(code)

@@ -15,7 +15,9 @@ CAT2 = "my cat hunts in the garden among the roses"
 
 
 def _session(sid: str, texts: list[str]) -> Session:
-    return Session(id=sid, time="2024-05-01", turns=[Turn(id=f"{sid}-t{i}", role="user", text=t) for i, t in enumerate(texts)])
+    return Session(
+        id=sid, time="2024-05-01", turns=[Turn(id=f"{sid}-t{i}", role="user", text=t) for i, t in enumerate(texts)]
+    )
 
 
 def _neighbours(prompt: str) -> dict[str, str]:
@@ -43,7 +45,12 @@ class Script:
             new = prompt.split("<new>")[1].split("</new>")[0]
             cats = [label for label, text in shown.items() if "cat" in text] if " cat " in new else []
             updates = [{"label": lb, "context": "a cat story, now with roses", "tags": ["pets"]} for lb in cats]
-            return {"links": cats, "tags": ["pets", "garden"], "should_evolve": self.evolve and bool(cats), "updates": updates}
+            return {
+                "links": cats,
+                "tags": ["pets", "garden"],
+                "should_evolve": self.evolve and bool(cats),
+                "updates": updates,
+            }
         return "ok"
 
 
@@ -127,8 +134,12 @@ def test_notes_survive_restart_and_reingest_adds_nothing(tmp_settings):
     chat = FakeChatModel(responses=[Script()], cycle=True)
     again = open_framework(
         "amem",
-        FrameworkContext(namespace=("p", "u"), settings=tmp_settings.replace(chunk_tokens=16), chat_model=chat,
-                         embeddings=HashEmbeddings()),
+        FrameworkContext(
+            namespace=("p", "u"),
+            settings=tmp_settings.replace(chunk_tokens=16),
+            chat_model=chat,
+            embeddings=HashEmbeddings(),
+        ),
     )
     assert len(again.notes()) == 2
     report = again.ingest(_session("s1", [CAT, STOCKS]))

@@ -42,7 +42,10 @@ class Script:
             if old and not pets:
                 return {"answer": old.group(1), "changed": False}
             prefix = old.group(1) + " + " if old else ""
-            return {"answer": prefix + ("pets: " + ", ".join(dict.fromkeys(pets)) if pets else "unknown"), "changed": True}
+            return {
+                "answer": prefix + ("pets: " + ", ".join(dict.fromkeys(pets)) if pets else "unknown"),
+                "changed": True,
+            }
         return "ok"
 
 
@@ -156,8 +159,12 @@ def test_bookmarks_survive_restart_and_reingest_is_skipped(tmp_settings):
     script = Script()
     again = open_framework(
         "bookmarks",
-        FrameworkContext(namespace=("p", "u"), settings=tmp_settings.replace(chunk_tokens=16),
-                         chat_model=FakeChatModel(responses=[script], cycle=True), embeddings=HashEmbeddings()),
+        FrameworkContext(
+            namespace=("p", "u"),
+            settings=tmp_settings.replace(chunk_tokens=16),
+            chat_model=FakeChatModel(responses=[script], cycle=True),
+            embeddings=HashEmbeddings(),
+        ),
     )
     assert len(again.bookmarks()) == 1 and again.meta()["sessions"] == ["s1"]
     assert again.ingest(_session("s1", S1)).meta["skipped"]

@@ -186,8 +186,12 @@ def test_fragments_survive_restart_and_reingest_adds_nothing(tmp_settings):
     chat = FakeChatModel(responses=[_script], cycle=True)
     again = open_framework(
         "emotional-rag",
-        FrameworkContext(namespace=("p", "u"), settings=tmp_settings.replace(chunk_tokens=14), chat_model=chat,
-                         embeddings=HashEmbeddings()),
+        FrameworkContext(
+            namespace=("p", "u"),
+            settings=tmp_settings.replace(chunk_tokens=14),
+            chat_model=chat,
+            embeddings=HashEmbeddings(),
+        ),
     )
     assert len(again.fragments()) == 3
     assert again.ingest(SESSION).items_written == 0 and chat.calls == []

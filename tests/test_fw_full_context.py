@@ -81,7 +81,9 @@ def test_truncate_tokens_keeps_start_or_end():
 
 
 def test_space_values_and_records_are_isolated_per_namespace(tmp_settings):
-    quoted = Space(FrameworkContext(namespace=("o'brien", "u"), settings=tmp_settings, embeddings=HashEmbeddings()), "kit")
+    quoted = Space(
+        FrameworkContext(namespace=("o'brien", "u"), settings=tmp_settings, embeddings=HashEmbeddings()), "kit"
+    )
     other = Space(FrameworkContext(namespace=("other", "u"), settings=tmp_settings, embeddings=HashEmbeddings()), "kit")
     quoted.set_values({"k1": {"v": 1}, "k2": [2]})
     other.set_values({"k1": "x"})

@@ -71,7 +71,11 @@ def fw(request, tmp_settings):
     model = ToolCallingFake(responses=[librarian], cycle=True)
     emb = HashEmbeddings()
     ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings, chat_model=model, embeddings=emb)
-    store = InMemoryStore(index={"dims": 64, "embed": emb, "fields": ["content.content"]}) if request.param == "inmemory" else None
+    store = (
+        InMemoryStore(index={"dims": 64, "embed": emb, "fields": ["content.content"]})
+        if request.param == "inmemory"
+        else None
+    )
     return LangMemFramework(ctx, store=store)
 
 
@@ -121,7 +125,10 @@ def test_model_without_tool_calling_is_a_configuration_error(tmp_settings):
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
     ctx = FrameworkContext(
-        namespace=("p", "u"), settings=tmp_settings, chat_model=FakeListChatModel(responses=["x"]), embeddings=HashEmbeddings()
+        namespace=("p", "u"),
+        settings=tmp_settings,
+        chat_model=FakeListChatModel(responses=["x"]),
+        embeddings=HashEmbeddings(),
     )
     with pytest.raises(ConfigurationError, match="tool calling"):
         LangMemFramework(ctx).ingest(_session("s1", "hello"))
@@ -142,7 +149,9 @@ def test_two_writers_of_one_namespace_apply_each_chunk_once(tmp_settings):
     def writer() -> None:
         model = ToolCallingFake(responses=[slow_librarian], cycle=True)
         models.append(model)
-        ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings, chat_model=model, embeddings=HashEmbeddings())
+        ctx = FrameworkContext(
+            namespace=("p", "u"), settings=tmp_settings, chat_model=model, embeddings=HashEmbeddings()
+        )
         done.append(LangMemFramework(ctx).ingest(_session("s1", "I do night shifts at the warehouse")))
 
     threads = [threading.Thread(target=writer) for _ in range(2)]
@@ -151,5 +160,9 @@ def test_two_writers_of_one_namespace_apply_each_chunk_once(tmp_settings):
     for t in threads:
         t.join(60)
     assert sorted(r.llm_calls for r in done) == [0, 1] and sum(len(m.calls) for m in models) == 1
-    ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings, chat_model=models[0], embeddings=HashEmbeddings())
-    assert [i.text for i in LangMemFramework(ctx).retrieve("warehouse", k=5)] == ["User works night shifts at a warehouse"]
+    ctx = FrameworkContext(
+        namespace=("p", "u"), settings=tmp_settings, chat_model=models[0], embeddings=HashEmbeddings()
+    )
+    assert [i.text for i in LangMemFramework(ctx).retrieve("warehouse", k=5)] == [
+        "User works night shifts at a warehouse"
+    ]

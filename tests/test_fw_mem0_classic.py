@@ -35,7 +35,11 @@ def _decide(prompt: str) -> dict:
     if fact == "User works day shifts at a bakery":
         if any(fact in text for text in _shown(prompt).values()):
             return {"event": "NOOP", "id": _id_of(prompt, fact)}
-        return {"event": "UPDATE", "id": _id_of(prompt, "warehouse"), "text": "User works day shifts at a bakery, no longer nights at the warehouse"}
+        return {
+            "event": "UPDATE",
+            "id": _id_of(prompt, "warehouse"),
+            "text": "User works day shifts at a bakery, no longer nights at the warehouse",
+        }
     if fact == "User no longer has a cat":
         return {"event": "DELETE", "id": _id_of(prompt, "cat named Miso")}
     return {"event": "ADD", "id": "0", "text": fact}
@@ -54,7 +58,10 @@ def script(messages, tool):
 def _session(sid: str, *user_texts: str) -> Session:
     turns = []
     for i, text in enumerate(user_texts):
-        turns += [Turn(id=f"{sid}-u{i}", role="user", text=text), Turn(id=f"{sid}-a{i}", role="assistant", text="I see.")]
+        turns += [
+            Turn(id=f"{sid}-u{i}", role="user", text=text),
+            Turn(id=f"{sid}-a{i}", role="assistant", text="I see."),
+        ]
     return Session(id=sid, time="2024-03-0" + sid[-1], turns=turns)
 
 
@@ -76,7 +83,10 @@ def test_contradicted_fact_is_updated_and_duplicate_is_noop(fw):
 
     r2 = fw.ingest(_session("s2", "I quit, bakery now, mornings are great"))
     assert r2.meta["events"] == {"ADD": 0, "UPDATE": 1, "DELETE": 0, "NOOP": 0}
-    assert _texts(fw) == ["User has a cat named Miso", "User works day shifts at a bakery, no longer nights at the warehouse"]
+    assert _texts(fw) == [
+        "User has a cat named Miso",
+        "User works day shifts at a bakery, no longer nights at the warehouse",
+    ]
     (job,) = [i for i in fw.retrieve("where does the user work", k=5) if "bakery" in i.text]
     assert job.meta["history"][0]["text"] == "User works night shifts at a warehouse"
     assert job.source_session == "s2" and job.source_sessions == ["s1", "s2"]
@@ -129,7 +139,12 @@ def test_unknown_id_is_repaired_by_retry(tmp_settings):
 
 def test_failed_extraction_is_recorded_and_retried(tmp_settings):
     model = FakeChatModel(responses=[RuntimeError("model down")], cycle=True)
-    ctx = FrameworkContext(namespace=("p", "u"), settings=tmp_settings.replace(max_retries=1), chat_model=model, embeddings=HashEmbeddings())
+    ctx = FrameworkContext(
+        namespace=("p", "u"),
+        settings=tmp_settings.replace(max_retries=1),
+        chat_model=model,
+        embeddings=HashEmbeddings(),
+    )
     fw = Mem0ClassicFramework(ctx)
     session = _session("s1", "I do warehouse nights")
     report = fw.ingest(session)
@@ -152,9 +167,16 @@ def test_ingest_is_idempotent_across_restart(fw):
 
 
 def test_exchanges_group_user_and_assistant_turns():
-    s = Session(id="s", turns=[Turn(id="a0", role="assistant", text="hi"), Turn(id="u1", role="user", text="x"),
-                               Turn(id="a1", role="assistant", text="y"), Turn(id="a2", role="assistant", text="z"),
-                               Turn(id="u2", role="user", text="w")])
+    s = Session(
+        id="s",
+        turns=[
+            Turn(id="a0", role="assistant", text="hi"),
+            Turn(id="u1", role="user", text="x"),
+            Turn(id="a1", role="assistant", text="y"),
+            Turn(id="a2", role="assistant", text="z"),
+            Turn(id="u2", role="user", text="w"),
+        ],
+    )
     assert [[t.id for t in e] for e in exchanges(s)] == [["a0"], ["u1", "a1", "a2"], ["u2"]]
 
 
@@ -163,8 +185,12 @@ def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
 
     def run(chunk_tokens: int) -> FakeChatModel:
         model = FakeChatModel(responses=[script], cycle=True)
-        ctx = FrameworkContext(namespace=("p", str(chunk_tokens)), settings=tmp_settings.replace(chunk_tokens=chunk_tokens),
-                               chat_model=model, embeddings=HashEmbeddings())
+        ctx = FrameworkContext(
+            namespace=("p", str(chunk_tokens)),
+            settings=tmp_settings.replace(chunk_tokens=chunk_tokens),
+            chat_model=model,
+            embeddings=HashEmbeddings(),
+        )
         long = " ".join(["detail"] * 60)
         Mem0ClassicFramework(ctx).ingest(_session("s1", f"first {long}", f"second {long}", f"third {long}"))
         return model
@@ -175,7 +201,11 @@ def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
     big = run(10_000)
     assert len(summaries(big)) == 1  # once, at the end of the session
     # generated within ~2 tokens a word of the summary budget, not the model's whole limit
-    limits = [kw.get("max_tokens") for c, kw in zip(big.calls, big.call_kwargs, strict=True) if "running summary" in str(c[-1].content)]
+    limits = [
+        kw.get("max_tokens")
+        for c, kw in zip(big.calls, big.call_kwargs, strict=True)
+        if "running summary" in str(c[-1].content)
+    ]
     assert limits == [2 * 150]
     small = run(40)
     assert len(summaries(small)) == 3  # every exchange reaches the token budget
@@ -195,7 +225,11 @@ def test_decision_schema_offers_only_the_shown_ids():
     assert "id" in schema.model_json_schema()["required"]  # so no grammar lets an UPDATE name no memory
     assert schema(event="DELETE", id="2").id == "2"
     assert schema(event="ADD", id="0", text="User has a dog").event == "ADD"
-    for bad in ({"event": "UPDATE", "id": "7", "text": "x"}, {"event": "DELETE"}, {"event": "ADD", "text": "no id"},
-                {"event": "UPDATE", "id": "1", "text": " "}):
+    for bad in (
+        {"event": "UPDATE", "id": "7", "text": "x"},
+        {"event": "DELETE"},
+        {"event": "ADD", "text": "no id"},
+        {"event": "UPDATE", "id": "1", "text": " "},
+    ):
         with pytest.raises(ValueError):
             schema(**bad)

@@ -13,7 +13,11 @@ from dualmem.tokens import count_tokens
 
 def _session(sid: str, n: int) -> Session:
     turns = [
-        Turn(id=f"{sid}-{i}", role="user" if i % 2 == 0 else "assistant", text=f"fact{sid}{i} " + "filler words here " * 8)
+        Turn(
+            id=f"{sid}-{i}",
+            role="user" if i % 2 == 0 else "assistant",
+            text=f"fact{sid}{i} " + "filler words here " * 8,
+        )
         for i in range(n)
     ]
     return Session(id=sid, time="2024-05-01", turns=turns)
@@ -98,7 +102,9 @@ def test_model_failure_is_recorded_not_dropped(tmp_settings):
 
 
 def test_retrieve_ranks_memory_lines(tmp_settings):
-    model = FakeChatModel(responses=["works night shifts at a warehouse\nloves hiking in the alps\nhas a cat named Miso"])
+    model = FakeChatModel(
+        responses=["works night shifts at a warehouse\nloves hiking in the alps\nhas a cat named Miso"]
+    )
     fw = _fw(tmp_settings.replace(chunk_tokens=10_000), model)
     fw.ingest(_session("a", 1))
     items = fw.retrieve("hiking in the alps", k=2)
@@ -139,10 +145,16 @@ def test_memory_lines_cite_the_session_that_first_wrote_them(tmp_settings):
     fw = _fw(tmp_settings.replace(chunk_tokens=10_000), FakeChatModel(responses=[script], cycle=True))
     fw.ingest(_session("a", 1))
     assert {i.text: i.source_session for i in fw.retrieve("anything", k=5)} == {
-        "works night shifts at a warehouse": "a", "loves hiking in the alps": "a"}
+        "works night shifts at a warehouse": "a",
+        "loves hiking in the alps": "a",
+    }
     fw.ingest(_session("b", 1))
     sources = {i.text: i.source_session for i in fw.retrieve("anything", k=5)}
-    assert sources == {"works night shifts at a warehouse": "a", "loves hiking in the Swiss alps": "b", "has a cat named Miso": "b"}
+    assert sources == {
+        "works night shifts at a warehouse": "a",
+        "loves hiking in the Swiss alps": "b",
+        "has a cat named Miso": "b",
+    }
     # the sources are state: a restarted framework cites the same sessions
     again = MemAgentFramework(fw.context)
     assert {i.text: i.source_session for i in again.retrieve("anything", k=5)} == sources
@@ -152,4 +164,7 @@ def test_memory_from_before_line_sources_cites_the_session_that_last_wrote_it(tm
     fw = _fw(tmp_settings.replace(chunk_tokens=10_000), FakeChatModel(responses=["likes tea\nowns a bike"]))
     fw.space.set_values({"memory": {"text": "likes tea", "version": 3, "session_id": "old"}})  # older state layout
     fw.ingest(_session("new", 1))
-    assert {i.text: i.source_session for i in fw.retrieve("anything", k=5)} == {"likes tea": "old", "owns a bike": "new"}
+    assert {i.text: i.source_session for i in fw.retrieve("anything", k=5)} == {
+        "likes tea": "old",
+        "owns a bike": "new",
+    }

@@ -132,7 +132,11 @@ def test_failed_summary_is_recorded_and_the_piece_kept(tmp_settings):
         return _answer(messages, tool)
 
     fw = _framework(tmp_settings, FakeChatModel(responses=[answer], cycle=True))
-    report = fw.ingest(_session("s1", "2024-03-01", ["a broken chunk of talk about nothing much", "a fine chunk of talk about nothing much"]))
+    report = fw.ingest(
+        _session(
+            "s1", "2024-03-01", ["a broken chunk of talk about nothing much", "a fine chunk of talk about nothing much"]
+        )
+    )
     assert len(report.failed_chunks) == 1
     assert report.meta["errors"][report.failed_chunks[0]]
     units = sorted(m["unit"] for m in fw.memories())
@@ -146,8 +150,12 @@ def test_state_survives_restart_and_reingest_is_skipped(tmp_settings):
     n = len(fw.memories())
     again = open_framework(
         "memorybank",
-        FrameworkContext(namespace=("p", "u"), settings=tmp_settings.replace(chunk_tokens=12),
-                         chat_model=FakeChatModel(responses=[_answer], cycle=True), embeddings=HashEmbeddings()),
+        FrameworkContext(
+            namespace=("p", "u"),
+            settings=tmp_settings.replace(chunk_tokens=12),
+            chat_model=FakeChatModel(responses=[_answer], cycle=True),
+            embeddings=HashEmbeddings(),
+        ),
     )
     assert len(again.memories()) == n and again.meta()["sessions"] == ["s1"]
     report = again.ingest(_session("s1", "2024-03-01", ["I work night shifts at a warehouse"]))

@@ -22,11 +22,20 @@ def woven_item(k: int) -> dict:
             user = f"I repainted the {k}th fence panel before breakfast, anyway."
         if r == 6:
             user = f"My cousin returned kayak {k} yesterday, by the way."
-        turns += [{"role": "user", "text": user}, {"role": "assistant", "text": "Markets in the rain have their charm."}]
+        turns += [
+            {"role": "user", "text": user},
+            {"role": "assistant", "text": "Markets in the rain have their charm."},
+        ]
     return {
-        "query_id": f"q{k}", "insight_id": f"i{k}", "question": f"What now, case {k}?", "task_type": "Decision Guidance",
-        "fragments": [f"I repainted fence panel {k}", f"My cousin returned kayak {k}"], "insight": f"insight {k}",
-        "turns": turns, "fragment_turns": [2, 12], "connector": "f1 + f2 -> i -> q",
+        "query_id": f"q{k}",
+        "insight_id": f"i{k}",
+        "question": f"What now, case {k}?",
+        "task_type": "Decision Guidance",
+        "fragments": [f"I repainted fence panel {k}", f"My cousin returned kayak {k}"],
+        "insight": f"insight {k}",
+        "turns": turns,
+        "fragment_turns": [2, 12],
+        "connector": "f1 + f2 -> i -> q",
     }
 
 
@@ -44,7 +53,9 @@ def test_evidence_depths_distance_and_dates():
     item, stats = assemble_history(PERSONA, [woven_item(k) for k in range(3)], 4000, seed=2, fragment_distance=2)
     sessions = item.dialogue.sessions
     assert len(stats["evidence"]) == 6  # every evidence position: session, turn, depth
-    assert {(e["session_id"], e["turn_id"]) for e in stats["evidence"]} == {(e["session_id"], e["turn_id"]) for q in item.queries for e in q.meta["evidence"]}
+    assert {(e["session_id"], e["turn_id"]) for e in stats["evidence"]} == {
+        (e["session_id"], e["turn_id"]) for q in item.queries for e in q.meta["evidence"]
+    }
     index = {s.id: i for i, s in enumerate(sessions)}
     turn_ids = {t.id for s in sessions for t in s.turns}
     firsts = []
@@ -74,7 +85,9 @@ def test_deterministic_and_seed_sensitive():
     b, _ = assemble_history(PERSONA, [woven_item(0)], 2000, seed=3)
     c, _ = assemble_history(PERSONA, [woven_item(0)], 2000, seed=4)
     assert a.model_dump() == b.model_dump()
-    assert [t.text for s in a.dialogue.sessions for t in s.turns] != [t.text for s in c.dialogue.sessions for t in s.turns]
+    assert [t.text for s in a.dialogue.sessions for t in s.turns] != [
+        t.text for s in c.dialogue.sessions for t in s.turns
+    ]
 
 
 def test_too_small_target_drops_queries_and_says_so():

@@ -68,7 +68,11 @@ def test_echoed_fragment_fails():
 
 
 def test_fragment_in_two_user_turns_fails():
-    turns = dialogue("I work night shifts at the warehouse.", "As I said, night shifts at the warehouse again.", "I skipped lunch to finish a puzzle.")
+    turns = dialogue(
+        "I work night shifts at the warehouse.",
+        "As I said, night shifts at the warehouse again.",
+        "I skipped lunch to finish a puzzle.",
+    )
     result = difficulty_check(turns, FRAGS)
     assert not result.ok
     assert "expected exactly one" in " ".join(result.reasons)
@@ -82,11 +86,15 @@ def test_thresholds_are_parameters():
 
 def test_chinese_dialogue_by_character_ngrams():
     frags = ["我在仓库上夜班", "我为了拼完拼图没吃午饭"]
-    turns = dialogue("今天天气有点冷。", "最近一直在仓库上夜班，早上才睡觉。", "周末打算去看展览。", "昨天为了拼完拼图，午饭都没吃。")
+    turns = dialogue(
+        "今天天气有点冷。", "最近一直在仓库上夜班，早上才睡觉。", "周末打算去看展览。", "昨天为了拼完拼图，午饭都没吃。"
+    )
     assert units("仓库")
     result = difficulty_check(turns, frags)
     assert result.ok, result.reasons
-    echoed = dialogue("最近一直在仓库上夜班。", "昨天为了拼完拼图，午饭都没吃。", replies=("你在仓库上夜班啊，辛苦了。", "好的。"))
+    echoed = dialogue(
+        "最近一直在仓库上夜班。", "昨天为了拼完拼图，午饭都没吃。", replies=("你在仓库上夜班啊，辛苦了。", "好的。")
+    )
     assert not difficulty_check(echoed, frags).ok
 
 
@@ -149,7 +157,13 @@ def test_paraphrase_without_shared_words_found_by_the_bundled_embedder():
     assert not difficulty_check(echoed, FRAGS, embeddings=embedder).ok
 
 
-INSIGHT = {"id": "ins-1", "task_type": "Decision Guidance", "text": "Late gaming is his way to reclaim time", "reasoning_steps": ["a", "b"], "fact_kinds": ["work", "leisure"]}
+INSIGHT = {
+    "id": "ins-1",
+    "task_type": "Decision Guidance",
+    "text": "Late gaming is his way to reclaim time",
+    "reasoning_steps": ["a", "b"],
+    "fact_kinds": ["work", "leisure"],
+}
 
 
 def test_specificity_needs_all_four_checks():
@@ -158,10 +172,19 @@ def test_specificity_needs_all_four_checks():
 
     persona = Persona(id="p", name="P")
     yes = {"perspective_unique": True, "conversational": True, "needs_fact_combination": True, "testable": True}
-    assert check_specificity(context_of(None, models={"chat": FakeChatModel(responses=[yes])}), persona, INSIGHT) == (True, "")
-    ok, reason = check_specificity(context_of(None, models={"chat": FakeChatModel(responses=[{**yes, "testable": False, "reason": "vague"}])}), persona, INSIGHT)
+    assert check_specificity(context_of(None, models={"chat": FakeChatModel(responses=[yes])}), persona, INSIGHT) == (
+        True,
+        "",
+    )
+    ok, reason = check_specificity(
+        context_of(None, models={"chat": FakeChatModel(responses=[{**yes, "testable": False, "reason": "vague"}])}),
+        persona,
+        INSIGHT,
+    )
     assert not ok and "testable" in reason and "vague" in reason
-    ok, reason = check_specificity(context_of(None, models={"chat": FakeChatModel(responses=["not json"])}), persona, INSIGHT)
+    ok, reason = check_specificity(
+        context_of(None, models={"chat": FakeChatModel(responses=["not json"])}), persona, INSIGHT
+    )
     assert not ok and "invalid after" in reason
 
 

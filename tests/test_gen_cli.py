@@ -40,7 +40,22 @@ def clean_error(result, code: int = 2) -> str:
 @pytest.mark.parametrize("spec", ["fake:weave", "fake:memory"])
 def test_generate_rolememo_runs_offline_on_the_sample_persona(env, spec):
     out = env / "out"
-    result = run("generate", "rolememo", "--personas", PERSONA, "--out", str(out), "-m", spec, "--per-type", "1", "--rounds", "6", "--lengths", "2k,4k")
+    result = run(
+        "generate",
+        "rolememo",
+        "--personas",
+        PERSONA,
+        "--out",
+        str(out),
+        "-m",
+        spec,
+        "--per-type",
+        "1",
+        "--rounds",
+        "6",
+        "--lengths",
+        "2k,4k",
+    )
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["queries_kept"] == 4 and len(manifest["files"]) == 2
@@ -60,13 +75,28 @@ def test_a_run_that_keeps_nothing_exits_1_with_the_rejections_by_kind(env, monke
     monkeypatch.setattr(dualmem.scripted, "WeaveScript", Generic)
     _build_chat_model.cache_clear()
     try:
-        result = run("generate", "rolememo", "--personas", PERSONA, "--out", str(env / "out"), "-m", "fake:weave", "--per-type", "1", "--lengths", "2k")
+        result = run(
+            "generate",
+            "rolememo",
+            "--personas",
+            PERSONA,
+            "--out",
+            str(env / "out"),
+            "-m",
+            "fake:weave",
+            "--per-type",
+            "1",
+            "--lengths",
+            "2k",
+        )
     finally:
         _build_chat_model.cache_clear()
     assert result.exit_code == 1, result.output
     assert "specificity: failed perspective_unique, testable: 4" in result.stderr.replace("\n", " ")
     manifest = json.loads((env / "out" / "manifest.json").read_text())
-    assert manifest["files"] == [] and manifest["checks"]["specificity"]["rejections"] == {"failed perspective_unique, testable": 4}
+    assert manifest["files"] == [] and manifest["checks"]["specificity"]["rejections"] == {
+        "failed perspective_unique, testable": 4
+    }
 
 
 def test_a_simulation_with_no_session_exits_1_with_its_issues(env, monkeypatch):
@@ -80,7 +110,18 @@ def test_a_simulation_with_no_session_exits_1_with_its_issues(env, monkeypatch):
     monkeypatch.setattr(dualmem.scripted, "SimScript", NoPlans)
     _build_chat_model.cache_clear()
     try:
-        result = run("generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "2")
+        result = run(
+            "generate",
+            "realmem",
+            "--persona",
+            PERSONA,
+            "--out",
+            str(env / "rm"),
+            "-m",
+            "fake:simulate",
+            "--sessions",
+            "2",
+        )
     finally:
         _build_chat_model.cache_clear()
     assert result.exit_code == 1, result.output
@@ -88,7 +129,9 @@ def test_a_simulation_with_no_session_exits_1_with_its_issues(env, monkeypatch):
 
 
 def test_generate_realmem_runs_offline_and_counts_sessions_per_project(env):
-    result = run("generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "5")
+    result = run(
+        "generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "5"
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((env / "rm" / "mara-okafor_dialogues_sim.json").read_text())
     idents = [s["session_identifier"] for s in data["dialogues"]]
@@ -97,13 +140,17 @@ def test_generate_realmem_runs_offline_and_counts_sessions_per_project(env):
     for ident in idents:
         project, sess = ident.split(":")
         per_project.setdefault(project, []).append(int(sess[1:].split("_")[0]))
-    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_project.values()), idents  # S1, S2... within each project
+    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_project.values()), (
+        idents
+    )  # S1, S2... within each project
     assert len(load_dataset("realmem", env / "rm").items[0].dialogue.sessions) == 5
 
 
 def test_generated_realmem_matches_the_real_files_schema_and_conventions(env):
     real = json.loads(need(REALMEM_SOPHIE).read_text())
-    result = run("generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "4")
+    result = run(
+        "generate", "realmem", "--persona", PERSONA, "--out", str(env / "rm"), "-m", "fake:simulate", "--sessions", "4"
+    )
     assert result.exit_code == 0, result.output
     sim = json.loads((env / "rm" / "mara-okafor_dialogues_sim.json").read_text())
 
@@ -113,14 +160,19 @@ def test_generated_realmem_matches_the_real_files_schema_and_conventions(env):
         points = [m for s in sessions for m in s["extracted_memory"]]
         queries = [t for t in turns if t["is_query"]]
         answers = [t for t in turns if "memory_used" in t]
-        return {
-            "meta": set(data["_metadata"]) >= {"person_name", "total_sessions", "total_tokens"},
-            "session": set().union(*(s.keys() for s in sessions)),
-            "turn": {k for t in turns if not t["is_query"] and "memory_used" not in t for k in t},
-            "query": set().union(*(t.keys() for t in queries)),
-            "answer": set().union(*(t.keys() for t in answers)),
-            "point": set().union(*(m.keys() for m in points)),
-        }, sessions, points, queries
+        return (
+            {
+                "meta": set(data["_metadata"]) >= {"person_name", "total_sessions", "total_tokens"},
+                "session": set().union(*(s.keys() for s in sessions)),
+                "turn": {k for t in turns if not t["is_query"] and "memory_used" not in t for k in t},
+                "query": set().union(*(t.keys() for t in queries)),
+                "answer": set().union(*(t.keys() for t in answers)),
+                "point": set().union(*(m.keys() for m in points)),
+            },
+            sessions,
+            points,
+            queries,
+        )
 
     real_shape, _, real_points, real_queries = shape(real)
     sim_shape, sessions, points, queries = shape(sim)
@@ -140,7 +192,20 @@ def test_generated_realmem_matches_the_real_files_schema_and_conventions(env):
 
 
 def test_bad_lengths_and_unknown_fake_are_one_line_errors(env):
-    line = clean_error(run("generate", "rolememo", "--personas", PERSONA, "--out", str(env / "o"), "-m", "fake:weave", "--lengths", "32kb"))
+    line = clean_error(
+        run(
+            "generate",
+            "rolememo",
+            "--personas",
+            PERSONA,
+            "--out",
+            str(env / "o"),
+            "-m",
+            "fake:weave",
+            "--lengths",
+            "32kb",
+        )
+    )
     assert "--lengths '32kb'" in line
     line = clean_error(run("generate", "rolememo", "--personas", PERSONA, "--out", str(env / "o"), "-m", "fake:nope"))
     assert "fake:weave" in line and "fake:simulate" in line

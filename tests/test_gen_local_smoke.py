@@ -32,7 +32,9 @@ def test_weave_runs_end_to_end_on_the_bundled_model(tmp_path):
         max_new_tokens=256,
         concurrency=1,
     )
-    out = generate_rolememo(personas, tmp_path / "out", lengths=(2000,), settings=settings, options={"n_per_type": 1, "rounds": 6})
+    out = generate_rolememo(
+        personas, tmp_path / "out", lengths=(2000,), settings=settings, options={"n_per_type": 1, "rounds": 6}
+    )
     manifest = json.loads((Path(out) / "manifest.json").read_text())
     checks = manifest.get("checks") or manifest.get("pass_rates") or {}
     assert checks, "the manifest records every check"

@@ -34,18 +34,35 @@ class ListMemory(MemoryFramework):
         return IngestReport(session_id=session.id, items_written=len(session.turns))
 
     def retrieve(self, query: str, k: int = 10, *, context=None) -> list[RetrievedItem]:
-        items = [RetrievedItem(text=t.text, kind="turn", score=1.0, source_session=s.id) for s in self.sessions for t in s.turns if t.role == "user"]
+        items = [
+            RetrievedItem(text=t.text, kind="turn", score=1.0, source_session=s.id)
+            for s in self.sessions
+            for t in s.turns
+            if t.role == "user"
+        ]
         return items[::-1][:k]
 
 
 def settings_for(tmp_path: Path) -> Settings:
-    return Settings(checkpoint_path=str(tmp_path / "ckpt.sqlite"), store_uri=str(tmp_path / "lancedb"), embedder="hash:64", max_retries=1)
+    return Settings(
+        checkpoint_path=str(tmp_path / "ckpt.sqlite"),
+        store_uri=str(tmp_path / "lancedb"),
+        embedder="hash:64",
+        max_retries=1,
+    )
 
 
 def simulate(tmp_path, model, framework, sessions=5, thread="s1"):
     return generate_realmem(
-        PERSONA, tmp_path / "out", sessions=sessions, model=model, settings=settings_for(tmp_path), thread_id=thread,
-        framework=framework, embeddings=HashEmbeddings(64), options={"max_turns": 3, "cooldown": 1},
+        PERSONA,
+        tmp_path / "out",
+        sessions=sessions,
+        model=model,
+        settings=settings_for(tmp_path),
+        thread_id=thread,
+        framework=framework,
+        embeddings=HashEmbeddings(64),
+        options={"max_turns": 3, "cooldown": 1},
     )
 
 
@@ -85,7 +102,9 @@ def test_simulation_round_trips_as_realmem_and_respects_time_firewall(tmp_path):
 
 def test_firewall_blocks_a_user_agent_that_names_a_later_event(tmp_path):
     titles = [p["title"] for p in PROJECTS]
-    planned = schedule(PROJECTS, [{"project": titles[i % 3], "title": f"Step {i} {MARKERS[i]}"} for i in range(5)], 5, cooldown=1)
+    planned = schedule(
+        PROJECTS, [{"project": titles[i % 3], "title": f"Step {i} {MARKERS[i]}"} for i in range(5)], 5, cooldown=1
+    )
     planted = next(m for m in MARKERS if m in planned[2]["title"])  # the event of the third session
     path = simulate(tmp_path, sim_model(SimScript(cheat_with=planted)), ListMemory(), sessions=5, thread="cheat")
     raw = json.loads(path.read_text())
@@ -148,7 +167,11 @@ def test_schedule_interleaves_with_cooldown_and_dates():
 
 
 def test_dedupe_against_known_and_within_batch():
-    points = [{"content": "The user adopted a grey cat named Pixel"}, {"content": "User adopted grey cat Pixel"}, {"content": "Kitchen budget is 5000 euros"}]
+    points = [
+        {"content": "The user adopted a grey cat named Pixel"},
+        {"content": "User adopted grey cat Pixel"},
+        {"content": "Kitchen budget is 5000 euros"},
+    ]
     fresh, dupes = dedupe(points, ["The kitchen budget is 5000 euros"])
     assert [p["content"] for p in fresh] == ["The user adopted a grey cat named Pixel"]
     assert len(dupes) == 2

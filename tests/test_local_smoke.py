@@ -9,12 +9,18 @@ from dualmem.schema import Dialogue, MemoryUpdate, Persona, Session, Turn
 
 pytestmark = pytest.mark.slow
 
-PERSONA = Persona(id="mia", name="Dr. Mia Laurent", description="sleep psychologist", core_values=["rest is not laziness"])
+PERSONA = Persona(
+    id="mia", name="Dr. Mia Laurent", description="sleep psychologist", core_values=["rest is not laziness"]
+)
 SESSION = Session(
     id="s1",
     time="2025-01-03",
     turns=[
-        Turn(id="s1:t1", role="user", text="Long week. I moved to night shifts at the warehouse, so I game until 3am to unwind."),
+        Turn(
+            id="s1:t1",
+            role="user",
+            text="Long week. I moved to night shifts at the warehouse, so I game until 3am to unwind.",
+        ),
         Turn(id="s1:t2", role="assistant", text="That sounds like a big change. How are you sleeping?"),
     ],
 )
@@ -37,7 +43,9 @@ def test_local_model_answers_in_schema(local_model):
 
     from dualmem.structured import invoke_structured
 
-    out = invoke_structured(local_model, [HumanMessage("List the facts: I work night shifts.")], MemoryUpdate, retries=0)
+    out = invoke_structured(
+        local_model, [HumanMessage("List the facts: I work night shifts.")], MemoryUpdate, retries=0
+    )
     assert out.ok, f"grammar-constrained decoding must give valid JSON: {out.error}"
 
 
@@ -46,9 +54,18 @@ def test_writer_and_responder_run_on_the_bundled_model(local_model, tmp_path):
     from dualmem.writer import write_history
 
     settings = Settings(
-        store_uri=str(tmp_path / "db"), checkpoint_path=str(tmp_path / "ck.sqlite"), embedder="hash:64", max_new_tokens=200
+        store_uri=str(tmp_path / "db"),
+        checkpoint_path=str(tmp_path / "ck.sqlite"),
+        embedder="hash:64",
+        max_new_tokens=200,
     )
-    report = write_history(Dialogue(id="d", persona=PERSONA, sessions=[SESSION]), PERSONA, settings=settings, model=local_model, progress=False)
+    report = write_history(
+        Dialogue(id="d", persona=PERSONA, sessions=[SESSION]),
+        PERSONA,
+        settings=settings,
+        model=local_model,
+        progress=False,
+    )
     assert len(report.chunks) == 1
     row = report.chunks[0]
     assert row["status"] in {"applied", "failed"}
@@ -108,7 +125,10 @@ def test_local_model_cuts_an_overlong_prompt_instead_of_failing(local_model):
     from dualmem.local.bundled import CONTEXT_TOKENS
     from dualmem.local.llamacpp import prompt as _llama_prompt
 
-    messages = [SystemMessage("You are Dr. Mia Laurent."), HumanMessage("night shift warehouse gaming " * (CONTEXT_TOKENS // 2))]
+    messages = [
+        SystemMessage("You are Dr. Mia Laurent."),
+        HumanMessage("night shift warehouse gaming " * (CONTEXT_TOKENS // 2)),
+    ]
     if local_model.engine == "llama.cpp":
         tokens = _llama_prompt(local_model.name_, messages, local_model.max_new_tokens)
     else:

@@ -56,8 +56,9 @@ def test_retrieves_the_verbatim_turn(context, ranker):
 def test_namespaces_are_separate_and_reset_forgets(context):
     fw = RawTurnsFramework(context)
     _ingest_sample(fw)
-    other = RawTurnsFramework(FrameworkContext(namespace=("mara-okafor", "someone"), settings=context.settings,
-                                               embeddings=context.embeddings))
+    other = RawTurnsFramework(
+        FrameworkContext(namespace=("mara-okafor", "someone"), settings=context.settings, embeddings=context.embeddings)
+    )
     assert other.retrieve("pill organizer", k=3) == []
     fw.reset()
     assert fw.count() == 0 and fw.retrieve("pill organizer", k=3) == []
@@ -79,4 +80,6 @@ async def test_async_shell_matches_sync(context):
     fw = RawTurnsFramework(context)
     for s in load_sample().dialogue.sessions:
         await fw.aingest(s)
-    assert [h.id for h in await fw.aretrieve("climbing sessions", k=3)] == [h.id for h in fw.retrieve("climbing sessions", k=3)]
+    assert [h.id for h in await fw.aretrieve("climbing sessions", k=3)] == [
+        h.id for h in fw.retrieve("climbing sessions", k=3)
+    ]

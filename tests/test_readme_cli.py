@@ -91,7 +91,10 @@ LINES = readme_command_lines()
 
 def test_the_pages_show_commands():
     assert len(LINES) > 20, LINES
-    assert all(page_command_lines(REPO / "docs" / name) for name in ("getting-started.md", "training.md", "guides/evaluation.md"))
+    assert all(
+        page_command_lines(REPO / "docs" / name)
+        for name in ("getting-started.md", "training.md", "guides/evaluation.md")
+    )
 
 
 @pytest.mark.parametrize("line", LINES)
@@ -104,7 +107,9 @@ def test_readme_command_line_is_real(line):
     if (command.context_settings or {}).get("allow_extra_args"):  # flags forwarded to a config dataclass
         known |= {f"--{name}" for name in re.findall(r"--(\w+) \(default", command.help or "")}
     unknown = [o for o in options if o not in known]
-    assert not unknown, f"docs line {line!r}: `dualmem {' '.join(path)}` has no option(s) {unknown}; it has {sorted(known)}"
+    assert not unknown, (
+        f"docs line {line!r}: `dualmem {' '.join(path)}` has no option(s) {unknown}; it has {sorted(known)}"
+    )
 
 
 @pytest.mark.parametrize("path", sorted({tuple(resolve(ln)[1]) for ln in LINES}))

@@ -43,7 +43,9 @@ def store(tmp_path):
 
 def _write(settings, store, model):
     sessions = [Session(id=sid, turns=[Turn(id=f"{sid}t0", role="user", text=text)]) for sid, text in FACTS.items()]
-    return write_history(sessions, PERSONA, settings=settings, model=model, store=store, progress=False, checkpointer=False)
+    return write_history(
+        sessions, PERSONA, settings=settings, model=model, store=store, progress=False, checkpointer=False
+    )
 
 
 def test_writer_scores_emotions_and_reranking_follows_the_query_mood(tmp_settings, store):

@@ -28,7 +28,14 @@ FACTS = {
 
 def _sessions() -> list[Session]:
     return [
-        Session(id=sid, time=f"2024-0{i + 1}-01", turns=[Turn(id=f"{sid}t0", role="user", text=f"{sid}: {fact}"), Turn(id=f"{sid}t1", role="assistant", text="I see.")])
+        Session(
+            id=sid,
+            time=f"2024-0{i + 1}-01",
+            turns=[
+                Turn(id=f"{sid}t0", role="user", text=f"{sid}: {fact}"),
+                Turn(id=f"{sid}t1", role="assistant", text="I see."),
+            ],
+        )
         for i, (sid, (fact, _)) in enumerate(FACTS.items())
     ]
 
@@ -52,13 +59,29 @@ def store(tmp_path):
 
 @pytest.fixture
 def filled(tmp_settings, store):
-    write_history(_sessions(), PERSONA, settings=tmp_settings.replace(chunk_tokens=200), model=FakeChatModel(responses=[_writer], cycle=True), store=store, progress=False, checkpointer=False)
+    write_history(
+        _sessions(),
+        PERSONA,
+        settings=tmp_settings.replace(chunk_tokens=200),
+        model=FakeChatModel(responses=[_writer], cycle=True),
+        store=store,
+        progress=False,
+        checkpointer=False,
+    )
     return store
 
 
 def test_respond_retrieves_and_grounds_insights_in_the_prompt(tmp_settings, filled):
     model = FakeChatModel(responses=["Those night shifts are wearing you down."])
-    reply = respond("why am I so tired after the night shifts?", PERSONA, settings=tmp_settings, model=model, store=filled, k=4, mode="dual")
+    reply = respond(
+        "why am I so tired after the night shifts?",
+        PERSONA,
+        settings=tmp_settings,
+        model=model,
+        store=filled,
+        k=4,
+        mode="dual",
+    )
     assert reply.text == "Those night shifts are wearing you down."
     assert len(reply.facts) == 2 and len(reply.insights) == 2  # dual: half facts, half insights
     assert reply.facts[0].item.text == "works night shifts at the warehouse"
@@ -73,7 +96,14 @@ def test_respond_retrieves_and_grounds_insights_in_the_prompt(tmp_settings, fill
 
 def test_merged_mode_returns_one_pool_of_k(tmp_settings, filled):
     model = FakeChatModel(responses=["ok"])
-    reply = respond("Biscuit the rescue dog routine", PERSONA, settings=tmp_settings.replace(retrieval_mode="merged"), model=model, store=filled, k=3)
+    reply = respond(
+        "Biscuit the rescue dog routine",
+        PERSONA,
+        settings=tmp_settings.replace(retrieval_mode="merged"),
+        model=model,
+        store=filled,
+        k=3,
+    )
     assert len(reply.merged) == 3
     assert {h.item.id for h in reply.merged} == {h.item.id for h in [*reply.facts, *reply.insights]}
     assert {h.item.kind for h in reply.merged} == {"fact", "insight"}
@@ -84,7 +114,9 @@ def test_merged_mode_returns_one_pool_of_k(tmp_settings, filled):
 
 def test_history_and_empty_memory(tmp_settings, store):
     model = FakeChatModel(responses=["Hello again."])
-    reply = respond("do you remember me?", PERSONA, settings=tmp_settings, model=model, store=store, history=[("hi", "hello")])
+    reply = respond(
+        "do you remember me?", PERSONA, settings=tmp_settings, model=model, store=store, history=[("hi", "hello")]
+    )
     assert reply.facts == [] and reply.insights == []
     sent = model.calls[-1]
     assert [type(m).__name__ for m in sent[1:]] == ["HumanMessage", "AIMessage", "HumanMessage"]
@@ -96,13 +128,24 @@ def test_remember_hands_the_exchange_to_formation_which_writes_it_in_the_backgro
 
     def both(messages, tool=None):
         if tool:  # the writer asks for a MemoryUpdate
-            return {"facts": [{"op": "ADD", "id": "N1", "text": "plans to move to Lisbon next year", "turn_ids": []}], "insights": []}
+            return {
+                "facts": [{"op": "ADD", "id": "N1", "text": "plans to move to Lisbon next year", "turn_ids": []}],
+                "insights": [],
+            }
         return "Lisbon will suit you."
 
     model = FakeChatModel(responses=[both], cycle=True)
     with FormationExecutor() as formation:
-        reply = respond("I'm moving to Lisbon next year!", PERSONA, settings=tmp_settings, model=model, store=store, remember=True,
-                        thread_id="chat-1", formation=formation)
+        reply = respond(
+            "I'm moving to Lisbon next year!",
+            PERSONA,
+            settings=tmp_settings,
+            model=model,
+            store=store,
+            remember=True,
+            thread_id="chat-1",
+            formation=formation,
+        )
         assert reply.text == "Lisbon will suit you." and reply.written == []
         assert reply.pending["thread"] == "chat-1" and reply.pending["turns"] == 2 and reply.pending["flagged"] == []
         assert store.list(NS) == []  # not written on the reply's path
@@ -118,7 +161,11 @@ def test_graph_streams_reply_tokens(tmp_settings, filled):
     graph = builder.compile()
     context = context_of(tmp_settings, models={"chat": model}, store=filled)
     inputs = {"persona": PERSONA.model_dump(mode="json"), "messages": [HumanMessage(content="why so tired?")]}
-    chunks = [c for c, meta in graph.stream(inputs, context=context, stream_mode="messages") if meta["langgraph_node"] == "reply"]
+    chunks = [
+        c
+        for c, meta in graph.stream(inputs, context=context, stream_mode="messages")
+        if meta["langgraph_node"] == "reply"
+    ]
     assert len(chunks) > 3 and all(isinstance(c, AIMessageChunk) for c in chunks)
     assert "".join(str(c.content) for c in chunks) == "your night shifts wear you down"
 
@@ -145,7 +192,13 @@ def test_answer_from_items_uses_persona_and_items(tmp_settings):
 
 def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
     writer = FakeChatModel(responses=[_writer], cycle=True)
-    context = FrameworkContext(namespace=NS, settings=tmp_settings.replace(chunk_tokens=200), persona=PERSONA, chat_model=writer, embeddings=HashEmbeddings(64))
+    context = FrameworkContext(
+        namespace=NS,
+        settings=tmp_settings.replace(chunk_tokens=200),
+        persona=PERSONA,
+        chat_model=writer,
+        embeddings=HashEmbeddings(64),
+    )
     fw = open_framework("dualmem", context)
     assert isinstance(fw, DualMemFramework)
     reports = [fw.ingest(s) for s in _sessions()]
@@ -156,7 +209,9 @@ def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
     exam = [i for i in items if "exam" in i.text]
     assert {i.source_session for i in exam} == {"s2"}
     insight = next(i for i in exam if i.kind == "insight")
-    assert insight.source_sessions == ["s2"] and insight.meta["grounding_texts"] == ["failed the nursing exam in spring"]
+    assert insight.source_sessions == ["s2"] and insight.meta["grounding_texts"] == [
+        "failed the nursing exam in spring"
+    ]
     dual = DualMemFramework(context, mode="dual").retrieve("failed nursing exam confidence", k=4)
     assert [i.kind for i in dual].count("insight") == 2 and len(dual) == 4
     assert fw.respond("why do I doubt myself since the nursing exam?", k=2) == "Your exam does not define you."
@@ -166,13 +221,17 @@ def test_dualmem_framework_ingest_retrieve_respond(tmp_settings):
 
 
 async def test_arespond(tmp_settings, filled):
-    reply = await arespond("night shifts", PERSONA, settings=tmp_settings, model=FakeChatModel(responses=["ok"]), store=filled, k=2)
+    reply = await arespond(
+        "night shifts", PERSONA, settings=tmp_settings, model=FakeChatModel(responses=["ok"]), store=filled, k=2
+    )
     assert reply.text == "ok" and len(reply.facts) == 1 and len(reply.insights) == 1
 
 
 def test_respond_graph_serves_another_framework(tmp_settings):
     settings = tmp_settings.replace(framework="full-context")
-    fw = open_framework("full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64)))
+    fw = open_framework(
+        "full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64))
+    )
     fw.ingest(Session(id="s9", turns=[Turn(id="s9t0", role="user", text="my cat is called Miso")]))
     model = FakeChatModel(responses=["Miso, of course."])
     reply = respond("what is my cat called?", PERSONA, settings=settings, model=model, remember=True)
@@ -180,7 +239,9 @@ def test_respond_graph_serves_another_framework(tmp_settings):
     assert [i.source_session for i in reply.items] == ["s9"] and "Miso" in reply.items[0].text
     assert "my cat is called Miso" in str(model.calls[-1][0].content)
     assert reply.written[0]["items_written"] == 2  # the exchange went into that framework's memory
-    again = open_framework("full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64)))
+    again = open_framework(
+        "full-context", FrameworkContext(namespace=NS, settings=settings, embeddings=HashEmbeddings(64))
+    )
     assert len(again.window()) == 3
 
 

@@ -32,19 +32,29 @@ def collected(tmp_path_factory):
     sophie = load_realmem(need(REALMEM_SOPHIE)).items[0]
     sessions = sophie.dialogue.sessions[:30]
     kept = {s.id for s in sessions}
-    sophie = sophie.model_copy(update={"dialogue": sophie.dialogue.model_copy(update={"sessions": sessions}),
-                                       "queries": [q for q in sophie.queries if q.session_id in kept]})
+    sophie = sophie.model_copy(
+        update={
+            "dialogue": sophie.dialogue.model_copy(update={"sessions": sessions}),
+            "queries": [q for q in sophie.queries if q.session_id in kept],
+        }
+    )
     convs = [it.model_copy(update={"queries": it.queries[:30]}) for it in load_locomo(need(LOCOMO)).items[:2]]
     emb = HashEmbeddings(64)
 
     def ctx(item):
-        return FrameworkContext(namespace=(item.dialogue.id, "user"), settings=Settings(store_uri=str(root / item.dialogue.id)),
-                                embeddings=emb)
+        return FrameworkContext(
+            namespace=(item.dialogue.id, "user"),
+            settings=Settings(store_uri=str(root / item.dialogue.id)),
+            embeddings=emb,
+        )
 
     out, examples = [], {}
     for kind, items in (("realmem", [sophie]), ("locomo", convs)):
         for store, exs in store_examples(kind, items, ctx):
-            examples[exs[0].group] = (sophie if kind == "realmem" else next(c for c in convs if c.dialogue.id == exs[0].group), exs)
+            examples[exs[0].group] = (
+                sophie if kind == "realmem" else next(c for c in convs if c.dialogue.id == exs[0].group),
+                exs,
+            )
             out += fitting.collect(store, exs, kinds=("fact",))
     return out, examples
 
@@ -93,7 +103,9 @@ def test_no_group_fits_the_weights_that_score_it(collected, monkeypatch):
 
 def test_the_committed_fold_weights_each_leave_their_group_out():
     files = sorted(FOLDS.glob("*.json"))
-    assert len(files) == 19, "benchmarks/results/rankers/ holds one weights file per RealMem persona and LoCoMo conversation"
+    assert len(files) == 19, (
+        "benchmarks/results/rankers/ holds one weights file per RealMem persona and LoCoMo conversation"
+    )
     groups = {f.stem for f in files}
     for path in files:
         weights = RankerWeights.from_json(json.loads(path.read_text()))
@@ -118,8 +130,10 @@ def test_the_held_out_runs_rank_each_persona_with_its_own_fold(tmp_path):
         assert Path(framework.ranker.spec) == path
 
 
-@pytest.mark.parametrize(("name", "keys"), [("realmem_retrieval.json", ("ndcg_any@10", "recall_any@10")),
-                                            ("locomo_retrieval.json", ("recall@10",))])
+@pytest.mark.parametrize(
+    ("name", "keys"),
+    [("realmem_retrieval.json", ("ndcg_any@10", "recall_any@10")), ("locomo_retrieval.json", ("recall@10",))],
+)
 def test_results_files_hold_the_held_out_figures(name, keys):
     results = json.loads((RESULTS / name).read_text())
     held = results["held_out"]

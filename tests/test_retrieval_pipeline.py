@@ -34,21 +34,44 @@ def only(feature: str, tmp_path, **kwargs) -> str:
 
 
 def _session(sid: str, day: int, *lines: tuple[str, str, str]) -> Session:
-    return Session(id=sid, time=f"2024-01-{day:02d}",
-                   turns=[Turn(id=f"{sid}-{i}", role=role, speaker=speaker, text=text) for i, (role, speaker, text) in enumerate(lines)])
+    return Session(
+        id=sid,
+        time=f"2024-01-{day:02d}",
+        turns=[
+            Turn(id=f"{sid}-{i}", role=role, speaker=speaker, text=text)
+            for i, (role, speaker, text) in enumerate(lines)
+        ],
+    )
 
 
 SESSIONS = [
-    _session("s1", 1, ("user", "Sophie", "I start my thesis on urban gardens"), ("assistant", "Ada", "Great, what is the first step")),
-    _session("s2", 2, ("user", "Sophie", "My bike chain broke on the way to the lab"), ("assistant", "Ada", "Sorry to hear about the bike")),
-    _session("s3", 3, ("user", "Sophie", "The thesis committee meets on Friday"), ("assistant", "Ada", "Prepare the garden data")),
+    _session(
+        "s1",
+        1,
+        ("user", "Sophie", "I start my thesis on urban gardens"),
+        ("assistant", "Ada", "Great, what is the first step"),
+    ),
+    _session(
+        "s2",
+        2,
+        ("user", "Sophie", "My bike chain broke on the way to the lab"),
+        ("assistant", "Ada", "Sorry to hear about the bike"),
+    ),
+    _session(
+        "s3",
+        3,
+        ("user", "Sophie", "The thesis committee meets on Friday"),
+        ("assistant", "Ada", "Prepare the garden data"),
+    ),
     _session("s4", 4, ("user", "Sophie", "Caroline lent me her bike pump"), ("assistant", "Ada", "Nice of Caroline")),
 ]
 
 
 @pytest.fixture
 def raw(tmp_path):
-    ctx = FrameworkContext(namespace=NS, settings=Settings(store_uri=str(tmp_path / "db")), embeddings=HashEmbeddings(64))
+    ctx = FrameworkContext(
+        namespace=NS, settings=Settings(store_uri=str(tmp_path / "db")), embeddings=HashEmbeddings(64)
+    )
     fw = open_framework("raw-turns", ctx)
     for s in SESSIONS:
         fw.ingest(s)
@@ -60,7 +83,9 @@ def test_the_default_ranker_is_the_shipped_learned_one_and_its_file_names_its_fe
     weights = load_weights("learned")
     assert set(weights.features) <= set(FEATURES) and any(w != 0 for w in weights.weights)
     data = json.loads(shipped_path().read_text())
-    assert data["format"] == "dualmem-ranker/1" and "held_out" not in data["meta"]  # fitted on everything: the product's
+    assert (
+        data["format"] == "dualmem-ranker/1" and "held_out" not in data["meta"]
+    )  # fitted on everything: the product's
 
 
 def test_raw_turns_stores_each_turn_with_its_speaker_and_ranks_with_the_pipeline(raw):
@@ -80,7 +105,9 @@ def test_a_weights_file_changes_what_raw_turns_returns(raw, tmp_path):
 def test_context_lifts_the_session_the_conversation_is_about(raw, tmp_path):
     raw.ranker = Ranker(only("ctx_bm25", tmp_path))
     no_context = raw.retrieve("what did you say", k=1)
-    bike = raw.retrieve("what did you say", k=1, context=["my bike chain", {"role": "assistant", "content": "the lab trip"}])
+    bike = raw.retrieve(
+        "what did you say", k=1, context=["my bike chain", {"role": "assistant", "content": "the lab trip"}]
+    )
     garden = raw.retrieve("what did you say", k=1, context=[Turn(id="x", role="user", text="urban gardens thesis")])
     assert bike[0].source_session == "s2" and garden[0].source_session == "s1"
     assert no_context  # without context the feature is 0 for all: still a ranked answer
@@ -101,10 +128,24 @@ def test_names_are_taken_out_of_the_query_vector_but_role_labels_stay():
 def test_context_accepts_strings_turns_messages_and_dicts():
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-    turns = context_turns(["hi", Turn(id="t", role="user", speaker="Mel", text="hello"), HumanMessage("q"), AIMessage("a"),
-                           SystemMessage("rules"), {"role": "assistant", "content": [{"type": "text", "text": "blocks"}]}, {"text": " "}])
-    assert [(t.role, t.text) for t in turns] == [("user", "hi"), ("user", "Mel: hello"), ("user", "q"), ("assistant", "a"),
-                                                  ("assistant", "blocks")]
+    turns = context_turns(
+        [
+            "hi",
+            Turn(id="t", role="user", speaker="Mel", text="hello"),
+            HumanMessage("q"),
+            AIMessage("a"),
+            SystemMessage("rules"),
+            {"role": "assistant", "content": [{"type": "text", "text": "blocks"}]},
+            {"text": " "},
+        ]
+    )
+    assert [(t.role, t.text) for t in turns] == [
+        ("user", "hi"),
+        ("user", "Mel: hello"),
+        ("user", "q"),
+        ("assistant", "a"),
+        ("assistant", "blocks"),
+    ]
     assert [t.text for t in context_turns(["a", "b", "c"], last=2)] == ["b", "c"]
 
 
@@ -122,13 +163,19 @@ def test_bad_ranker_specs_and_weight_files_name_the_fix(tmp_path):
 
 def test_plain_rankers_are_the_store_search(raw):
     vector = Ranker("vector").rank(raw.store, NS, "bike pump", 2, kinds=("fact",))
-    assert [h.item.id for h in vector] == [h.item.id for h in raw.store.search(NS, "bike pump", kind="fact", k=2, mode="vector")]
+    assert [h.item.id for h in vector] == [
+        h.item.id for h in raw.store.search(NS, "bike pump", kind="fact", k=2, mode="vector")
+    ]
 
 
 def test_ranking_stays_in_its_namespace_and_sees_new_rows_at_once(tmp_path):
     store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
-    store.upsert([Fact(id="a", namespace=NS, text="climbing on thursday", source=SourceRef(session_id="s1")),
-                  Fact(id="b", namespace=("other", "u1"), text="climbing on thursday", source=SourceRef(session_id="s1"))])
+    store.upsert(
+        [
+            Fact(id="a", namespace=NS, text="climbing on thursday", source=SourceRef(session_id="s1")),
+            Fact(id="b", namespace=("other", "u1"), text="climbing on thursday", source=SourceRef(session_id="s1")),
+        ]
+    )
     ranker = Ranker()
     assert [h.item.id for h in ranker.rank(store, NS, "climbing", 5)] == ["a"]
     store.upsert([Fact(id="c", namespace=NS, text="climbing gym on friday", source=SourceRef(session_id="s2"))])
@@ -138,18 +185,30 @@ def test_ranking_stays_in_its_namespace_and_sees_new_rows_at_once(tmp_path):
 
 def _dual_store(tmp_path) -> LanceDualStore:
     store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
-    store.upsert([
-        Fact(id="f1", namespace=NS, text="works night shifts at the warehouse", source=SourceRef(session_id="s1")),
-        Fact(id="f2", namespace=NS, text="plays games until 3 am", source=SourceRef(session_id="s2")),
-        Insight(id="i1", namespace=NS, text="tired from night shifts, not lazy", grounding=["f1"], source=SourceRef(session_id="s2")),
-    ])
+    store.upsert(
+        [
+            Fact(id="f1", namespace=NS, text="works night shifts at the warehouse", source=SourceRef(session_id="s1")),
+            Fact(id="f2", namespace=NS, text="plays games until 3 am", source=SourceRef(session_id="s2")),
+            Insight(
+                id="i1",
+                namespace=NS,
+                text="tired from night shifts, not lazy",
+                grounding=["f1"],
+                source=SourceRef(session_id="s2"),
+            ),
+        ]
+    )
     return store
 
 
 def test_dualmem_framework_ranks_facts_and_insights_with_the_pipeline(tmp_path):
     store = _dual_store(tmp_path)
-    ctx = FrameworkContext(namespace=NS, settings=Settings(store_uri=str(tmp_path / "db"), ranker=only("recent_3", tmp_path)),
-                           embeddings=store.embeddings, store=store)
+    ctx = FrameworkContext(
+        namespace=NS,
+        settings=Settings(store_uri=str(tmp_path / "db"), ranker=only("recent_3", tmp_path)),
+        embeddings=store.embeddings,
+        store=store,
+    )
     fw = open_framework("dualmem", ctx)
     items = fw.retrieve("night shifts", k=4, context=["I could not sleep"])
     assert {i.kind for i in items} == {"fact", "insight"}
@@ -165,9 +224,13 @@ def test_retriever_and_search_tool_rank_with_the_pipeline(tmp_path):
 
     store = _dual_store(tmp_path)
     recency = Ranker(only("recent_3", tmp_path))
-    docs = DualMemRetriever(store=store, namespace=NS, k=1, ranker=recency, kind="fact").invoke("warehouse night shifts")
+    docs = DualMemRetriever(store=store, namespace=NS, k=1, ranker=recency, kind="fact").invoke(
+        "warehouse night shifts"
+    )
     assert [d.metadata["id"] for d in docs] == ["f2"]
-    dense = DualMemRetriever(store=store, namespace=NS, k=1, kind="fact", ranker=only("dense", tmp_path)).invoke("warehouse night shifts")
+    dense = DualMemRetriever(store=store, namespace=NS, k=1, kind="fact", ranker=only("dense", tmp_path)).invoke(
+        "warehouse night shifts"
+    )
     assert [d.metadata["id"] for d in dense] == ["f1"]
     tool = create_search_memory_tool(NS, store=store, ranker=recency)
     hits = json.loads(tool.invoke({"query": "warehouse night shifts", "limit": 3}))

@@ -51,7 +51,18 @@ def server(tmp_path_factory):
     config["store"] = {**config["store"], "path": str(REPO / config["store"]["path"].removeprefix("./"))}
     config["store"]["ttl"] = {**config["store"].get("ttl", {}), "sweep_interval_minutes": 1}  # whole minutes only
     (work / "langgraph.json").write_text(json.dumps(config))
-    cmd = [exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port), "--config", str(work / "langgraph.json")]
+    cmd = [
+        exe,
+        "dev",
+        "--no-browser",
+        "--no-reload",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--config",
+        str(work / "langgraph.json"),
+    ]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -92,7 +103,9 @@ def test_write_and_respond_through_the_server(server):
         assert {"write", "respond"} <= assistants
 
         thread = await client.threads.create()
-        state = await client.runs.wait(thread["thread_id"], "write", input={"persona": persona.model_dump(mode="json"), "sessions": sessions})
+        state = await client.runs.wait(
+            thread["thread_id"], "write", input={"persona": persona.model_dump(mode="json"), "sessions": sessions}
+        )
         assert isinstance(state, dict) and "__error__" not in state, state
         rows = state.get("report") or []
         assert rows and all(r["status"] == "applied" for r in rows), rows
@@ -104,7 +117,9 @@ def test_write_and_respond_through_the_server(server):
         fact_ids = {item["key"] for item in facts["items"]}
         for item in insights["items"]:
             assert set(item["value"]["grounding"]) <= fact_ids, "insights cite stored facts"
-        found = await client.store.search_items(["dualmem", persona.id, "user", "fact"], query=facts["items"][0]["value"]["text"], limit=3)
+        found = await client.store.search_items(
+            ["dualmem", persona.id, "user", "fact"], query=facts["items"][0]["value"]["text"], limit=3
+        )
         assert found["items"]
 
         # plain BaseStore values round-trip too
@@ -114,7 +129,9 @@ def test_write_and_respond_through_the_server(server):
 
         thread2 = await client.threads.create()
         reply = await client.runs.wait(
-            thread2["thread_id"], "respond", input={"persona": persona.model_dump(mode="json"), "query": sample.queries[0].text}
+            thread2["thread_id"],
+            "respond",
+            input={"persona": persona.model_dump(mode="json"), "query": sample.queries[0].text},
         )
         assert isinstance(reply, dict) and reply.get("reply"), reply
         assert reply.get("items"), "the reply state lists the retrieved memory"
@@ -135,7 +152,10 @@ def test_the_server_sees_what_dualmem_ingest_writes_beside_it_per_user(server):
     for user in ("carol", "dave"):
         out = subprocess.run(
             [os.sys.executable, "-m", "dualmem.cli", "ingest", str(path), "--user", user, "--sessions", "1"],
-            env={**server["env"], "DUALMEM_CHUNK_TOKENS": "400"}, capture_output=True, text=True, timeout=300,
+            env={**server["env"], "DUALMEM_CHUNK_TOKENS": "400"},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert out.returncode == 0, out.stderr[-2000:]
 
@@ -155,7 +175,9 @@ def test_the_server_sees_what_dualmem_ingest_writes_beside_it_per_user(server):
         thread = await client.threads.create()
         text = carol["items"][0]["value"]["text"]
         reply = await client.runs.wait(
-            thread["thread_id"], "respond", input={"persona": persona.model_dump(mode="json"), "query": text},
+            thread["thread_id"],
+            "respond",
+            input={"persona": persona.model_dump(mode="json"), "query": text},
             context={"user_id": "carol"},
         )
         seen = [i["meta"]["item"]["namespace"] for i in reply.get("items", [])]
@@ -176,7 +198,13 @@ def test_the_server_store_honours_item_ttls_and_sees_a_sweep_by_another_process(
         await asyncio.sleep(2.0)
         # expired but not swept yet: still visible, as in LangGraph's own stores (the sweeper runs every minute)
         assert await client.store.get_item(["ttl-test"], key="short", refresh_ttl=False) is not None
-        out = subprocess.run([os.sys.executable, "-m", "dualmem.cli", "maintain"], env=server["env"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [os.sys.executable, "-m", "dualmem.cli", "maintain"],
+            env=server["env"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert "1 expired store item" in out.stdout, out.stdout
         assert await client.store.get_item(["ttl-test"], key="short") is None

@@ -165,7 +165,14 @@ def test_without_index_search_has_no_scores(plain_store):
 
 @pytest.mark.parametrize(
     ("label", "decoy"),
-    [("user_1", "userX1"), ("a%b", "axxb"), ("star*", "starX"), ("q?m", "qXm"), ("br[ack]et", "brXacXket"), ("foo", "foobar")],
+    [
+        ("user_1", "userX1"),
+        ("a%b", "axxb"),
+        ("star*", "starX"),
+        ("q?m", "qXm"),
+        ("br[ack]et", "brXacXket"),
+        ("foo", "foobar"),
+    ],
 )
 def test_prefixes_match_labels_literally_and_whole(store, label, decoy):
     """SQL LIKE/GLOB characters in a label are plain characters, and a prefix never matches part of a label."""
@@ -190,7 +197,13 @@ def test_filter_keys_and_values_are_literals_that_never_widen_a_search(store):
     ns = ("docs",)
     store.put(ns, "pub", {"access": "public", "title": "O'Brien's notes", "access-level": "1", "123abc": "ok"})
     store.put(ns, "secret", {"access": "secret", "a') OR ('1'='1": "odd key"})
-    for value in ["public' OR '1'='1", "public'; --", "public' UNION SELECT * FROM store --", "''''", "public\x00' OR '1'='1"]:
+    for value in [
+        "public' OR '1'='1",
+        "public'; --",
+        "public' UNION SELECT * FROM store --",
+        "''''",
+        "public\x00' OR '1'='1",
+    ]:
         assert store.search(ns, filter={"access": value}) == []
     assert [i.key for i in store.search(ns, filter={"title": "O'Brien's notes"})] == ["pub"]
     assert [i.key for i in store.search(ns, filter={"access-level": "1"})] == ["pub"]

@@ -73,7 +73,12 @@ def test_upsert_is_idempotent_writes_items_as_given_and_stamps_the_write(filled)
     v0 = filled.version()
     time.sleep(0.01)
     kept = before["f1"].created_at
-    filled.upsert([fact("f1", "works night shifts", created_at=kept), fact("f1", "works night shifts at a warehouse", created_at=kept)])
+    filled.upsert(
+        [
+            fact("f1", "works night shifts", created_at=kept),
+            fact("f1", "works night shifts at a warehouse", created_at=kept),
+        ]
+    )
     filled.upsert([fact("f1", "works night shifts at a warehouse", created_at=kept)])
     assert filled.count(NS) == 5 and filled.count(NS, kind="fact") == 3  # one row per key; the last of a batch wins
     after = filled.get(NS, ["f1"])[0]
@@ -198,7 +203,9 @@ def test_chunk_ledger(filled):
 
 def test_scan_returns_one_row_per_item_sorted_by_key_with_stamps_or_vectors(filled):
     rows = filled.scan(NS, columns="vectors")
-    assert rows.column("id").to_pylist() == ["f1", "f2", "f3", "i1", "i2"] and rows.column("vector").type.list_size == 64
+    assert (
+        rows.column("id").to_pylist() == ["f1", "f2", "f3", "i1", "i2"] and rows.column("vector").type.list_size == 64
+    )
     assert filled.scan(NS, kind="insight", columns="stamps").column_names == ["pk", "id", "updated_at"]
     assert filled.scan(NS, ids=["f2", "nope"]).column("id").to_pylist() == ["f2"]
 

@@ -116,6 +116,7 @@ asyncio.run(use())
 def test_langgraph_server_loader_accepts_make_store(tmp_path):
     """Load the store the way `langgraph dev` does (file path from langgraph.json), in a clean process."""
     import langgraph_api  # noqa: F401 - installed with langgraph-cli[inmem] (dev extra); missing fails the test
+
     repo = Path(__file__).resolve().parents[1]
     spec = json.loads((repo / "langgraph.json").read_text())["store"]["path"]
     path, func = spec.rsplit(":", 1)

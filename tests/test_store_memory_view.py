@@ -38,7 +38,9 @@ def _store(tmp_path, kind="lancedb"):
 def test_get_search_and_list_memory_through_the_store_api(tmp_path, kind):
     store = _store(tmp_path, kind)
     item = store.get(("dualmem", "mia", "user", "fact"), "f1")
-    assert item is not None and item.value["text"].startswith("works night") and item.value["source"]["session_id"] == "s1"
+    assert (
+        item is not None and item.value["text"].startswith("works night") and item.value["source"]["session_id"] == "s1"
+    )
     assert store.get(("dualmem", "mia", "user", "insight"), "f1") is None, "kind is part of the namespace"
     hits = store.search(("dualmem", "mia", "user", "fact"), query="night shifts warehouse", limit=5)
     assert [h.key for h in hits][0] == "f1" and {h.key for h in hits} <= {"f1", "f2"}, "namespace isolation"
@@ -66,10 +68,27 @@ def test_a_filtered_query_search_fills_its_page_however_rare_the_matches(tmp_pat
     """Only the 5 facts least like the query match the filter, behind 400 closer ones: the page still holds all 5."""
     store = _store(tmp_path, kind)
     ns = ("rare", "user")
-    near = [Fact(id=f"n{i}", namespace=ns, text=f"night shifts at the warehouse, week {i}", event_time="2024-01-01") for i in range(400)]
-    far = [Fact(id=f"r{i}", namespace=ns, text=f"collects stamps from Peru {i}", event_time="2023-05-0" + str(i + 1)) for i in range(5)]
+    near = [
+        Fact(id=f"n{i}", namespace=ns, text=f"night shifts at the warehouse, week {i}", event_time="2024-01-01")
+        for i in range(400)
+    ]
+    far = [
+        Fact(id=f"r{i}", namespace=ns, text=f"collects stamps from Peru {i}", event_time="2023-05-0" + str(i + 1))
+        for i in range(5)
+    ]
     store.dual.upsert(near + far)
-    hits = store.search(("dualmem", "rare", "user", "fact"), query="night shifts warehouse", filter={"event_time": {"$lt": "2024"}}, limit=5)
+    hits = store.search(
+        ("dualmem", "rare", "user", "fact"),
+        query="night shifts warehouse",
+        filter={"event_time": {"$lt": "2024"}},
+        limit=5,
+    )
     assert sorted(h.key for h in hits) == [f"r{i}" for i in range(5)]
-    page = store.search(("dualmem", "rare", "user", "fact"), query="night shifts", filter={"event_time": {"$lt": "2024"}}, limit=2, offset=3)
+    page = store.search(
+        ("dualmem", "rare", "user", "fact"),
+        query="night shifts",
+        filter={"event_time": {"$lt": "2024"}},
+        limit=2,
+        offset=3,
+    )
     assert len(page) == 2 and {h.key for h in page} <= {f"r{i}" for i in range(5)}

@@ -105,7 +105,9 @@ def test_threads_putting_the_same_keys_at_once_leave_one_item_per_key(store):
 
 async def test_gathered_async_puts_of_the_same_keys_leave_one_item_per_key(store):
     keys = [f"k{i}" for i in range(8)]
-    await asyncio.gather(*(store.aput(("docs", "async"), key, {"text": f"{key} {w}"}) for w in range(4) for key in keys))
+    await asyncio.gather(
+        *(store.aput(("docs", "async"), key, {"text": f"{key} {w}"}) for w in range(4) for key in keys)
+    )
     await asyncio.gather(*(store.aput(MEMORY_NS, key, {"text": f"{key} {w}"}) for w in range(4) for key in keys))
     assert sorted(i.key for i in await store.asearch(("docs", "async"), limit=100)) == keys
     assert sorted(i.key for i in await store.asearch(MEMORY_NS, limit=100)) == keys
@@ -137,7 +139,12 @@ def test_interleaved_puts_and_deletes_of_one_key_end_with_one_item_or_none(store
 
 
 def _start(command: str, **args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), command, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), command, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> None:
@@ -161,7 +168,10 @@ def test_processes_started_at_one_instant_putting_the_same_keys_leave_one_item_p
     _lance(uri)  # the store exists before the race (creating it at once is its own test)
     at = time.time() + 4.0
     rounds = 3 if delete_every else 1
-    procs = [_start("put_keys", uri=uri, start=at, tag=f"p{i}", keys=keys, rounds=rounds, delete_every=delete_every) for i in range(3)]
+    procs = [
+        _start("put_keys", uri=uri, start=at, tag=f"p{i}", keys=keys, rounds=rounds, delete_every=delete_every)
+        for i in range(3)
+    ]
     for proc in procs:
         _finish(proc)
     store = _lance(uri)
@@ -170,7 +180,7 @@ def test_processes_started_at_one_instant_putting_the_same_keys_leave_one_item_p
         assert len(found) == len(set(found)), f"two items for one key in {ns}: {sorted(found)}"
         if not delete_every:
             assert sorted(found) == sorted(p + k for p in prefixes for k in keys)
-    rows = store.dual.table.search().where("namespace = '[\"mara\", \"alice\"]'").limit(None).to_list()
+    rows = store.dual.table.search().where('namespace = \'["mara", "alice"]\'').limit(None).to_list()
     assert len({r["pk"] for r in rows}) == len(rows), "no key has two rows in the memory table"
     kv_rows = store.kv.items.search().limit(None).to_list()
     assert len({r["id"] for r in kv_rows}) == len(kv_rows), "no key has two rows in the key-value table"
@@ -188,7 +198,18 @@ def test_a_table_holding_duplicate_rows_reads_one_item_per_key_and_maintain_repa
     dual.table.add(pa.Table.from_pylist(rows, schema=schema))  # add(), not merge_insert: two rows of one key
     store.put(("docs",), "k", {"text": "first"})
     kv_row = store.kv.items.search().where("key = 'k'").limit(1).to_list()[0]
-    store.kv.items.add(pa.Table.from_pylist([{**kv_row, "value": json.dumps({"text": "a stale copy"}), "updated_at": kv_row["updated_at"].replace(year=2000)}], schema=store.kv.items.schema))
+    store.kv.items.add(
+        pa.Table.from_pylist(
+            [
+                {
+                    **kv_row,
+                    "value": json.dumps({"text": "a stale copy"}),
+                    "updated_at": kv_row["updated_at"].replace(year=2000),
+                }
+            ],
+            schema=store.kv.items.schema,
+        )
+    )
     assert dual.table.count_rows("pk LIKE '%f1'") == 2 and store.kv.items.count_rows("key = 'k'") == 2
 
     assert [i.text for i in dual.get(NS, ["f1"])] == ["the newer copy"]
@@ -196,12 +217,20 @@ def test_a_table_holding_duplicate_rows_reads_one_item_per_key_and_maintain_repa
     assert [h.item.text for h in dual.search(NS, "copy", mode="vector")] == ["the newer copy"]
     assert [h.item.text for h in dual.search(NS, "copy", mode="fts")] == ["the newer copy"]
     assert dual.scan(NS).num_rows == 1
-    assert [i.key for i in store.search(MEMORY_NS)] == ["f1"] and store.get(MEMORY_NS, "f1").value["text"] == "the newer copy"
-    assert [i.value["text"] for i in store.search(("docs",))] == ["first"] and store.get(("docs",), "k").value["text"] == "first"
+    assert [i.key for i in store.search(MEMORY_NS)] == ["f1"] and store.get(MEMORY_NS, "f1").value[
+        "text"
+    ] == "the newer copy"
+    assert [i.value["text"] for i in store.search(("docs",))] == ["first"] and store.get(("docs",), "k").value[
+        "text"
+    ] == "first"
 
     out = subprocess.run(
-        [sys.executable, "-m", "dualmem.cli", "maintain", "--store", uri], capture_output=True, text=True, timeout=300,
-        cwd=REPO, env={**os.environ, "DUALMEM_EMBEDDER": f"hash:{DIMS}"},
+        [sys.executable, "-m", "dualmem.cli", "maintain", "--store", uri],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "DUALMEM_EMBEDDER": f"hash:{DIMS}"},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 duplicate row(s) removed" in out.stdout

@@ -27,6 +27,8 @@ WORKER = Path(__file__).parent / "fixtures" / "store_worker.py"
 def dual_at(uri: str) -> LanceDualStore:
     """Open the store at ``uri`` with the object-store options the ``uri`` fixture put in the environment."""
     return LanceDualStore(uri, HashEmbeddings(64), storage_options=os.environ.get("DUALMEM_STORE_OPTIONS") or None)
+
+
 NS = ("mara", "alice")
 
 
@@ -47,7 +49,12 @@ def run(command: str, **args) -> dict:
 
 def start(command: str, **args) -> subprocess.Popen:
     """Start the worker process (it inherits the environment, so DUALMEM_STORE_OPTIONS reaches it)."""
-    return subprocess.Popen([sys.executable, str(WORKER), command, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), command, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> dict:
@@ -67,7 +74,13 @@ def test_a_reader_opened_before_another_process_writes_sees_it_through_every_rea
 
     facts = [{"id": "f1", "text": "drinks green tea every morning"}, {"id": "f2", "text": "plays chess on sundays"},
              {"id": "f3", "text": "grows tomatoes on the balcony"}]  # fmt: skip
-    run("write", uri=uri, ns=list(NS), facts=facts, kv=[{"ns": ["notes", "alice"], "key": "k", "value": {"text": "likes tea"}}])
+    run(
+        "write",
+        uri=uri,
+        ns=list(NS),
+        facts=facts,
+        kv=[{"ns": ["notes", "alice"], "key": "k", "value": {"text": "likes tea"}}],
+    )
 
     assert dual.count(NS) == 3 and {i.id for i in dual.list(NS)} == {"f1", "f2", "f3"}
     assert [i.text for i in dual.get(NS, ["f2"])] == ["plays chess on sundays"]
@@ -78,7 +91,10 @@ def test_a_reader_opened_before_another_process_writes_sees_it_through_every_rea
     assert json.loads(tool.invoke({"query": "chess sundays", "limit": 1}))[0]["id"] == "f2"
     assert graph_store.get(("notes", "alice"), "k").value == {"text": "likes tea"}
     assert graph_store.search(("dualmem", *NS, "fact"), query="green tea", limit=1)[0].key == "f1"
-    assert ("dualmem", *NS, "fact") in graph_store.list_namespaces() and ("notes", "alice") in graph_store.list_namespaces()
+    assert ("dualmem", *NS, "fact") in graph_store.list_namespaces() and (
+        "notes",
+        "alice",
+    ) in graph_store.list_namespaces()
 
     run("change", uri=uri, ns=list(NS), supersede=["f1"], delete=["f3"])
     assert dual.count(NS) == 1 and dual.count(NS, status=None) == 2
@@ -109,7 +125,7 @@ def test_two_writers_of_one_namespace_apply_every_chunk_exactly_once(uri, tmp_pa
     dual = dual_at(uri)
     assert dual.count(NS, kind="fact", status=None) == n and dual.count(NS, kind="insight", status=None) == n
     assert len(dual.ledger.applied_ids(NS)) == n and dual.ledger.look(NS, "")[1] == []
-    rows = dual.ledger.table.search().where("namespace = '[\"mara\", \"alice\"]'").limit(None).to_list()
+    rows = dual.ledger.table.search().where('namespace = \'["mara", "alice"]\'').limit(None).to_list()
     assert len(rows) == n, "one ledger row per chunk"
     facts = dual.table.search().where("kind = 'fact'").limit(None).to_list()
     assert len({r["pk"] for r in facts}) == len(facts) == n, "no row written twice"
@@ -164,7 +180,10 @@ def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
     from dualmem.datasets import load_sample
 
     cmd = [sys.executable, "-m", "dualmem.cli", "ingest", str(sample)]
-    procs = [subprocess.Popen([*cmd, "--user", u], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for u in ("ann", "ben")]
+    procs = [
+        subprocess.Popen([*cmd, "--user", u], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for u in ("ann", "ben")
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     dual = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
@@ -188,14 +207,18 @@ def test_two_cli_ingests_of_one_history_into_one_store_write_each_chunk_once(tmp
 
     item = load_sample()
     cmd = [sys.executable, "-m", "dualmem.cli", "ingest", str(sample)]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     ns = (item.dialogue.persona.id, item.dialogue.user_id)
     dual = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     chunks = chunk_sessions(item.dialogue, ns, 200, skip_queries=True)
     facts, insights = dual.list(ns, kind="fact", status=None), dual.list(ns, kind="insight", status=None)
-    assert len(chunks) > 2 and len(facts) == len(insights) == len(chunks), "fake:memory writes one fact and one insight per chunk"
+    assert len(chunks) > 2 and len(facts) == len(insights) == len(chunks), (
+        "fake:memory writes one fact and one insight per chunk"
+    )
     assert len({f.source.chunk_id for f in facts}) == len(chunks), "every chunk applied once"
     assert len(dual.ledger.applied_ids(ns)) == len(chunks) and dual.ledger.look(ns, "")[1] == []
 
@@ -214,7 +237,10 @@ def test_nothing_crosses_namespaces(tmp_path):
     dual.supersede(alice, ["y1"])
     assert dual.count(bob) == 2, "deletes and supersedes of another namespace's ids do nothing"
     dual.upsert([Fact(id="x1", namespace=alice, text="alice's own fact")])  # the same id in another namespace
-    assert dual.get(bob, ["x1"])[0].text.startswith("bob's secret") and dual.get(alice, ["x1"])[0].text == "alice's own fact"
+    assert (
+        dual.get(bob, ["x1"])[0].text.startswith("bob's secret")
+        and dual.get(alice, ["x1"])[0].text == "alice's own fact"
+    )
     manage = create_manage_memory_tool(alice, store=dual)
     with pytest.raises(ValueError, match="no memory 'y1' in this namespace"):
         manage.invoke({"action": "delete", "id": "y1"})

@@ -41,7 +41,11 @@ def dual(tmp_path):
 def test_retriever_returns_both_streams_with_metadata(dual):
     docs = DualMemRetriever(store=dual, namespace=NS, k=4).invoke("knee injury and running")
     assert [d.metadata["kind"] for d in docs] == ["fact", "fact", "insight"]  # 2 facts + up to 2 insights (1 stored)
-    assert [d.metadata["kind"] for d in DualMemRetriever(store=dual, namespace=NS, k=3).invoke("knee")] == ["fact", "fact", "insight"]
+    assert [d.metadata["kind"] for d in DualMemRetriever(store=dual, namespace=NS, k=3).invoke("knee")] == [
+        "fact",
+        "fact",
+        "insight",
+    ]
     by_id = {d.metadata["id"]: d for d in docs}
     assert by_id["f1"].metadata["session_id"] == "s1" and by_id["f1"].metadata["turn_ids"] == ["s1:2"]
     assert by_id["f1"].page_content == "runs five kilometres every morning"
@@ -173,6 +177,10 @@ def test_tools_write_dual_memory_facts_through_the_graph_store(tmp_path):
     key = manage.invoke({"content": "Alice started night shifts"}, config=CFG).split()[-1]
     [fact] = dual_store.get(("mara", "alice"), [key])
     assert fact.kind == "fact" and fact.text == "Alice started night shifts"
-    hits = json.loads(create_search_memory_tool(("dualmem", "mara", "{user_id}", "fact"), store=store).invoke({"query": "night shifts"}, config=CFG))
+    hits = json.loads(
+        create_search_memory_tool(("dualmem", "mara", "{user_id}", "fact"), store=store).invoke(
+            {"query": "night shifts"}, config=CFG
+        )
+    )
     assert key in (hits[0].get("key"), hits[0].get("id"))
     assert dual_store.count(("mara", "bob")) == 0  # nothing reaches another user's namespace

@@ -23,7 +23,9 @@ def test_help_lists_every_config_field():
     rl = runner.invoke(train_app, ["rl", "--help"], terminal_width=200).output
     flat_sft, flat_rl = " ".join(sft.split()), " ".join(rl.split())
     assert all(f"--{f.name}" in flat_sft for f in fields(SFTRunConfig))
-    assert all(f"--{f.name}" in flat_rl for f in fields(GRPORunConfig)) and all(f"--{f.name}" in flat_rl for f in fields(VerlRunConfig))
+    assert all(f"--{f.name}" in flat_rl for f in fields(GRPORunConfig)) and all(
+        f"--{f.name}" in flat_rl for f in fields(VerlRunConfig)
+    )
     assert "paper: 1e-5" in flat_sft
 
 
@@ -31,8 +33,22 @@ def test_export_sft_from_rolememo_files(tmp_path):
     data = tmp_path / "rolememo"
     dump_rolememo(make_dataset(3), data)
     out = tmp_path / "sft"
-    result = runner.invoke(train_app, ["export-sft", "--data", str(data), "--out", str(out), "--chunk-tokens", "60", "--eval-ratio", "0.34",
-                                       "--embedder", "hash:64"])
+    result = runner.invoke(
+        train_app,
+        [
+            "export-sft",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--chunk-tokens",
+            "60",
+            "--eval-ratio",
+            "0.34",
+            "--embedder",
+            "hash:64",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "export_report.json").read_text())
     assert report["train"] > 0 and report["eval"] > 0 and not report["invalid"]
@@ -49,11 +65,28 @@ def test_rl_verl_prepare_writes_data_and_launch_yaml(tmp_path):
     dump_rolememo(make_dataset(2), data)
     result = runner.invoke(
         train_app,
-        ["rl", "--engine", "verl", "--data", str(data), "--model_path", "some/model", "--data_dir", str(tmp_path / "vd"),
-         "--output_dir", str(tmp_path / "run"), "--chunk_tokens", "200", "--memory_embedder", "hash:64"],
+        [
+            "rl",
+            "--engine",
+            "verl",
+            "--data",
+            str(data),
+            "--model_path",
+            "some/model",
+            "--data_dir",
+            str(tmp_path / "vd"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--chunk_tokens",
+            "200",
+            "--memory_embedder",
+            "hash:64",
+        ],
     )
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "vd" / "train.parquet").exists() and "memory_embedder: \"hash:64\"" in (tmp_path / "vd" / "agent_loop.yaml").read_text()
+    assert (tmp_path / "vd" / "train.parquet").exists() and 'memory_embedder: "hash:64"' in (
+        tmp_path / "vd" / "agent_loop.yaml"
+    ).read_text()
     launch = (tmp_path / "run" / "verl_launch.yaml").read_text()
     assert "algorithm.adv_estimator=grpo" in launch and "actor_rollout_ref.model.path=some/model" in launch
 
@@ -64,15 +97,30 @@ def test_rl_verl_launch_with_the_hf_rollout_loads_it_in_verl(tmp_path, monkeypat
 
     calls = []
     monkeypatch.setattr(subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
-    args = ["rl", "--engine", "verl", "--no-prepare", "--launch", "--model_path", "m", "--data_dir", str(tmp_path / "vd"),
-            "--output_dir", str(tmp_path / "run"), "--python", "/usr/bin/python3"]
+    args = [
+        "rl",
+        "--engine",
+        "verl",
+        "--no-prepare",
+        "--launch",
+        "--model_path",
+        "m",
+        "--data_dir",
+        str(tmp_path / "vd"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--python",
+        "/usr/bin/python3",
+    ]
     result = runner.invoke(train_app, [*args, "--rollout_engine", "hf"])
     assert result.exit_code == 0, result.output
     ((cmd, env),) = calls
     assert cmd[:3] == ["/usr/bin/python3", "-m", "verl.trainer.main_ppo"] and "actor_rollout_ref.rollout.name=hf" in cmd
     assert "dualmem.training.verl.hf_rollout" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
     bad = runner.invoke(train_app, [*args, "--rollout_engine", "tgi"])
-    assert bad.exit_code != 0 and "rollout_engine 'tgi' is not one of vllm, sglang, hf" in bad.output and len(calls) == 1
+    assert (
+        bad.exit_code != 0 and "rollout_engine 'tgi' is not one of vllm, sglang, hf" in bad.output and len(calls) == 1
+    )
 
 
 def test_verl_validation_holds_the_named_personas(tmp_path):

@@ -29,7 +29,9 @@ def _history():
 def _rows(store: InMemoryDualStore) -> list[dict]:
     """Every row of the namespace, any status, with its vector; write times left out (each store has its own clock)."""
     rows = store.scan(NS, status=None, columns="vectors").to_pylist()
-    return sorted(({k: v for k, v in r.items() if k not in ("created_at", "updated_at")} for r in rows), key=lambda r: r["id"])
+    return sorted(
+        ({k: v for k, v in r.items() if k not in ("created_at", "updated_at")} for r in rows), key=lambda r: r["id"]
+    )
 
 
 def _shown(view) -> list[tuple]:
@@ -48,7 +50,9 @@ def test_an_episode_writes_exactly_what_write_history_stores():
     store = InMemoryDualStore(HashEmbeddings(64))
     report = write_history(sessions, PERSONA, model=FakeChatModel(responses=[editing_writer], cycle=True), store=store,
                            settings=SETTINGS, namespace=NS, progress=False)  # fmt: skip
-    episode = build_episode(DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=sessions), queries=[]), chunk_tokens=80)
+    episode = build_episode(
+        DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=sessions), queries=[]), chunk_tokens=80
+    )
     assert episode.namespace == NS and [c["id"] for c in episode.chunks] == [r["chunk_id"] for r in report.chunks]
     traj = Trajectory(episode.memory(writer_context(SETTINGS, embedder=HashEmbeddings(64))))
     for chunk in episode.chunks:
@@ -59,17 +63,25 @@ def test_an_episode_writes_exactly_what_write_history_stores():
     # the history exercised every rule: the op cap, dedup merges, the guard, UPDATE and DELETE
     rejected = [r for c in report.chunks for r in c.get("rejected") or []]
     assert len(episode.chunks) >= 10 and {c["status"] for c in report.chunks} == {"applied"}
-    assert any("over the cap" in r["reason"] for r in rejected) and any(r["reason"].startswith("guard:") for r in rejected)
+    assert any("over the cap" in r["reason"] for r in rejected) and any(
+        r["reason"].startswith("guard:") for r in rejected
+    )
     assert any(c.get("merged") for c in report.chunks)
-    assert {r["status"] for r in rows} == {"active", "superseded"} and any("updated_by_chunk" in r["meta"] for r in rows)
-    assert any("deleted_by_chunk" in r["meta"] for r in rows) and any(r["grounding"] for r in rows if r["kind"] == "insight")
+    assert {r["status"] for r in rows} == {"active", "superseded"} and any(
+        "updated_by_chunk" in r["meta"] for r in rows
+    )
+    assert any("deleted_by_chunk" in r["meta"] for r in rows) and any(
+        r["grounding"] for r in rows if r["kind"] == "insight"
+    )
     assert traj.counts["invalid"] == len(rejected) and traj.counts["unparseable"] == 0
     assert traj.memory.applied() == len(store.ledger.applied_ids(NS)) == len(episode.chunks)
 
 
 def test_a_seed_rebuilds_a_memory_the_writer_cannot_tell_apart():
     sessions = _history()
-    episode = build_episode(DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=sessions), queries=[]), chunk_tokens=80)
+    episode = build_episode(
+        DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=sessions), queries=[]), chunk_tokens=80
+    )
     ctx = writer_context(SETTINGS, embedder=HashEmbeddings(64))
     memory = episode.memory(ctx)
     half = len(episode.chunks) // 2
@@ -85,7 +97,9 @@ def test_a_seed_rebuilds_a_memory_the_writer_cannot_tell_apart():
         copy.write(chunk, view2, _policy(again))
     assert _rows(copy.store) == _rows(memory.store)
     episode.start = memory.seed()
-    assert episode.new_items(episode.memory(ctx)) == [] and episode.written(memory) == []  # the start is not the rollout's
+    assert (
+        episode.new_items(episode.memory(ctx)) == [] and episode.written(memory) == []
+    )  # the start is not the rollout's
 
 
 def test_verls_stored_episodes_are_the_same_episodes(tmp_path):
@@ -94,10 +108,16 @@ def test_verls_stored_episodes_are_the_same_episodes(tmp_path):
     from dualmem.training.verl.dataset import load_episodes, write_verl_dataset
 
     item = DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=_history()), queries=[])
-    write_verl_dataset(Dataset(name="d", items=[item]), tmp_path, chunk_tokens=80, val_ratio=0.0, memory_embedder="hash:64")
+    write_verl_dataset(
+        Dataset(name="d", items=[item]), tmp_path, chunk_tokens=80, val_ratio=0.0, memory_embedder="hash:64"
+    )
     assert 'memory_embedder: "hash:64"' in (tmp_path / "agent_loop.yaml").read_text()
     stored, episode = load_episodes(tmp_path / "episodes.jsonl")["h"], build_episode(item, chunk_tokens=80)
-    assert stored.chunks == episode.chunks and stored.namespace == episode.namespace and any(c.get("flagged") for c in stored.chunks)
+    assert (
+        stored.chunks == episode.chunks
+        and stored.namespace == episode.namespace
+        and any(c.get("flagged") for c in stored.chunks)
+    )
     ctx = writer_context(SETTINGS, embedder=HashEmbeddings(64))
     memories = [e.memory(ctx) for e in (stored, episode)]
     for chunk in episode.chunks:

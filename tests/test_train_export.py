@@ -60,13 +60,20 @@ def test_an_insight_cites_only_the_facts_the_products_view_shows():
     """With a view of one fact, an earlier fragment may be out of sight: the insight then cites what the view shows."""
     item = make_item()
     notes = Counter()
-    steps = gold_steps(build_episode(item, chunk_tokens=60), writer_context(embedder=HashEmbeddings(64), view_k=1, view_recent=0, search_mode="vector"), notes)
+    steps = gold_steps(
+        build_episode(item, chunk_tokens=60),
+        writer_context(embedder=HashEmbeddings(64), view_k=1, view_recent=0, search_mode="vector"),
+        notes,
+    )
     insights = [(s, i) for s in steps for i in s.target.insights]
     assert {i.text for _, i in insights} == {q.gold.insight for q in item.queries}
     for step, ins in insights:
         shown = view_ids(step.view)
         assert all(f in shown or f.startswith("N") for f in ins.fact_ids)
-    assert [i.fact_ids for _, i in insights] == [["N1"], ["N1"]]  # the earlier fragment's fact is not among the one shown
+    assert [i.fact_ids for _, i in insights] == [
+        ["N1"],
+        ["N1"],
+    ]  # the earlier fragment's fact is not among the one shown
     assert notes == {"insight cites part of its facts (the others are not in the view)": 2}
 
 
@@ -83,18 +90,31 @@ def test_a_gold_records_prompt_is_the_products_prompt_for_the_products_view():
     k = next(n for n, t in enumerate(targets) if t.insights)
     store = InMemoryDualStore(HashEmbeddings(64))
     for chunk, target in zip(ep.chunks[:k], targets, strict=False):
-        ctx = writer_context(settings, embedder=store.embeddings).with_(models={"writer": FakeChatModel(responses=[target])})
+        ctx = writer_context(settings, embedder=store.embeddings).with_(
+            models={"writer": FakeChatModel(responses=[target])}
+        )
         assert write_chunk(ctx, store, ep.namespace, ep.persona, chunk)["status"] == "applied"
-    view = recall_view(store, ep.namespace, ep.chunks[k]["text"], k=settings.view_k, recent=settings.view_recent, mode=settings.search_mode)
+    view = recall_view(
+        store,
+        ep.namespace,
+        ep.chunks[k]["text"],
+        k=settings.view_k,
+        recent=settings.view_recent,
+        mode=settings.search_mode,
+    )
     product = render_writer_messages(ep.persona, view_text(view), ep.chunks[k]["text"])
     assert [m["content"] for m in recs[k]["messages"][:2]] == [m.content for m in product]
     assert any(f"\n{f} " in product[1].content for i in targets[k].insights for f in i.fact_ids if f.startswith("F"))
     # every chunk: the writer is shown the record's prompt, and ends with the memory the gold walk wrote
     writer = FakeChatModel(responses=targets)
     store = InMemoryDualStore(HashEmbeddings(64))
-    report = write_history(ds.items[0].dialogue, model=writer, store=store, settings=settings, namespace=ep.namespace, progress=False)
+    report = write_history(
+        ds.items[0].dialogue, model=writer, store=store, settings=settings, namespace=ep.namespace, progress=False
+    )
     assert not report.failed_chunks and len(writer.calls) == len(recs)
-    assert [[m.content for m in call] for call in writer.calls] == [[m["content"] for m in r["messages"][:2]] for r in recs]
+    assert [[m.content for m in call] for call in writer.calls] == [
+        [m["content"] for m in r["messages"][:2]] for r in recs
+    ]
     walked = EpisodeMemory(CTX, ep.namespace, ep.persona)
     for step in gold_steps(ep, CTX):
         walked.write(step.chunk, walked.draft(step.chunk)[1], step.target)
@@ -102,7 +122,10 @@ def test_a_gold_records_prompt_is_the_products_prompt_for_the_products_view():
 
 
 def _memory(store, ns):
-    return sorted((i.id, i.kind, i.text, i.status, tuple(i.grounding), tuple(i.source.turn_ids)) for i in store.list(ns, status=None))
+    return sorted(
+        (i.id, i.kind, i.text, i.status, tuple(i.grounding), tuple(i.source.turn_ids))
+        for i in store.list(ns, status=None)
+    )
 
 
 def test_every_exported_target_parses_and_cites_existing_facts():
@@ -141,7 +164,9 @@ def test_split_by_persona_is_disjoint_and_nonempty():
 
 
 def test_export_writes_files_and_llamafactory_info(tmp_path):
-    report = export_sft(tmp_path, dataset=make_dataset(3), chunk_tokens=60, eval_ratio=0.34, embedder=HashEmbeddings(64))
+    report = export_sft(
+        tmp_path, dataset=make_dataset(3), chunk_tokens=60, eval_ratio=0.34, embedder=HashEmbeddings(64)
+    )
     assert report.train > 0 and report.eval > 0 and not set(report.personas_train) & set(report.personas_eval)
     info = json.loads((tmp_path / "dataset_info.json").read_text())
     assert info == llamafactory_info()
@@ -157,7 +182,10 @@ def test_teacher_traces_are_loaded_and_validated(tmp_path):
         "output": {"facts": [], "insights": [{"op": "ADD", "id": "M1", "text": "tired", "fact_ids": ["F1"]}]},
         "persona_id": "p1",
     }
-    dangling = {**good, "output": {"facts": [], "insights": [{"op": "ADD", "id": "M1", "text": "t", "fact_ids": ["F7"]}]}}
+    dangling = {
+        **good,
+        "output": {"facts": [], "insights": [{"op": "ADD", "id": "M1", "text": "t", "fact_ids": ["F7"]}]},
+    }
     path = tmp_path / "traces.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(dangling) + "\n")
     recs = load_traces(path)
@@ -189,4 +217,6 @@ def test_episode_memory_counts_rejected_and_dangling_operations_from_the_plan():
     turn = memory.write(second, view, '{"facts": [{"op": "DELETE", "id": "F1"}]}')
     assert turn.invalid == 0 and memory.items() == [] and [i.status for i in memory.items(None)] == ["superseded"]
     junk = memory.write(ep.chunks[2], memory.draft(ep.chunks[2])[1], "no json here")
-    assert junk.unparseable == 1 and junk.row["status"] == "failed" and memory.applied() == 2  # a failed chunk stays unapplied
+    assert (
+        junk.unparseable == 1 and junk.row["status"] == "failed" and memory.applied() == 2
+    )  # a failed chunk stays unapplied

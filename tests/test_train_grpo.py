@@ -33,8 +33,17 @@ def test_grpo_two_steps_logs_rewards(tmp_path):
     tok = tiny_tokenizer(texts)
     model = tiny_llama(tok)
     cfg = GRPORunConfig(
-        output_dir=str(tmp_path / "grpo"), num_generations=2, max_completion_length=8, chunk_tokens=400, max_steps=2,
-        learning_rate=1e-3, use_cpu=True, disable_tqdm=True, embedder="hash:64", memory_embedder="hash:64", save_steps=1000,
+        output_dir=str(tmp_path / "grpo"),
+        num_generations=2,
+        max_completion_length=8,
+        chunk_tokens=400,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        embedder="hash:64",
+        memory_embedder="hash:64",
+        save_steps=1000,
     )
     out = train_grpo(cfg, dataset=Dataset(name="t", items=[item]), model=model, tokenizer=tok, embed=HashEmbeddings(64))
     logs = [h for h in out["log_history"] if "reward" in h]
@@ -49,7 +58,9 @@ def test_tiny_tokenizer_round_trips_the_writers_json():
     from dualmem.training.writing import parse_update
 
     tok = tiny_tokenizer(["The user works night shifts at a warehouse."])
-    update = MemoryUpdate.model_validate({"facts": [{"op": "ADD", "id": "N1", "text": "The user works night shifts, naïvely"}]})
+    update = MemoryUpdate.model_validate(
+        {"facts": [{"op": "ADD", "id": "N1", "text": "The user works night shifts, naïvely"}]}
+    )
     for text in ('{"facts":[]}', update.model_dump_json(), '{"insights": [], "facts": []}\n'):
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.decode(ids, skip_special_tokens=True) == text
@@ -84,15 +95,21 @@ def test_runner_credits_every_turn_with_its_rollouts_episode_reward():
 
     item = _short_item()
     ep = build_episode(item, chunk_tokens=60)
-    runner = EpisodeRunner([ep], GRPORunConfig(num_generations=2, embedder="hash:64", memory_embedder="hash:64"), embed=HashEmbeddings(64))
+    runner = EpisodeRunner(
+        [ep], GRPORunConfig(num_generations=2, embedder="hash:64", memory_embedder="hash:64"), embed=HashEmbeddings(64)
+    )
     plays = []
 
     def fake_play(episode, model, tokenizer, groups):
         plays.append(episode.id)
         start = len(plays) * 10
         return [
-            Trajectory(ep.memory(CTX), prompt_ids=[[start + g, t] for t in range(len(episode.chunks))], completion_ids=[[10 * g + t] for t in range(len(episode.chunks))],
-                       reward={"score": 0.25 + g / 2, "fact_recall": float(g), "insight_recall": 0.0})
+            Trajectory(
+                ep.memory(CTX),
+                prompt_ids=[[start + g, t] for t in range(len(episode.chunks))],
+                completion_ids=[[10 * g + t] for t in range(len(episode.chunks))],
+                reward={"score": 0.25 + g / 2, "fact_recall": float(g), "insight_recall": 0.0},
+            )
             for g in range(groups)
         ]
 

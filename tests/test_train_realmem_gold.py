@@ -49,13 +49,21 @@ def test_each_point_is_written_in_the_chunk_holding_its_source_turn(item):
 def test_max_chunks_and_empty_chunks(item):
     every = item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=1.0)
     assert len(item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=1.0, max_chunks=2)) == 2
-    assert all(json.loads(r["messages"][-1]["content"])["facts"] for r in item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=0.0))
+    assert all(
+        json.loads(r["messages"][-1]["content"])["facts"]
+        for r in item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=0.0)
+    )
     assert len(every) > len(item_records(item, ctx=CTX, chunk_tokens=120, keep_empty=0.0))
 
 
 def test_export_and_read_keep_the_loss_scope(item, tmp_path):
-    report = export_sft(tmp_path / "sft", realmem=Dataset(name="realmem", source="x", items=[item]), chunk_tokens=120, eval_ratio=0,
-                        embedder=HashEmbeddings(64))
+    report = export_sft(
+        tmp_path / "sft",
+        realmem=Dataset(name="realmem", source="x", items=[item]),
+        chunk_tokens=120,
+        eval_ratio=0,
+        embedder=HashEmbeddings(64),
+    )
     assert report.train > 0 and report.by_source == {"realmem-gold": report.train} and not report.invalid
     rows = read_records(tmp_path / "sft" / "train.jsonl")
     assert {r["loss_scope"] for r in rows} == {"facts"}
@@ -66,8 +74,23 @@ def test_cli_exports_realmem(tmp_path):
 
     src = tmp_path / "Test_Person_dialogues_256k.json"
     src.write_text(json.dumps(RAW))
-    res = CliRunner().invoke(app, ["train", "export-sft", "--realmem", str(src), "--out", str(tmp_path / "o"), "--eval-ratio", "0", "--chunk-tokens", "120",
-                                   "--embedder", "hash:64"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "export-sft",
+            "--realmem",
+            str(src),
+            "--out",
+            str(tmp_path / "o"),
+            "--eval-ratio",
+            "0",
+            "--chunk-tokens",
+            "120",
+            "--embedder",
+            "hash:64",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "realmem-gold" in res.output and (tmp_path / "o" / "train.jsonl").read_text().count("\n") > 0
 
@@ -80,7 +103,9 @@ def smol_tokenizer():
 
 
 def test_facts_scope_trains_on_the_facts_part_only(item, smol_tokenizer):
-    rec = next(r for r in item_records(item, ctx=CTX, chunk_tokens=120) if json.loads(r["messages"][-1]["content"])["facts"])
+    rec = next(
+        r for r in item_records(item, ctx=CTX, chunk_tokens=120) if json.loads(r["messages"][-1]["content"])["facts"]
+    )
     row = {"prompt": rec["messages"][:-1], "completion": rec["messages"][-1:]}
     target = rec["messages"][-1]["content"]
     (facts,) = tokenize_pairs([{**row, "loss_scope": "facts"}], smol_tokenizer, 4096)
@@ -89,13 +114,20 @@ def test_facts_scope_trains_on_the_facts_part_only(item, smol_tokenizer):
     trained = smol_tokenizer.decode([t for t in facts["labels"] if t != -100])
     assert trained == target[: facts_prefix(target)]  # up to and with the "insights": key, nothing of its value
     everything = smol_tokenizer.decode([t for t in full["labels"] if t != -100])
-    assert everything.startswith(target) and len(everything) > len(target)  # "all": the whole answer and the end of turn
+    assert everything.startswith(target) and len(everything) > len(
+        target
+    )  # "all": the whole answer and the end of turn
     prompt_len = sum(1 for t in full["labels"] if t == -100)
-    assert smol_tokenizer.decode(full["input_ids"][:prompt_len]).endswith("assistant\n")  # the prompt is never trained on
+    assert smol_tokenizer.decode(full["input_ids"][:prompt_len]).endswith(
+        "assistant\n"
+    )  # the prompt is never trained on
 
 
 def test_records_longer_than_max_length_are_left_out(item, smol_tokenizer, caplog):
-    rows = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:], "loss_scope": "facts"} for r in item_records(item, ctx=CTX, chunk_tokens=120)]
+    rows = [
+        {"prompt": r["messages"][:-1], "completion": r["messages"][-1:], "loss_scope": "facts"}
+        for r in item_records(item, ctx=CTX, chunk_tokens=120)
+    ]
     lengths = [len(x["input_ids"]) for x in tokenize_pairs(rows, smol_tokenizer, 10_000)]
     cut = sorted(lengths)[len(lengths) // 2]
     kept = tokenize_pairs(rows, smol_tokenizer, cut)
@@ -151,7 +183,9 @@ def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, mo
     monkeypatch.setattr(LocalChatModel, "_run", fake_run)
     for name in ("smollm2", str(tmp_path)):
         assert LocalChatModel(name_=name).with_structured_output(MemoryUpdate).invoke("the chunk") == MemoryUpdate()
-    assert seen[0].startswith("the chunk\n\nAnswer with one JSON object matching this schema") and seen[1] == "the chunk"
+    assert (
+        seen[0].startswith("the chunk\n\nAnswer with one JSON object matching this schema") and seen[1] == "the chunk"
+    )
 
 
 def test_the_shipped_writer_adapter_loads_and_changes_the_model():
@@ -181,8 +215,10 @@ def test_a_packed_adapter_unpacks_within_one_percent(tmp_path):
     source.mkdir()
     (source / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
     gen = torch.Generator().manual_seed(0)
-    weights = {"m.q_proj.lora_A.weight": torch.randn(4, 64, generator=gen).half(),
-               "m.q_proj.lora_B.weight": (torch.randn(32, 4, generator=gen) * 1e-3).half()}
+    weights = {
+        "m.q_proj.lora_A.weight": torch.randn(4, 64, generator=gen).half(),
+        "m.q_proj.lora_B.weight": (torch.randn(32, 4, generator=gen) * 1e-3).half(),
+    }
     save_file(weights, str(source / "adapter_model.safetensors"))
     pack_adapter(source, tmp_path / "packed")
     assert packed_adapter(source) is None  # a plain peft folder loads as before

@@ -45,9 +45,13 @@ def test_partial_recall_sits_between(gt):
 def test_penalties_for_dangling_invalid_unparseable_and_bloat(gt):
     memory = gt["facts"] + gt["insights"]
     base = dense_reward(memory, gt, cfg=CFG, embed=EMBED).score
-    assert dense_reward(memory, gt, dangling=2, cfg=CFG, embed=EMBED).score == pytest.approx(base - 2 * CFG.dangling_penalty)
+    assert dense_reward(memory, gt, dangling=2, cfg=CFG, embed=EMBED).score == pytest.approx(
+        base - 2 * CFG.dangling_penalty
+    )
     assert dense_reward(memory, gt, invalid=1, cfg=CFG, embed=EMBED).score == pytest.approx(base - CFG.invalid_penalty)
-    assert dense_reward(memory, gt, unparseable=1, cfg=CFG, embed=EMBED).score == pytest.approx(base - CFG.unparseable_penalty)
+    assert dense_reward(memory, gt, unparseable=1, cfg=CFG, embed=EMBED).score == pytest.approx(
+        base - CFG.unparseable_penalty
+    )
     bloated = memory + [f"unrelated filler note number {i}" for i in range(CFG.memory_budget + 10 - len(memory))]
     out = dense_reward(bloated, gt, cfg=CFG, embed=EMBED)
     assert out.penalty == pytest.approx(10 * CFG.bloat_penalty) and out.score < base
@@ -60,7 +64,10 @@ def test_judge_weights_30_60_10():
 
 
 def test_episode_reward_adds_the_weighted_judge(gt):
-    answers = ["I think you are exhausted, not lazy.", JudgeScores(factual_utility=5, logic_persona=10, value_safety=10)]
+    answers = [
+        "I think you are exhausted, not lazy.",
+        JudgeScores(factual_utility=5, logic_persona=10, value_safety=10),
+    ]
     judge = FakeChatModel(responses=answers * len(gt["queries"]), cycle=True)
     cfg = RewardConfig(embedder="hash:256", dense_weight=0.5, judge_weight=0.5)
     out = episode_reward(gt["facts"] + gt["insights"], gt, cfg=cfg, embed=EMBED, judge=judge)
@@ -115,16 +122,31 @@ def test_penalties_and_weights_are_configurable(gt):
 
 
 def test_compute_score_signature_and_values(gt):
-    assert list(inspect.signature(compute_score).parameters) == ["data_source", "solution_str", "ground_truth", "extra_info"]
+    assert list(inspect.signature(compute_score).parameters) == [
+        "data_source",
+        "solution_str",
+        "ground_truth",
+        "extra_info",
+    ]
     extra = {"reward_config": {"embedder": "hash:256"}}
-    good = json.dumps({"facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)], "insights": [
-        {"op": "ADD", "id": f"M{i}", "text": t, "fact_ids": ["N1"]} for i, t in enumerate(gt["insights"], 1)]})
+    good = json.dumps(
+        {
+            "facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)],
+            "insights": [
+                {"op": "ADD", "id": f"M{i}", "text": t, "fact_ids": ["N1"]} for i, t in enumerate(gt["insights"], 1)
+            ],
+        }
+    )
     high = compute_score("dualmem", good, json.dumps(gt), extra)
     assert high["score"] == pytest.approx(1.0) and all(isinstance(v, float) for v in high.values())
     garbage = compute_score("dualmem", "garbage", gt, extra)
     assert garbage["score"] == pytest.approx(-CFG.unparseable_penalty) and garbage["parsed_share"] == 0.0
-    dangling = json.dumps({"facts": [{"op": "ADD", "id": "N1", "text": gt["facts"][0]}], "insights": [
-        {"op": "ADD", "id": "M1", "text": gt["insights"][0], "fact_ids": ["N1", "F7"]}]})
+    dangling = json.dumps(
+        {
+            "facts": [{"op": "ADD", "id": "N1", "text": gt["facts"][0]}],
+            "insights": [{"op": "ADD", "id": "M1", "text": gt["insights"][0], "fact_ids": ["N1", "F7"]}],
+        }
+    )
     clean = dangling.replace(', "F7"', "")
     assert compute_score("dualmem", dangling, gt, extra)["score"] < compute_score("dualmem", clean, gt, extra)["score"]
     replayed = compute_score("dualmem", "", gt, {**extra, "memory": gt["facts"], "dangling": 1})

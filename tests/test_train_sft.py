@@ -17,7 +17,9 @@ from dualmem.training.sft import SFTRunConfig, main, read_records, train_sft
 @pytest.fixture(scope="module")
 def sft_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")
-    export_sft(out, dataset=make_dataset(2), chunk_tokens=60, keep_empty=0.0, eval_ratio=0.5, embedder=HashEmbeddings(64))
+    export_sft(
+        out, dataset=make_dataset(2), chunk_tokens=60, keep_empty=0.0, eval_ratio=0.5, embedder=HashEmbeddings(64)
+    )
     return out
 
 
@@ -34,13 +36,27 @@ def test_records_become_prompt_completion(sft_dir):
 
 
 def test_sft_loss_decreases_on_repeated_batch(sft_dir, tmp_path):
-    texts = [m["content"] for line in (sft_dir / "train.jsonl").read_text().splitlines() for m in json.loads(line)["messages"]]
+    texts = [
+        m["content"]
+        for line in (sft_dir / "train.jsonl").read_text().splitlines()
+        for m in json.loads(line)["messages"]
+    ]
     tok = tiny_tokenizer(texts)
     model = tiny_llama(tok)
     cfg = SFTRunConfig(
-        train_file=str(sft_dir / "train.jsonl"), output_dir=str(tmp_path / "m"), learning_rate=3e-3, lr_scheduler_type="constant",
-        warmup_ratio=0.0, gradient_accumulation_steps=1, per_device_train_batch_size=4, max_steps=12, max_length=1024,
-        logging_steps=1, save_steps=1000, use_cpu=True, disable_tqdm=True,
+        train_file=str(sft_dir / "train.jsonl"),
+        output_dir=str(tmp_path / "m"),
+        learning_rate=3e-3,
+        lr_scheduler_type="constant",
+        warmup_ratio=0.0,
+        gradient_accumulation_steps=1,
+        per_device_train_batch_size=4,
+        max_steps=12,
+        max_length=1024,
+        logging_steps=1,
+        save_steps=1000,
+        use_cpu=True,
+        disable_tqdm=True,
     )
     out = train_sft(cfg, model=model, tokenizer=tok)
     losses = [h["loss"] for h in out["log_history"] if "loss" in h]

@@ -45,7 +45,11 @@ def test_config_composes_with_verls_hydra_config_and_validates(config):
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     assert (rollout.n, config.data.train_batch_size, actor.ppo_mini_batch_size, actor.optim.lr) == (8, 16, 4, 1e-6)
     assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (True, 0.001, "low_var_kl")
-    assert (config.data.max_response_length, rollout.name, rollout.agent.default_agent_loop) == (1024, "vllm", AGENT_NAME)
+    assert (config.data.max_response_length, rollout.name, rollout.agent.default_agent_loop) == (
+        1024,
+        "vllm",
+        AGENT_NAME,
+    )
     validate(config)
 
 
@@ -67,7 +71,9 @@ def test_reward_loads_through_verls_loader(config, data_dir):
     fn = get_custom_reward_fn(config)
     episode = next(iter(load_episodes(data_dir / "episodes.jsonl").values()))
     gt = episode.ground_truth()
-    good = json.dumps({"facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)], "insights": []})
+    good = json.dumps(
+        {"facts": [{"op": "ADD", "id": f"N{i}", "text": t} for i, t in enumerate(gt["facts"], 1)], "insights": []}
+    )
     high = fn(data_source="dualmem", solution_str=good, ground_truth=json.dumps(gt), extra_info={})
     low = fn(data_source="dualmem", solution_str="{}", ground_truth=json.dumps(gt), extra_info={})
     # "{}" parses (an empty MemoryUpdate): no recall, only the share-of-turns-parsed credit
@@ -78,7 +84,9 @@ def test_reward_loads_through_verls_loader(config, data_dir):
 def test_dataset_loads_with_verls_rlhf_dataset(config, data_dir):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    texts = [c["text"] for line in (data_dir / "episodes.jsonl").read_text().splitlines() for c in json.loads(line)["chunks"]]
+    texts = [
+        c["text"] for line in (data_dir / "episodes.jsonl").read_text().splitlines() for c in json.loads(line)["chunks"]
+    ]
     tok = tiny_tokenizer(texts + ["dualmem writer episode turn"])
     ds = RLHFDataset(data_files=[str(data_dir / "train.parquet")], tokenizer=tok, config=config.data)
     row = ds[0]
@@ -125,14 +133,25 @@ def test_agent_loop_loads_through_verl_and_credits_every_turn(config, data_dir):
 
     async def play_all():  # VeRL instantiates agent loops inside its running event loop
         loop = hydra.utils.instantiate(
-            entry, trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok, processor=None,
-            dataset_cls=None, data_config=DictConfigWrap(config.data), tools=ToolListWrap([]), _convert_="none",
+            entry,
+            trainer_config=DictConfigWrap(config),
+            server_manager=server,
+            tokenizer=tok,
+            processor=None,
+            dataset_cls=None,
+            data_config=DictConfigWrap(config.data),
+            tools=ToolListWrap([]),
+            _convert_="none",
         )
         assert isinstance(loop, AgentLoopBase) and isinstance(loop, module.DualMemWriterAgentLoop)
         outs = []
         for turn in range(turns):
             info = {"episode_id": episode.id, "turn": turn}
-            outs.append(await asyncio.gather(*[loop.run({"temperature": 1.0}, extra_info=info, raw_prompt=[]) for _ in range(2)]))
+            outs.append(
+                await asyncio.gather(
+                    *[loop.run({"temperature": 1.0}, extra_info=info, raw_prompt=[]) for _ in range(2)]
+                )
+            )
         return outs
 
     outs = asyncio.run(play_all())
@@ -162,9 +181,16 @@ def test_agent_loop_yaml_entry_survives_the_modules_import(data_dir, config):
     importlib.reload(module)  # the first build imports the module
     tok = tiny_tokenizer(["facts insights"])
     for _ in range(2):
-        loop = hydra.utils.instantiate(_agent_loop_registry[AGENT_NAME], trainer_config=DictConfigWrap(config), server_manager=None,
-                                       tokenizer=tok, processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data),
-                                       tools=ToolListWrap([]))
+        loop = hydra.utils.instantiate(
+            _agent_loop_registry[AGENT_NAME],
+            trainer_config=DictConfigWrap(config),
+            server_manager=None,
+            tokenizer=tok,
+            processor=None,
+            dataset_cls=None,
+            data_config=DictConfigWrap(config.data),
+            tools=ToolListWrap([]),
+        )
         assert loop.episodes_path == str(data_dir / "episodes.jsonl")
 
 
@@ -175,7 +201,14 @@ def test_the_launch_yamls_run_command_works_as_written(tmp_path, data_dir):
     cfg = VerlRunConfig(model_path=str(tmp_path / "model"), data_dir=str(data_dir), output_dir=str(tmp_path / "out"))
     header = write_launch(cfg).read_text().splitlines()[1]
     assert header.startswith("# Run: ")
-    done = subprocess.run(header.removeprefix("# Run: ") + " --cfg job", shell=True, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        header.removeprefix("# Run: ") + " --cfg job",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "compute_score" in done.stdout and str(data_dir) in done.stdout
 

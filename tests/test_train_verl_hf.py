@@ -48,8 +48,13 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def config(data_dir):
-    cfg = VerlRunConfig(model_path=str(data_dir / "model"), data_dir=str(data_dir), embedder="hash:64", rollout_engine="hf",
-                        max_response_length=RESPONSE)
+    cfg = VerlRunConfig(
+        model_path=str(data_dir / "model"),
+        data_dir=str(data_dir),
+        embedder="hash:64",
+        rollout_engine="hf",
+        max_response_length=RESPONSE,
+    )
     return compose(cfg)
 
 
@@ -63,9 +68,15 @@ def _greedy(path, prompt, n=RESPONSE):
 
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), max_new_tokens=n,
-                             do_sample=False, pad_token_id=model.config.pad_token_id, eos_token_id=model.config.eos_token_id)
-    row = out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=n,
+            do_sample=False,
+            pad_token_id=model.config.pad_token_id,
+            eos_token_id=model.config.eos_token_id,
+        )
+    row = out[0, len(prompt) :].tolist()
     eos = model.config.eos_token_id
     return row[: row.index(eos) + 1] if eos in row else row
 
@@ -74,7 +85,11 @@ def _prompts(data_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(data_dir / "model")
-    texts = ["The user works night shifts at the harbour.", "I keep a diary", "Tell me about the ferry schedule and the tides, please."]
+    texts = [
+        "The user works night shifts at the harbour.",
+        "I keep a diary",
+        "Tell me about the ferry schedule and the tides, please.",
+    ]
     return [tok(t)["input_ids"] for t in texts]
 
 
@@ -115,7 +130,9 @@ def test_server_batches_concurrent_requests_like_single_greedy_runs(config, data
     greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
     async def ask():
-        return await asyncio.gather(*[server.generate(prompt_ids=p, sampling_params=greedy, request_id=str(i)) for i, p in enumerate(prompts)])
+        return await asyncio.gather(
+            *[server.generate(prompt_ids=p, sampling_params=greedy, request_id=str(i)) for i, p in enumerate(prompts)]
+        )
 
     outs = asyncio.run(ask())
     assert batches == [len(prompts)]  # one generate call for the three concurrent requests
@@ -148,7 +165,9 @@ def test_log_probs_follow_verls_logprobs_mode(config, data_dir):
     prompt = _prompts(data_dir)[0]
     hot = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     out = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=hot))
-    assert out.log_probs == pytest.approx(_logprobs(data_dir / "model", prompt, out.token_ids, temperature=2.0), abs=1e-4)
+    assert out.log_probs == pytest.approx(
+        _logprobs(data_dir / "model", prompt, out.token_ids, temperature=2.0), abs=1e-4
+    )
     server.raw_logprobs = True
     out = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=hot))
     assert out.log_probs == pytest.approx(_logprobs(data_dir / "model", prompt, out.token_ids), abs=1e-4)
@@ -177,7 +196,9 @@ def test_eos_ends_a_response_and_failures_reach_every_waiting_request(config, da
     server._generate_batch = flaky
 
     async def ask():
-        return await asyncio.gather(*[server.generate(prompt_ids=p, sampling_params=greedy) for p in prompts], return_exceptions=True)
+        return await asyncio.gather(
+            *[server.generate(prompt_ids=p, sampling_params=greedy) for p in prompts], return_exceptions=True
+        )
 
     failed = asyncio.run(ask())
     assert calls == [3] and all(isinstance(f, RuntimeError) and "simulated" in str(f) for f in failed)
@@ -205,7 +226,9 @@ def test_requests_of_other_lengths_are_batched_apart(config, data_dir):
     server.max_batch = 2  # max_num_seqs: a larger queue is answered in several batches
 
     async def many():
-        return await asyncio.gather(*[server.generate(prompt_ids=prompt, sampling_params={"temperature": 1.0}) for _ in range(5)])
+        return await asyncio.gather(
+            *[server.generate(prompt_ids=prompt, sampling_params={"temperature": 1.0}) for _ in range(5)]
+        )
 
     assert len(asyncio.run(many())) == 5 and sizes == [(2, RESPONSE), (2, RESPONSE), (1, RESPONSE)]
 
@@ -281,7 +304,12 @@ def test_server_loads_the_trainers_weights_and_rejects_foreign_ones(config, data
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"VERL_USE_EXTERNAL_MODULES": HF_MODULE}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"VERL_USE_EXTERNAL_MODULES": HF_MODULE}},
+    )
     yield ray
     ray.shutdown()
 
@@ -302,7 +330,9 @@ def test_replica_adapter_client_and_agent_loop_through_ray(ray_cluster, config, 
     ray = ray_cluster
     rollout = config.actor_rollout_ref.rollout
     worker = ray.remote(type("Worker", (), {})).options(num_cpus=0).remote()
-    replica = get_rollout_replica_class("hf")(replica_rank=0, config=rollout, model_config=_model_config(data_dir / "model"), gpus_per_node=1)
+    replica = get_rollout_replica_class("hf")(
+        replica_rank=0, config=rollout, model_config=_model_config(data_dir / "model"), gpus_per_node=1
+    )
     asyncio.run(replica.init_hybrid(SimpleNamespace(workers=[worker])))
     prompt = _prompts(data_dir)[1]
 
@@ -320,12 +350,27 @@ def test_replica_adapter_client_and_agent_loop_through_ray(ray_cluster, config, 
         tok = AutoTokenizer.from_pretrained(data_dir / "model")
         (entry,) = OmegaConf.load(data_dir / "agent_loop.yaml")
         loop = hydra.utils.instantiate(
-            entry, trainer_config=DictConfigWrap(config), server_manager=client, tokenizer=tok, processor=None,
-            dataset_cls=None, data_config=DictConfigWrap(config.data), tools=ToolListWrap([]), _convert_="none",
+            entry,
+            trainer_config=DictConfigWrap(config),
+            server_manager=client,
+            tokenizer=tok,
+            processor=None,
+            dataset_cls=None,
+            data_config=DictConfigWrap(config.data),
+            tools=ToolListWrap([]),
+            _convert_="none",
         )
         episode = next(iter(load_episodes(data_dir / "episodes.jsonl").values()))
-        played = await asyncio.gather(*[loop.run({"temperature": 1.0, "logprobs": True}, extra_info={"episode_id": episode.id, "turn": t}, raw_prompt=[])
-                                        for t in range(len(episode.chunks))])
+        played = await asyncio.gather(
+            *[
+                loop.run(
+                    {"temperature": 1.0, "logprobs": True},
+                    extra_info={"episode_id": episode.id, "turn": t},
+                    raw_prompt=[],
+                )
+                for t in range(len(episode.chunks))
+            ]
+        )
         return out, played, await replica.server_handle.stats.remote()
 
     out, played, stats = asyncio.run(sync_and_ask())
@@ -335,7 +380,9 @@ def test_replica_adapter_client_and_agent_loop_through_ray(ray_cluster, config, 
     model = AutoModelForCausalLM.from_pretrained(data_dir / "other").eval()
     with torch.no_grad():  # the server answers with the pushed weights, not the ones it loaded
         logits = model(torch.tensor([prompt + out.token_ids])).logits[0].log_softmax(-1)
-    assert out.log_probs == pytest.approx([float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(out.token_ids)], abs=1e-4)
+    assert out.log_probs == pytest.approx(
+        [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(out.token_ids)], abs=1e-4
+    )
     for turn in played:
         assert 0 < len(turn.response_ids) <= RESPONSE and len(turn.response_logprobs) == len(turn.response_ids)
         assert turn.reward_score is not None

@@ -32,8 +32,17 @@ def memory(store) -> list[tuple]:
 
 def written(store, sessions: int = 32) -> list[tuple]:
     model = FakeChatModel(responses=[editing_writer], cycle=True)
-    report = write_history(synthetic_history(sessions), Persona(id="p", name="Pat"), model=model, store=store, settings=SETTINGS, progress=False)
-    assert not report.failed_chunks and any(op["op"] == "DELETE" for r in report.chunks for op in r.get("applied") or [])
+    report = write_history(
+        synthetic_history(sessions),
+        Persona(id="p", name="Pat"),
+        model=model,
+        store=store,
+        settings=SETTINGS,
+        progress=False,
+    )
+    assert not report.failed_chunks and any(
+        op["op"] == "DELETE" for r in report.chunks for op in r.get("applied") or []
+    )
     assert any(op["op"] == "UPDATE" for r in report.chunks for op in r.get("applied") or [])
     return memory(store)
 

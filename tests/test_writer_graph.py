@@ -26,7 +26,11 @@ def _sessions(n_sessions: int, turns: int = 2) -> list[Session]:
                 id=f"s{s}",
                 time=f"2024-01-{s + 1:02d}",
                 turns=[
-                    Turn(id=f"s{s}t{i}", role="user" if i % 2 == 0 else "assistant", text=f"topic{s} detail{s}x{i} happened today")
+                    Turn(
+                        id=f"s{s}t{i}",
+                        role="user" if i % 2 == 0 else "assistant",
+                        text=f"topic{s} detail{s}x{i} happened today",
+                    )
                     for i in range(turns)
                 ],
             )
@@ -55,7 +59,15 @@ def store(request, tmp_path):
 
 
 def _run(tmp_settings, model, store, sessions, **kw):
-    return write_history(sessions, PERSONA, settings=tmp_settings.replace(chunk_tokens=kw.pop("chunk_tokens", 40)), model=model, store=store, progress=False, **kw)
+    return write_history(
+        sessions,
+        PERSONA,
+        settings=tmp_settings.replace(chunk_tokens=kw.pop("chunk_tokens", 40)),
+        model=model,
+        store=store,
+        progress=False,
+        **kw,
+    )
 
 
 def test_write_adds_grounded_facts_and_insights(tmp_settings, store):
@@ -77,10 +89,14 @@ def _update_then_delete(messages, tool=None):
     prompt = str(messages[-1].content)
     turn = _chunk_of(messages)
     if not re.search(r"^F1\b", prompt, re.M):
-        return {"facts": [{"op": "ADD", "id": "N1", "text": "works night shifts at a warehouse", "turn_ids": [turn]}],
-                "insights": [{"op": "ADD", "id": "M1", "text": "exhaustion, not laziness", "fact_ids": ["N1"]}]}
+        return {
+            "facts": [{"op": "ADD", "id": "N1", "text": "works night shifts at a warehouse", "turn_ids": [turn]}],
+            "insights": [{"op": "ADD", "id": "M1", "text": "exhaustion, not laziness", "fact_ids": ["N1"]}],
+        }
     if "day shifts" not in prompt:
-        return {"facts": [{"op": "UPDATE", "id": "F1", "text": "moved to day shifts at the warehouse", "turn_ids": [turn]}]}
+        return {
+            "facts": [{"op": "UPDATE", "id": "F1", "text": "moved to day shifts at the warehouse", "turn_ids": [turn]}]
+        }
     return {"insights": [{"op": "DELETE", "id": "I1"}]}
 
 
@@ -117,7 +133,9 @@ def test_malformed_answer_is_repaired(tmp_settings, store):
 
 
 def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
-    broken = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
+    broken = FakeChatModel(
+        responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True
+    )
     settings = tmp_settings.replace(chunk_tokens=40, max_retries=1)
     sessions = _sessions(3)
     report = write_history(sessions, PERSONA, settings=settings, model=broken, store=store, progress=False)
@@ -128,7 +146,9 @@ def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
     assert store.count(NS, kind="fact") == 2
 
     fixed = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    again = write_history(sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False)  # the same call again
+    again = write_history(
+        sessions, PERSONA, settings=settings, model=fixed, store=store, progress=False
+    )  # the same call again
     assert len(fixed.calls) == 1  # only the failed chunk was redone
     assert [r["status"] for r in again.chunks] == ["skipped", "applied", "skipped"] and again.failed_chunks == []
     assert store.count(NS, kind="fact") == 3
@@ -137,7 +157,9 @@ def test_failed_chunk_is_reported_then_retried(tmp_settings, store):
 def test_the_graph_run_again_on_its_input_redoes_only_failed_chunks(tmp_settings, store):
     graph = builder.compile()
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(3)]}
-    flaky = FakeChatModel(responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True)
+    flaky = FakeChatModel(
+        responses=[lambda m: "never json" if "s1t0" in str(m[1].content) else _one_fact_each(m)], cycle=True
+    )
     settings = tmp_settings.replace(chunk_tokens=40, max_retries=0)
     out = graph.invoke(inputs, context=context_of(settings, models={"writer": flaky}, store=store))
     (failed,) = out["failed_chunks"]
@@ -227,7 +249,9 @@ def test_namespaces_are_isolated(tmp_settings, store):
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
     other = Persona(id="coach", name="Coach Kim")
     _run(tmp_settings, model, store, _sessions(2))
-    report = write_history(_sessions(2), other, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False)
+    report = write_history(
+        _sessions(2), other, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False
+    )
     assert [r["status"] for r in report.chunks] == ["applied", "applied"]  # same turn ids, own ledger
     assert store.count(NS) == 4 and store.count(("coach", "user")) == 4
     assert {i.namespace for i in store.list(("coach", "user"))} == {("coach", "user")}
@@ -239,8 +263,18 @@ def test_prompt_tokens_stay_flat_as_memory_grows(tmp_settings, store):
         turn = _chunk_of(messages)
         return {
             "facts": [
-                {"op": "ADD", "id": "N1", "text": f"fact one about {turn} with several words a{turn}", "turn_ids": [turn]},
-                {"op": "ADD", "id": "N2", "text": f"fact two about {turn} with other words b{turn}", "turn_ids": [turn]},
+                {
+                    "op": "ADD",
+                    "id": "N1",
+                    "text": f"fact one about {turn} with several words a{turn}",
+                    "turn_ids": [turn],
+                },
+                {
+                    "op": "ADD",
+                    "id": "N2",
+                    "text": f"fact two about {turn} with other words b{turn}",
+                    "turn_ids": [turn],
+                },
             ],
             "insights": [{"op": "ADD", "id": "M1", "text": f"insight on {turn} c{turn}", "fact_ids": ["N1", "N2"]}],
         }
@@ -270,7 +304,9 @@ def test_graph_runs_with_a_context_carrying_model_and_store(tmp_settings, store)
 
 async def test_async_write_history(tmp_settings, store):
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
-    report = await awrite_history(_sessions(2), PERSONA, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False)
+    report = await awrite_history(
+        _sessions(2), PERSONA, settings=tmp_settings.replace(chunk_tokens=40), model=model, store=store, progress=False
+    )
     assert [r["status"] for r in report.chunks] == ["applied", "applied"]
     assert store.count(NS, kind="insight") == 2
 
@@ -280,11 +316,16 @@ def test_exported_graph_with_a_settings_dict_context(tmp_settings):
     from dualmem.graphs.write import graph
     from dualmem.stores import LanceDBStore
 
-    context = {"chat_model": "fake:memory", "options": {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chunk_tokens": 40}}
+    context = {
+        "chat_model": "fake:memory",
+        "options": {"store_uri": tmp_settings.store_uri, "embedder": "hash:64", "chunk_tokens": 40},
+    }
     inputs = {"persona": PERSONA.model_dump(mode="json"), "sessions": [s.model_dump(mode="json") for s in _sessions(2)]}
     with pytest.raises(ConfigurationError, match="no memory store"):  # the graph never opens a store of its own
         graph.invoke(inputs, context=context)
-    served = builder.compile(store=LanceDBStore(tmp_settings.store_uri, index={"dims": 64, "embed": HashEmbeddings(64)}))
+    served = builder.compile(
+        store=LanceDBStore(tmp_settings.store_uri, index={"dims": 64, "embed": HashEmbeddings(64)})
+    )
     out = served.invoke(inputs, context=context)  # as `langgraph dev` runs it: the server's store is runtime.store
     assert [r["status"] for r in out["report"]] == ["applied", "applied"]
     store = LanceDualStore(tmp_settings.store_uri, HashEmbeddings(64))

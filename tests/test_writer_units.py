@@ -36,7 +36,10 @@ def test_chunks_cut_at_turn_boundaries_within_the_budget():
     # a chunk is full: the next turn of the same session would not have fitted
     first, second = chunks[0], chunks[1]
     assert second["session_id"] == first["session_id"]
-    assert first["tokens"] + count_tokens(f"[{second['turn_ids'][0]}] User: " + " ".join(f"w0x{j}" for j in range(20))) > 100
+    assert (
+        first["tokens"] + count_tokens(f"[{second['turn_ids'][0]}] User: " + " ".join(f"w0x{j}" for j in range(20)))
+        > 100
+    )
 
 
 def test_an_overlong_turn_is_a_chunk_of_its_own():
@@ -70,11 +73,22 @@ def test_render_writer_messages_is_pure_and_carries_persona_view_chunk():
 
 
 def _chunk(turn_ids=("t1", "t2")):
-    return {"id": "c-1", "index": 0, "session_id": "s1", "time": "2024-01-01", "turn_ids": list(turn_ids), "user_turn_ids": ["t1"], "text": "", "tokens": 0}
+    return {
+        "id": "c-1",
+        "index": 0,
+        "session_id": "s1",
+        "time": "2024-01-01",
+        "turn_ids": list(turn_ids),
+        "user_turn_ids": ["t1"],
+        "text": "",
+        "tokens": 0,
+    }
 
 
 def _view():
-    f1 = Fact(id="f-old", namespace=NS, text="has a sister named Ana", source=SourceRef(session_id="s0", turn_ids=["t0"]))
+    f1 = Fact(
+        id="f-old", namespace=NS, text="has a sister named Ana", source=SourceRef(session_id="s0", turn_ids=["t0"])
+    )
     f2 = Fact(id="f-two", namespace=NS, text="runs every morning before work")
     i1 = Insight(id="i-old", namespace=NS, text="family is her anchor", grounding=["f-old"])
     return build_view([f1, f2], [i1])
@@ -129,7 +143,11 @@ def test_update_rewrites_in_place_and_keeps_the_old_version():
 def test_delete_supersedes_and_unknown_ids_are_rejected():
     update = MemoryUpdate(
         # "I1" as a fact id fails the schema's id pattern; model_construct stands for an answer that slipped past it
-        facts=[FactOp(op="DELETE", id="F2"), FactOp(op="UPDATE", id="F9", text="x"), FactOp.model_construct(op="DELETE", id="I1", text="", turn_ids=[])],
+        facts=[
+            FactOp(op="DELETE", id="F2"),
+            FactOp(op="UPDATE", id="F9", text="x"),
+            FactOp.model_construct(op="DELETE", id="I1", text="", turn_ids=[]),
+        ],
         insights=[InsightOp(op="ADD", id="M1", text="her routine is crumbling", fact_ids=["F2"])],
     )
     plan = _plan(update)

@@ -91,7 +91,13 @@ class EmbeddingCache:
         return list(dict.fromkeys(t for t in texts if text_key(t) not in self._index))
 
     def embed(
-        self, texts: Sequence[str], *, batch_size: int = 64, save_every: int = 20, progress: str | None = None, query: bool = False
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 64,
+        save_every: int = 20,
+        progress: str | None = None,
+        query: bool = False,
     ) -> np.ndarray:
         """Return one normalised row per text, embedding only the texts not cached yet.
 
@@ -103,7 +109,9 @@ class EmbeddingCache:
                 keys = [QUERY_MARK + t for t in texts]
                 todo = self.missing(keys)
                 if todo:
-                    vectors = np.asarray([self.embeddings.embed_query(t[len(QUERY_MARK):]) for t in todo], dtype=np.float32)
+                    vectors = np.asarray(
+                        [self.embeddings.embed_query(t[len(QUERY_MARK) :]) for t in todo], dtype=np.float32
+                    )
                     self._add(todo, vectors)
                     self.misses += len(todo)
                     self._unsaved += len(todo)

@@ -47,8 +47,13 @@ def injected_writer(ctx: Context) -> Any:
 
 
 def exchange_handover(
-    ctx: Context, runtime: Any, namespace: tuple[str, ...], persona: Persona, exchange: tuple[str, str],
-    earlier: Sequence[str] = (), message_ids: tuple[str | None, str | None] = (None, None),
+    ctx: Context,
+    runtime: Any,
+    namespace: tuple[str, ...],
+    persona: Persona,
+    exchange: tuple[str, str],
+    earlier: Sequence[str] = (),
+    message_ids: tuple[str | None, str | None] = (None, None),
 ) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
     """Return the exchange (query, reply) as pending turns of the run's thread, the formation request and the guard's flags.
 
@@ -58,9 +63,18 @@ def exchange_handover(
     query, reply_text = exchange
     earlier = list(earlier)[-EARLIER_MESSAGES:]
     user = new_turn(turn_id(thread, message_ids[0], "user", query), "user", query, earlier=earlier)
-    reply = new_turn(turn_id(thread, message_ids[1], "assistant", reply_text), "assistant", reply_text, speaker=persona.name, seq=1)
+    reply = new_turn(
+        turn_id(thread, message_ids[1], "assistant", reply_text), "assistant", reply_text, speaker=persona.name, seq=1
+    )
     store = graph_store(getattr(runtime, "store", None) or ctx.dual(getattr(runtime, "store", None)))
-    request = FormationRequest(persona.model_dump(mode="json"), tuple(namespace), thread, ctx.settings, store=store, writer_model=injected_writer(ctx))
+    request = FormationRequest(
+        persona.model_dump(mode="json"),
+        tuple(namespace),
+        thread,
+        ctx.settings,
+        store=store,
+        writer_model=injected_writer(ctx),
+    )
     context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
     flags = list(flag_turns([Turn(id=user["id"], role="user", text=user["text"])], context=context).values())
     return request, [user, reply], flags
@@ -68,4 +82,9 @@ def exchange_handover(
 
 def pending_state(request: FormationRequest, snap: Snapshot, flags: list[TurnFlag]) -> dict[str, Any]:
     """Return what the respond graph reports of a hand-over: the thread's pending turns and the guard's flags."""
-    return {"thread": request.thread, "turns": len(snap.turns), "tokens": snap.unsealed_tokens, "flagged": [dict(f) for f in flags]}
+    return {
+        "thread": request.thread,
+        "turns": len(snap.turns),
+        "tokens": snap.unsealed_tokens,
+        "flagged": [dict(f) for f in flags],
+    }

@@ -54,7 +54,10 @@ class FormationExecutor:
         self._stopping = False
         self._flushes: list[list[Formed]] = []  # one collector per flush() in progress
         self._threads = [threading.Thread(target=self._plan_loop, name="dualmem-formation-plans", daemon=True)]
-        self._threads += [threading.Thread(target=self._work_loop, name=f"dualmem-formation-{i}", daemon=True) for i in range(max(1, workers))]
+        self._threads += [
+            threading.Thread(target=self._work_loop, name=f"dualmem-formation-{i}", daemon=True)
+            for i in range(max(1, workers))
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -90,7 +93,11 @@ class FormationExecutor:
             threads = len(self._plans) + len(self._running) + len(self._ready)
             self._cv.notify_all()
         if show and threads:
-            print(f"dualmem: writing the pending chat turns of {threads} thread(s) into memory…", file=sys.stderr, flush=True)
+            print(
+                f"dualmem: writing the pending chat turns of {threads} thread(s) into memory…",
+                file=sys.stderr,
+                flush=True,
+            )
         said = 0
 
         def report() -> None:
@@ -175,7 +182,11 @@ class FormationExecutor:
                     if not plan.flush and plan.quiet_at is not None and plan.quiet_at > now:
                         self._plans[key] = _Plan(plan.request, quiet_at=plan.quiet_at)
                     self._cv.notify_all()
-                waits = [p.quiet_at - now for k, p in self._plans.items() if p.quiet_at is not None and k not in self._running]
+                waits = [
+                    p.quiet_at - now
+                    for k, p in self._plans.items()
+                    if p.quiet_at is not None and k not in self._running
+                ]
                 self._cv.wait(max(0.0, min(waits)) if waits else None)
 
     def _work_loop(self) -> None:
@@ -209,7 +220,12 @@ class FormationExecutor:
         try:
             return run_formation(request, flush=plan.flush)
         except Exception as exc:  # noqa: BLE001 - the turns stay pending; the next message or recover() retries
-            log.warning("memory formation of thread %s %s failed (its turns stay pending): %s", request.thread, request.namespace, exc)
+            log.warning(
+                "memory formation of thread %s %s failed (its turns stay pending): %s",
+                request.thread,
+                request.namespace,
+                exc,
+            )
             return Formed(request.namespace, request.thread, error=f"{type(exc).__name__}: {exc}")
 
 

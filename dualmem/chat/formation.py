@@ -88,7 +88,9 @@ async def ahand_over(request: FormationRequest, turns: Sequence[PendingTurn], fo
 
 def _store(request: FormationRequest) -> BaseStore:
     if request.store is None:
-        raise ConfigurationError("chat memory needs the store: compile the agent or graph with store=LanceDBStore.from_settings()")
+        raise ConfigurationError(
+            "chat memory needs the store: compile the agent or graph with store=LanceDBStore.from_settings()"
+        )
     return request.store
 
 
@@ -97,7 +99,11 @@ def _store(request: FormationRequest) -> BaseStore:
 
 def formation_input(request: FormationRequest, *, flush: bool = False) -> dict[str, Any]:
     """Return the write graph's input that forms the thread's pending turns."""
-    return {"persona": request.persona, "namespace": list(request.namespace), "pending": {"thread": request.thread, "flush": flush}}
+    return {
+        "persona": request.persona,
+        "namespace": list(request.namespace),
+        "pending": {"thread": request.thread, "flush": flush},
+    }
 
 
 def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
@@ -106,7 +112,9 @@ def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
     from dualmem.writer.sealing import form_pending
 
     store = _store(request)
-    model = None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
+    model = (
+        None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
+    )
     context = context_of(request.settings, models={"writer": model} if model is not None else None, store=store)
     rows, formed = form_pending(context, store, request.namespace, request.thread, flush=flush, persona=request.persona)
     return Formed(

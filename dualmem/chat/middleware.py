@@ -82,9 +82,13 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         formation: Formation | None = None,
         remember: bool = True,
     ) -> None:
-        self.persona = None if persona is None else (persona if isinstance(persona, Persona) else Persona.model_validate(persona))
+        self.persona = (
+            None if persona is None else (persona if isinstance(persona, Persona) else Persona.model_validate(persona))
+        )
         self.settings = Settings.resolve(settings)
-        self.writer_model = writer_model  # a model object or spec for the writer in this process; None = settings.writer
+        self.writer_model = (
+            writer_model  # a model object or spec for the writer in this process; None = settings.writer
+        )
         self.formation = formation  # None = by settings.formation (the server's write runs, or this process's executor)
         self.remember = remember
         self.tools = []
@@ -95,22 +99,32 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         """Resolve the run's persona, namespace, thread and store."""
         found = self.persona or lookup(runtime.context, "persona") or run_configurable().get("persona")
         if found is None:
-            raise ConfigurationError("DualMemMiddleware needs a persona: DualMemMiddleware(persona=...), or `persona` in the run's context")
+            raise ConfigurationError(
+                "DualMemMiddleware needs a persona: DualMemMiddleware(persona=...), or `persona` in the run's context"
+            )
         persona = found if isinstance(found, Persona) else Persona.model_validate(found)
         if runtime.store is None:
-            raise ConfigurationError("DualMemMiddleware needs the agent's store: create_agent(..., store=LanceDBStore.from_settings())")
+            raise ConfigurationError(
+                "DualMemMiddleware needs the agent's store: create_agent(..., store=LanceDBStore.from_settings())"
+            )
         return ChatTurn(persona, chat_namespace(runtime, persona, self.settings), chat_thread(runtime), runtime.store)
 
-    def _recall(self, turn: ChatTurn, messages: Sequence[AnyMessage], current: str | None = None) -> dict[str, Any] | None:
+    def _recall(
+        self, turn: ChatTurn, messages: Sequence[AnyMessage], current: str | None = None
+    ) -> dict[str, Any] | None:
         if not messages or not isinstance(messages[-1], HumanMessage):  # a resumed turn: keep its memory, or show none
             return None if current else {"dualmem_prompt": memory_prompt(turn.persona, "")}
-        window = messages[-self.settings.ranker_context_turns - 1 : -1]  # the turns the ranker reads as the query's context
+        window = messages[
+            -self.settings.ranker_context_turns - 1 : -1
+        ]  # the turns the ranker reads as the query's context
         recent = [m for m in window if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
         db = context_of(self.settings).dual(turn.store)
         text = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings, turn.persona)
         return {"dualmem_prompt": memory_prompt(turn.persona, text)}
 
-    def _handover(self, turn: ChatTurn, messages: Sequence[AnyMessage]) -> tuple[FormationRequest, list[PendingTurn]] | None:
+    def _handover(
+        self, turn: ChatTurn, messages: Sequence[AnyMessage]
+    ) -> tuple[FormationRequest, list[PendingTurn]] | None:
         said, earlier = exchange(messages)
         if not self.remember or not said:
             return None
@@ -119,10 +133,19 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
             role = "user" if isinstance(m, HumanMessage) else "assistant"
             text = message_text(m)
             speaker = turn.persona.name if role == "assistant" else ""
-            turns.append(new_turn(turn_id(turn.thread, m.id, role, text), role, text, speaker=speaker, earlier=earlier, seq=seq))
+            turns.append(
+                new_turn(turn_id(turn.thread, m.id, role, text), role, text, speaker=speaker, earlier=earlier, seq=seq)
+            )
             if role == "user":
                 earlier = [*earlier, text]
-        request = FormationRequest(turn.persona.model_dump(mode="json"), turn.namespace, turn.thread, self.settings, store=turn.store, writer_model=self.writer_model)
+        request = FormationRequest(
+            turn.persona.model_dump(mode="json"),
+            turn.namespace,
+            turn.thread,
+            self.settings,
+            store=turn.store,
+            writer_model=self.writer_model,
+        )
         return request, turns
 
     @staticmethod
@@ -141,9 +164,13 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
 
     async def abefore_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Async :meth:`before_agent` (retrieval runs in a worker thread)."""
-        return await asyncio.to_thread(self._recall, self.chat_turn(runtime), state["messages"], state.get("dualmem_prompt"))
+        return await asyncio.to_thread(
+            self._recall, self.chat_turn(runtime), state["messages"], state.get("dualmem_prompt")
+        )
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResponse[Any]:
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
         """Call the model with the persona's system prompt and recalled memory."""
         return handler(self._with_memory(request))
 

@@ -21,13 +21,25 @@ from dualmem.stores.contract import DualStore
 
 
 def recall_for_chat(
-    store: DualStore, namespace: tuple[str, ...], query: str, recent: Sequence[Any], settings: Settings, persona: Persona | None = None
+    store: DualStore,
+    namespace: tuple[str, ...],
+    query: str,
+    recent: Sequence[Any],
+    settings: Settings,
+    persona: Persona | None = None,
 ) -> str:
     """Return the memory block (facts and insights with their grounding) of ``namespace`` for the user's latest message.
 
     ``recent``: the turns before it (LangChain messages, role/content dicts or strings), read by the ranker as context.
     """
-    fctx = FrameworkContext(namespace=(namespace[0], namespace[1]), settings=settings, persona=persona, embeddings=store.embeddings, store_uri=store.uri, store=store)
+    fctx = FrameworkContext(
+        namespace=(namespace[0], namespace[1]),
+        settings=settings,
+        persona=persona,
+        embeddings=store.embeddings,
+        store_uri=store.uri,
+        store=store,
+    )
     memory = DualMemFramework(fctx)
     return memory.memory_text(memory.retrieve(query, settings.retrieval_k, context=list(recent)))
 

@@ -51,7 +51,9 @@ def _context(request: FormationRequest) -> dict[str, Any]:
 class ServerFormation:
     """Form chat memory with scheduled ``write`` runs on a LangGraph server (in process when ``url`` is None)."""
 
-    def __init__(self, url: str | None = None, graph: str = WRITE_GRAPH, client: Any = None, sync_client: Any = None) -> None:
+    def __init__(
+        self, url: str | None = None, graph: str = WRITE_GRAPH, client: Any = None, sync_client: Any = None
+    ) -> None:
         self.url, self.graph = url, graph
         self._client, self._sync_client = client, sync_client
 

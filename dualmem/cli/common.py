@@ -23,16 +23,22 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-generate_app = typer.Typer(help="Generate benchmark data (RoleMemo-style weaving, RealMem-style simulation).", no_args_is_help=True)
+generate_app = typer.Typer(
+    help="Generate benchmark data (RoleMemo-style weaving, RealMem-style simulation).", no_args_is_help=True
+)
 app.add_typer(generate_app, name="generate")
 console = Console()
 err_console = Console(stderr=True)
 
 DATASETS = ("auto", "rolememo", "realmem", "locomo")
-ModelOpt = typer.Option(None, "--model", "-m", help="chat model as provider:model (default: settings.chat_model, local:smollm2)")
+ModelOpt = typer.Option(
+    None, "--model", "-m", help="chat model as provider:model (default: settings.chat_model, local:smollm2)"
+)
 StoreOpt = typer.Option(None, "--store", help="LanceDB directory or URI (default: settings.store_uri)")
 PersonaOpt = typer.Option(..., "--persona", "-p", help="persona id (as ingested) or a persona .json file")
-UserOpt = typer.Option(None, "--user", "-u", help="whose memory: the user id (default: the persona's only user with memory)")
+UserOpt = typer.Option(
+    None, "--user", "-u", help="whose memory: the user id (default: the persona's only user with memory)"
+)
 
 EXIT_FAILED = 1  # the run finished, but some chunks, sessions or queries failed (they are listed)
 EXIT_MISCONFIGURED = 2  # a setting, a path or a data file is wrong: nothing was done
@@ -63,7 +69,9 @@ def _settings(model: str | None = None, store: str | None = None, **extra: Any) 
     return Settings.resolve(None, chat_model=model, store_uri=store, **extra)
 
 
-def _preflight(settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False, reads: bool = False) -> None:
+def _preflight(
+    settings: Settings, roles: tuple[str, ...] = (), *, checkpoints: bool = False, reads: bool = False
+) -> None:
     """Check the store, the embedder's spec and each model before any work: nothing slow is loaded, remote models get
     one cheap call. ``reads``: the command only reads memory, so a missing store is an error and nothing is created."""
     from dualmem.preflight import check_embedder, check_file_path, check_models, check_store_uri
@@ -84,8 +92,10 @@ def existing_store(settings: Settings) -> list[tuple[str, ...]]:
 
     found = stored_namespaces(settings.store_uri, settings.store_options)
     if found is None:
-        raise ConfigurationError(f"no memory at {settings.store_uri}: write some first (dualmem ingest FILE), or point --store "
-                                 "(DUALMEM_STORE_URI) at the folder `dualmem ingest` wrote")
+        raise ConfigurationError(
+            f"no memory at {settings.store_uri}: write some first (dualmem ingest FILE), or point --store "
+            "(DUALMEM_STORE_URI) at the folder `dualmem ingest` wrote"
+        )
     return found
 
 
@@ -100,7 +110,11 @@ def memory_user(settings: Settings, persona_id: str, user: str | None) -> str:
     users = sorted({ns[1] for ns in existing_store(settings) if len(ns) == 2 and ns[0] == persona_id})
     chosen = choose_user(users, persona_id, user, settings.user_id)
     if chosen not in users:
-        others = f"users with memory: {', '.join(users)} (pass --user)" if users else "no user has memory of it yet (dualmem ingest)"
+        others = (
+            f"users with memory: {', '.join(users)} (pass --user)"
+            if users
+            else "no user has memory of it yet (dualmem ingest)"
+        )
         err_console.print(f"[yellow]note:[/] no memory of persona {escape(persona_id)} for user {escape(chosen)}; {escape(others)}",
                           highlight=False, soft_wrap=True)  # fmt: skip
     return chosen
@@ -131,14 +145,18 @@ def _print_memory(reply: Any) -> None:
     for col in ("score", "fact", "session", "turns"):
         facts.add_column(col)
     for hit in reply.facts:
-        facts.add_row(f"{hit.score:.3f}", hit.item.text, hit.item.source.session_id or "", ",".join(hit.item.source.turn_ids))
+        facts.add_row(
+            f"{hit.score:.3f}", hit.item.text, hit.item.source.session_id or "", ",".join(hit.item.source.turn_ids)
+        )
     console.print(facts)
     insights = Table(title="retrieved insights (with the facts they cite)")
     for col in ("score", "insight", "grounding"):
         insights.add_column(col)
     for hit in reply.insights:
         cited = reply.grounding.get(hit.item.id, [])
-        insights.add_row(f"{hit.score:.3f}", hit.item.text, "\n".join(f"- {f.text}" for f in cited) or "(cited facts missing)")
+        insights.add_row(
+            f"{hit.score:.3f}", hit.item.text, "\n".join(f"- {f.text}" for f in cited) or "(cited facts missing)"
+        )
     console.print(insights)
 
 
@@ -152,12 +170,19 @@ def _print_report(report: Any, persona_id: str) -> None:
         soft_wrap=True,
     )
     for chunk in failed:
-        console.print(f"  [yellow]failed[/] chunk {chunk['index']} ({chunk['chunk_id']}): {escape(str(chunk.get('error')))}", highlight=False, soft_wrap=True)
+        console.print(
+            f"  [yellow]failed[/] chunk {chunk['index']} ({chunk['chunk_id']}): {escape(str(chunk.get('error')))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for flag in flagged[:20]:
-        console.print(f"  [magenta]flagged[/] {escape(flag['turn_id'])} ({flag['kind']}): {escape(flag['text'][:100])}", highlight=False, soft_wrap=True)
+        console.print(
+            f"  [magenta]flagged[/] {escape(flag['turn_id'])} ({flag['kind']}): {escape(flag['text'][:100])}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if len(flagged) > 20:
         console.print(f"  … and {len(flagged) - 20} more flagged turn(s)")
-
 
 
 def _set_options(pairs: list[str] | None) -> dict[str, Any]:
@@ -172,17 +197,23 @@ def _set_options(pairs: list[str] | None) -> dict[str, Any]:
         name, sep, raw = pair.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in kinds:
-            raise ConfigurationError(f"--set {pair!r}: use NAME=VALUE with a setting of the README table "
-                                     f"(e.g. --set retrieval_mode=merged); known: {', '.join(kinds)}")
+            raise ConfigurationError(
+                f"--set {pair!r}: use NAME=VALUE with a setting of the README table "
+                f"(e.g. --set retrieval_mode=merged); known: {', '.join(kinds)}"
+            )
         kind = kinds[name]
         try:
             out[name] = (raw.strip().lower() in {"1", "true", "yes", "on"}) if kind is bool else kind(raw)
         except ValueError:
-            raise ConfigurationError(f"--set {pair!r}: {raw!r} is not a valid {kind.__name__} ({ENV_PREFIX}{name.upper()})") from None
+            raise ConfigurationError(
+                f"--set {pair!r}: {raw!r} is not a valid {kind.__name__} ({ENV_PREFIX}{name.upper()})"
+            ) from None
     return out
 
 
-def _eval_settings(model: str | None, store: str | None, framework: str | None, judge: str | None, overrides: dict[str, Any]) -> Settings:
+def _eval_settings(
+    model: str | None, store: str | None, framework: str | None, judge: str | None, overrides: dict[str, Any]
+) -> Settings:
     """Return the run's settings: explicit flags over ``--set`` over environment over defaults."""
     explicit = {"chat_model": model, "store_uri": store, "framework": framework, "judge_model": judge}
     return Settings.resolve(None, **{**overrides, **{k: v for k, v in explicit.items() if v is not None}})

@@ -43,11 +43,21 @@ def forget(
     user: str | None = typer.Option(None, "--user", "-u", help="the user to forget"),
     all_users: bool = typer.Option(False, "--all-users", help="forget every user of the persona"),
     item: str | None = typer.Option(None, "--item", help="forget only this item (and its history) of --user"),
-    thread: list[str] | None = typer.Option(None, "--thread", help="a chat thread of the user to delete from the checkpointer (repeatable)"),
+    thread: list[str] | None = typer.Option(
+        None, "--thread", help="a chat thread of the user to delete from the checkpointer (repeatable)"
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation (scripts)"),
-    wait: float = typer.Option(0.0, "--wait", help="seconds to wait for a writer holding the namespace (default: refuse at once)"),
-    checkpoints: str | None = typer.Option(None, "--checkpoints", help="SQLite checkpointer file (default settings.checkpoint_path)"),
-    unverified: bool = typer.Option(False, "--unverified", help="also delete files no table version references (only when no other process uses the store)"),
+    wait: float = typer.Option(
+        0.0, "--wait", help="seconds to wait for a writer holding the namespace (default: refuse at once)"
+    ),
+    checkpoints: str | None = typer.Option(
+        None, "--checkpoints", help="SQLite checkpointer file (default settings.checkpoint_path)"
+    ),
+    unverified: bool = typer.Option(
+        False,
+        "--unverified",
+        help="also delete files no table version references (only when no other process uses the store)",
+    ),
     store: str | None = StoreOpt,
 ) -> None:
     """Forget a user's memory — facts, insights, history, ledger, pending chat turns, LangGraph store items, every
@@ -56,7 +66,9 @@ def forget(
     from dualmem.control.places import Target
 
     if all_users == (user is not None):
-        raise ConfigurationError("name the user with --user USER, or pass --all-users to forget every user of the persona")
+        raise ConfigurationError(
+            "name the user with --user USER, or pass --all-users to forget every user of the persona"
+        )
     if item is not None and user is None:
         raise ConfigurationError(f"--item {item!r} needs the user it belongs to: --user USER")
     settings = _settings(None, store, checkpoint_path=checkpoints)
@@ -94,10 +106,14 @@ def export(
 @friendly
 def import_(
     path: Path = typer.Argument(..., help="a file `dualmem export` wrote"),
-    persona: str | None = typer.Option(None, "--persona", "-p", help="import under this persona id (default: the export's)"),
+    persona: str | None = typer.Option(
+        None, "--persona", "-p", help="import under this persona id (default: the export's)"
+    ),
     user: str | None = typer.Option(None, "--user", "-u", help="import under this user id (default: the export's)"),
     merge: bool = typer.Option(False, "--merge", help="upsert over items the namespace already holds"),
-    reembed: bool = typer.Option(False, "--reembed", help="embed the texts with this store's embedder instead of using the export's vectors"),
+    reembed: bool = typer.Option(
+        False, "--reembed", help="embed the texts with this store's embedder instead of using the export's vectors"
+    ),
     store: str | None = StoreOpt,
 ) -> None:
     """Import an export into a store (a folder or object storage): retrieval then ranks as it did where it was exported."""
@@ -115,9 +131,15 @@ def import_(
 @app.command()
 @friendly
 def mcp(
-    persona: str | None = typer.Option(None, "--persona", "-p", help="scope every connection to this persona (else per connection or call)"),
-    user: str | None = typer.Option(None, "--user", "-u", help="scope every connection to this user (else per connection or call)"),
-    transport: str = typer.Option("stdio", "--transport", help="stdio, or http (streamable HTTP at http://HOST:PORT/mcp)"),
+    persona: str | None = typer.Option(
+        None, "--persona", "-p", help="scope every connection to this persona (else per connection or call)"
+    ),
+    user: str | None = typer.Option(
+        None, "--user", "-u", help="scope every connection to this user (else per connection or call)"
+    ),
+    transport: str = typer.Option(
+        "stdio", "--transport", help="stdio, or http (streamable HTTP at http://HOST:PORT/mcp)"
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP address to listen on"),
     port: int = typer.Option(8000, "--port", help="HTTP port"),
     store: str | None = StoreOpt,
@@ -140,4 +162,6 @@ def print_history(db: Any, namespace: tuple[str, str], item_id: str, as_json: bo
     for r in records:
         text = r["text_after"] if r["op"] == "ADD" else f"{r['text_before']!r} -> {r['text_after']!r}"
         change = r["chunk_id"] or r["change"] or ""
-        console.print(f"{r['op']:<6} {r['at']}  {r['via']} {escape(change)}  {escape(str(text))}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{r['op']:<6} {r['at']}  {r['via']} {escape(change)}  {escape(str(text))}", highlight=False, soft_wrap=True
+        )

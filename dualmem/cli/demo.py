@@ -15,7 +15,12 @@ REALMEM_SOPHIE = Path("..") / "shared" / "data" / "realmem" / "Sophie_Dubois_dia
 
 
 def run_demo(
-    *, store: str, model: str | None = None, realmem_sessions: int = 0, reply_tokens: int = 160, console: Console | None = None
+    *,
+    store: str,
+    model: str | None = None,
+    realmem_sessions: int = 0,
+    reply_tokens: int = 160,
+    console: Console | None = None,
 ) -> dict[str, Any]:
     """Ingest the sample (and a RealMem prefix when asked and present), answer its queries, print everything.
 
@@ -29,7 +34,9 @@ def run_demo(
 
     console = console or Console()
     root = Path(store)
-    settings = Settings.resolve(None, chat_model=model, store_uri=str(root / "lancedb"), checkpoint_path=str(root / "checkpoints.sqlite"))
+    settings = Settings.resolve(
+        None, chat_model=model, store_uri=str(root / "lancedb"), checkpoint_path=str(root / "checkpoints.sqlite")
+    )
     started = time.perf_counter()
     sample = load_sample()
     persona = sample.dialogue.persona
@@ -64,6 +71,8 @@ def run_demo(
         console.print(f"[bold]{persona.name}:[/] {reply.text}")
         answers.append({"query": query.text, "reply": reply.text})
     console.rule()
-    console.print(f"memory: [bold]{settings.store_uri}[/] (inspect with `dualmem inspect --persona {persona.id} --store {settings.store_uri}`)")
+    console.print(
+        f"memory: [bold]{settings.store_uri}[/] (inspect with `dualmem inspect --persona {persona.id} --store {settings.store_uri}`)"
+    )
     console.print(f"checkpoints: {settings.checkpoint_path}; took {time.perf_counter() - started:.0f} s")
     return {"reports": reports, "answers": answers, "store": settings.store_uri}

@@ -73,7 +73,9 @@ def records(dual: DualStore, namespace: Namespace) -> Iterator[tuple[str, dict[s
     ns = tuple(namespace)
     rows = dual.scan(ns, status=None, columns="vectors").to_pylist()
     if not rows:
-        raise ConfigurationError(f"nothing to export: namespace {ns} holds no items in {dual.uri} (check --persona and --user)")
+        raise ConfigurationError(
+            f"nothing to export: namespace {ns} holds no items in {dual.uri} (check --persona and --user)"
+        )
     items: list[tuple[MemoryItem, list[float]]] = []
     versions: dict[str, list[tuple[MemoryItem, list[float]]]] = {}
     for row in rows:
@@ -86,7 +88,9 @@ def records(dual: DualStore, namespace: Namespace) -> Iterator[tuple[str, dict[s
             items.append(pair)
     applied = sorted(dual.ledger.applied_ids(ns))
     pending = dual.ledger.look(ns, "")[1]
-    ledger = [{"unit": u, "state": "applied"} for u in applied] + [{"unit": u, "state": "pending", "payload": p} for u, p in pending]
+    ledger = [{"unit": u, "state": "applied"} for u in applied] + [
+        {"unit": u, "state": "pending", "payload": p} for u, p in pending
+    ]
     n_versions = sum(len(found) for found in versions.values())
     yield "header", {
         "format": FORMAT, "version": VERSION, "exported_at": utcnow().isoformat(),
@@ -110,7 +114,9 @@ def _plain(item: MemoryItem) -> dict[str, Any]:
     return item.model_dump(mode="json", exclude={"namespace"})
 
 
-def export_namespace(dual: DualStore, namespace: Namespace, out: str | Path, *, lines: bool | None = None) -> dict[str, int]:
+def export_namespace(
+    dual: DualStore, namespace: Namespace, out: str | Path, *, lines: bool | None = None
+) -> dict[str, int]:
     """Write the namespace to ``out`` (JSON Lines when ``lines`` or the name ends in ``.jsonl``); return its counts."""
     path = Path(out)
     jsonl = path.suffix == ".jsonl" if lines is None else lines
@@ -141,7 +147,9 @@ def _write(dual: DualStore, namespace: Namespace, tmp: Path, jsonl: bool) -> dic
                     doc = {**record, **doc}
                     counts = dict(record["counts"])
                 else:
-                    doc[{"item": "items", "version": "versions", "deleted": "deleted", "ledger": "ledger"}[kind]].append(record)
+                    doc[
+                        {"item": "items", "version": "versions", "deleted": "deleted", "ledger": "ledger"}[kind]
+                    ].append(record)
             json.dump(doc, fh, ensure_ascii=False, indent=1)
     return counts
 
@@ -160,7 +168,9 @@ def _entries(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, dict[str,
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigurationError(f"cannot read {file} ({exc.strerror or exc}); pass the file `dualmem export` wrote") from exc
+        raise ConfigurationError(
+            f"cannot read {file} ({exc.strerror or exc}); pass the file `dualmem export` wrote"
+        ) from exc
     first = text.lstrip()[:1]
     if first != "{":
         raise _fail(file, "$", "a dualmem export (a JSON object, or JSON Lines starting with the header)", text[:40])
@@ -215,7 +225,12 @@ def _row(file: str, where: str, rec: Any, ns: Namespace, dims: int) -> tuple[Mem
         raise _fail(file, where, "an object", type(rec).__name__)
     vector = rec.get("vector")
     if not isinstance(vector, list) or len(vector) != dims or not all(isinstance(x, int | float) for x in vector):
-        raise _fail(file, f"{where}.vector", f"a list of {dims} numbers ($.dims)", vector if not isinstance(vector, list) else f"{len(vector)} values")
+        raise _fail(
+            file,
+            f"{where}.vector",
+            f"a list of {dims} numbers ($.dims)",
+            vector if not isinstance(vector, list) else f"{len(vector)} values",
+        )
     body = {k: v for k, v in rec.items() if k not in ("vector", "history", "type")}
     try:
         item = MemoryItem.model_validate({**body, "namespace": ns})
@@ -239,7 +254,11 @@ def read_export(path: str | Path) -> Archive:
         if kind == "deleted":
             continue  # history of deleted items: derived from the version rows again on the importing side
         if kind == "ledger":
-            if not isinstance(rec, dict) or not isinstance(rec.get("unit"), str) or rec.get("state") not in ("applied", "pending"):
+            if (
+                not isinstance(rec, dict)
+                or not isinstance(rec.get("unit"), str)
+                or rec.get("state") not in ("applied", "pending")
+            ):
                 raise _fail(str(file), where, "a ledger unit: {unit: str, state: applied|pending}", rec)
             ledger.append({"unit": rec["unit"], "state": rec["state"], "payload": str(rec.get("payload") or "")})
         else:

@@ -184,7 +184,9 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
     folders = places.open_folders(where.uri, where.options)
     main = next((f for f in folders if f.main), None)
     if main is None or "memory" not in main.tables:
-        raise ConfigurationError(f"no DualMem store at {where.uri}; check --store (DUALMEM_STORE_URI) and DUALMEM_STORE_OPTIONS")
+        raise ConfigurationError(
+            f"no DualMem store at {where.uri}; check --store (DUALMEM_STORE_URI) and DUALMEM_STORE_OPTIONS"
+        )
     if target.item is not None:
         return _item_plan(target, where, main)
     counts: dict[str, int] = {}
@@ -281,11 +283,17 @@ def _forget_item(plan: ForgetPlan, frags: dict[tuple[str, str], set[int]], remov
     ns = (plan.target.persona, plan.target.user)
     rows = _rows(main, "memory", sql_in("pk", plan.item_rows), ["id"])
     ids = {r["id"] for r in rows} | {plan.target.item}
-    removed["store/memory"] = _delete(main, "memory", and_all(ns_eq_sql(ns), sql_in("pk", plan.item_rows)) or "FALSE", frags)
+    removed["store/memory"] = _delete(
+        main, "memory", and_all(ns_eq_sql(ns), sql_in("pk", plan.item_rows)) or "FALSE", frags
+    )
     if "chunk_ledger" not in main.tables:
         return
     ledger = main.table("chunk_ledger")
-    touched = [r for r in _rows(main, "chunk_ledger", ns_eq_sql(ns), ["id", "payload"]) if any(i in (r["payload"] or "") for i in ids)]
+    touched = [
+        r
+        for r in _rows(main, "chunk_ledger", ns_eq_sql(ns), ["id", "payload"])
+        if any(i in (r["payload"] or "") for i in ids)
+    ]
     for row in touched:
         where = f"id = {sql_str(row['id'])}"
         frags.setdefault(("", "chunk_ledger"), set()).update(fragments(ledger, where, "id"))
@@ -308,7 +316,9 @@ def _release_names(plan: ForgetPlan, users: Sequence[str], purged: dict[str, dic
             purged[f"{folder.label()}/{LEASES}"] = purge(table, found, REWRITE[LEASES], delete_unverified=unverified)
 
 
-def carry_out(plan: ForgetPlan, *, wait_s: float = 0.0, threads: Sequence[str] = (), delete_unverified: bool = False) -> ForgetReport:
+def carry_out(
+    plan: ForgetPlan, *, wait_s: float = 0.0, threads: Sequence[str] = (), delete_unverified: bool = False
+) -> ForgetReport:
     """Forget what ``plan`` names (see the module docstring); return what was removed."""
     frags: dict[tuple[str, str], set[int]] = {}
     removed: dict[str, int] = {}
@@ -324,7 +334,13 @@ def carry_out(plan: ForgetPlan, *, wait_s: float = 0.0, threads: Sequence[str] =
             else:
                 _forget_users(plan, batch, frags, removed, found_threads)
             purged = _purge_all(plan, frags, delete_unverified) if batch is batches[-1] else {}
-    ckpt = [] if plan.target.item else checkpointed_threads(plan.where.checkpoint_path, plan.target.persona, plan.target.user, sorted(found_threads))
+    ckpt = (
+        []
+        if plan.target.item
+        else checkpointed_threads(
+            plan.where.checkpoint_path, plan.target.persona, plan.target.user, sorted(found_threads)
+        )
+    )
     deleted = delete_threads(plan.where.checkpoint_path, ckpt)
     if plan.target.item is None:
         _release_names(plan, users, purged, delete_unverified)

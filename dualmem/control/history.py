@@ -59,7 +59,9 @@ class HistoryRecord(TypedDict):
     version_id: str | None
 
 
-def _record(op: str, item_id: str, before: MemoryItem | None, after: MemoryItem | None, change: str | None, at: Any) -> HistoryRecord:
+def _record(
+    op: str, item_id: str, before: MemoryItem | None, after: MemoryItem | None, change: str | None, at: Any
+) -> HistoryRecord:
     state = after or before
     assert state is not None
     api = is_api_change(change) or (op == "ADD" and not change)
@@ -107,7 +109,9 @@ def history_of(item_id: str, current: MemoryItem | None, versions: Sequence[Memo
     return out
 
 
-def versions_in(dual: DualStore, namespace: Namespace, item_ids: Sequence[str] | None = None) -> dict[str, list[MemoryItem]]:
+def versions_in(
+    dual: DualStore, namespace: Namespace, item_ids: Sequence[str] | None = None
+) -> dict[str, list[MemoryItem]]:
     """Return the version rows of a namespace by the id of the item they are versions of (only ``item_ids``' if given)."""
     wanted = None if item_ids is None else set(item_ids)
     out: dict[str, list[MemoryItem]] = {}

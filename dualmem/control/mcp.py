@@ -78,7 +78,9 @@ class Scoper:
             if session:
                 first = self.sessions.setdefault(session, Scope(persona, user))
                 if first != Scope(persona, user):
-                    raise ValueError(f"this MCP session is scoped to {first.persona!r}/{first.user!r}; open a new session for another scope")
+                    raise ValueError(
+                        f"this MCP session is scoped to {first.persona!r}/{first.user!r}; open a new session for another scope"
+                    )
         return Scope(persona, user)
 
     def namespace(self, ctx: Any, persona: str | None, user: str | None) -> tuple[str, str]:
@@ -164,7 +166,9 @@ def build_server(
 
         ns = scoper.namespace(ctx, persona, user)
         if bool(item_id) == bool(everything):
-            raise ValueError("pass either item_id (one memory) or everything=true (the whole user), not both or neither")
+            raise ValueError(
+                "pass either item_id (one memory) or everything=true (the whole user), not both or neither"
+            )
         report = await off_loop(lambda: forget_now(ns[0], ns[1], item=item_id or None, settings=s, store=db))
         return {"forgot": report.target.describe(), "removed": {k: v for k, v in report.removed.items() if v},
                 "checkpointed_threads": report.checkpoints_deleted}  # fmt: skip

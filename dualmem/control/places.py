@@ -38,9 +38,17 @@ from dualmem.writer.pending import PENDING_LABEL, label
 KEYS = {"memory": "pk", "chunk_ledger": "id", "lg_items": "id", "lg_vectors": "id"}
 """The data tables a namespace's rows are deleted from, with each one's key column."""
 LEASES = "write_leases"
-REWRITE = {"memory": "status", "chunk_ledger": "state", "lg_items": "namespace", "lg_vectors": "namespace", LEASES: "namespace"}
+REWRITE = {
+    "memory": "status",
+    "chunk_ledger": "state",
+    "lg_items": "namespace",
+    "lg_vectors": "namespace",
+    LEASES: "namespace",
+}
 """Per table, the (non-key) column a purge sets to itself to move a fragment's rows into a new one."""
-FRAMEWORK_FOLDERS = tuple(name for name in REGISTRY if name != "dualmem")  # dualmem keeps its memory in the store itself
+FRAMEWORK_FOLDERS = tuple(
+    name for name in REGISTRY if name != "dualmem"
+)  # dualmem keeps its memory in the store itself
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,11 @@ class Target:
 
     def describe(self) -> str:
         """Return the target in words."""
-        who = f"user {self.user!r} of persona {self.persona!r}" if self.user is not None else f"every user of persona {self.persona!r}"
+        who = (
+            f"user {self.user!r} of persona {self.persona!r}"
+            if self.user is not None
+            else f"every user of persona {self.persona!r}"
+        )
         return f"item {self.item!r} of {who}" if self.item else who
 
 

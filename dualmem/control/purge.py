@@ -59,7 +59,9 @@ def reindex(table: Any) -> int:
     for index in table.list_indices():
         kind = _KINDS.get(str(index.index_type).lower())
         if kind is None or len(index.columns) != 1:
-            raise RuntimeError(f"table {table.name!r} has an index DualMem cannot rebuild: {index.name} ({index.index_type})")
+            raise RuntimeError(
+                f"table {table.name!r} has an index DualMem cannot rebuild: {index.name} ({index.index_type})"
+            )
         configs[index.columns[0]] = kind
     for column, config in L.base_index_configs(configs).items():
         L.retry(lambda c=column, cfg=config: table.create_index(c, config=cfg, replace=True))  # type: ignore[misc]
@@ -69,7 +71,9 @@ def reindex(table: Any) -> int:
 def clean(table: Any, *, delete_unverified: bool = False) -> None:
     """Compact ``table`` and drop every version but the latest (no grace period: see the module docstring)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # LanceDB warns that readers of older versions may fail: documented
+        warnings.simplefilter(
+            "ignore", UserWarning
+        )  # LanceDB warns that readers of older versions may fail: documented
         L.retry(lambda: table.optimize(cleanup_older_than=timedelta(0), delete_unverified=delete_unverified))
 
 

@@ -44,7 +44,12 @@ def detect_kind(path: str | Path) -> str:
     if isinstance(data, dict) and ("dialogue" in data or "queries" in data):
         return "rolememo"  # a RoleMemo file missing its format key: its loader names what is wrong
     found = type(data).__name__ if not isinstance(data, dict) else f"an object with keys {sorted(data)[:6]}"
-    raise DatasetError(str(target), "$", f"a RoleMemo (format {ROLEMEMO_FORMAT!r}), RealMem (dialogues) or LoCoMo (conversation, qa) file", found)
+    raise DatasetError(
+        str(target),
+        "$",
+        f"a RoleMemo (format {ROLEMEMO_FORMAT!r}), RealMem (dialogues) or LoCoMo (conversation, qa) file",
+        found,
+    )
 
 
 def load_dataset(kind: DatasetKind | str, path: str | Path, *, limit_sessions: int | None = None) -> Dataset:

@@ -94,13 +94,13 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(
-            str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise DatasetError(str(path), "$", "valid JSON", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         depth = _max_depth(text)
         raise DatasetError(
-            str(path), "$", "JSON nested less than ~1,000 levels deep (dataset files nest < 10)",
+            str(path),
+            "$",
+            "JSON nested less than ~1,000 levels deep (dataset files nest < 10)",
             f"arrays/objects nested {depth:,} levels deep; is this the right file?",
         ) from None
 

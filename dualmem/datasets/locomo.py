@@ -144,8 +144,10 @@ def parse_locomo_sample(
         for t_index, t in enumerate(turns_raw):
             if t.dia_id in seen_ids:
                 raise DatasetError(
-                    str(file), f"$[{index}].conversation.{key}[{t_index}].dia_id",
-                    f"a dia_id not used by an earlier turn (first at {seen_ids[t.dia_id]})", f"{t.dia_id!r} again",
+                    str(file),
+                    f"$[{index}].conversation.{key}[{t_index}].dia_id",
+                    f"a dia_id not used by an earlier turn (first at {seen_ids[t.dia_id]})",
+                    f"{t.dia_id!r} again",
                 )
             seen_ids[t.dia_id] = f"$[{index}].conversation.{key}[{t_index}]"
             if t.speaker not in roles:
@@ -160,7 +162,10 @@ def parse_locomo_sample(
         time = conv.get(f"{key}_date_time")
         if time is not None and not isinstance(time, str):
             raise DatasetError(
-                str(file), f"$[{index}].conversation.{key}_date_time", "a date string like '1:56 pm on 8 May, 2023'", describe(time)
+                str(file),
+                f"$[{index}].conversation.{key}_date_time",
+                "a date string like '1:56 pm on 8 May, 2023'",
+                describe(time),
             )
         sessions.append(
             Session(id=key, time=time, turns=turns, memory_points=_observations(raw.observation, n, key), meta={"n": n})

@@ -20,9 +20,16 @@ from dualmem.errors import DatasetError
 from dualmem.schema import Persona
 
 ALIASES = {
-    "role": "description", "occupation": "description", "values": "core_values", "core_value": "core_values",
-    "personality": "traits", "personality_traits": "traits", "skills": "expertise", "user": "user_profile",
-    "user_persona": "user_profile", "persona_id": "id",
+    "role": "description",
+    "occupation": "description",
+    "values": "core_values",
+    "core_value": "core_values",
+    "personality": "traits",
+    "personality_traits": "traits",
+    "skills": "expertise",
+    "user": "user_profile",
+    "user_persona": "user_profile",
+    "persona_id": "id",
 }
 LIST_FIELDS = ("core_values", "traits", "expertise", "goals")
 

@@ -145,7 +145,8 @@ def parse_realmem(data: Any, file: str | Path = "<realmem>", *, limit_sessions: 
     for i, rs in enumerate(raw.dialogues):  # a repeated uuid would merge two sessions (and their turn ids) into one
         if rs.session_uuid in first:
             raise DatasetError(
-                str(file), f"$.dialogues[{i}].session_uuid",
+                str(file),
+                f"$.dialogues[{i}].session_uuid",
                 f"a session_uuid not used by an earlier session (first used at $.dialogues[{first[rs.session_uuid]}])",
                 f"{rs.session_uuid!r} again; give each session its own uuid",
             )
@@ -157,7 +158,9 @@ def parse_realmem(data: Any, file: str | Path = "<realmem>", *, limit_sessions: 
         raw_turns = data["dialogues"][s_index]["dialogue_turns"]
         turns = [_turn(raw_turns[i], t, rs.session_uuid, i) for i, t in enumerate(rs.dialogue_turns)]
         points = [
-            MemoryPoint(id=m.index, type=m.type, content=_text(m.content), source_turn=m.source_turn, session_id=m.session_uuid)
+            MemoryPoint(
+                id=m.index, type=m.type, content=_text(m.content), source_turn=m.source_turn, session_id=m.session_uuid
+            )
             for m in rs.extracted_memory
         ]
         sessions.append(
@@ -205,7 +208,10 @@ def _raw_turns(session: Session, queries: dict[tuple[str, int], Query]) -> list[
             pending = query
         elif pending is not None and turn.role == "assistant":
             used = pending.meta.get("memory_used") or [
-                {"session_uuid": pending.gold.session_ids[0] if len(pending.gold.session_ids) == 1 else "", "content": c}
+                {
+                    "session_uuid": pending.gold.session_ids[0] if len(pending.gold.session_ids) == 1 else "",
+                    "content": c,
+                }
                 for c in pending.gold.memory_points
             ]
             raw.update(memory_used=used, memory_session_uuids=list(pending.gold.session_ids))
@@ -216,7 +222,12 @@ def _raw_turns(session: Session, queries: dict[tuple[str, int], Query]) -> list[
 
 def _raw_memory(point: MemoryPoint, session: Session) -> dict[str, Any]:
     """Return a memory point as RealMem writes it; ``source_turn`` is 1-based there, so the snapshot is that turn's text."""
-    raw: dict[str, Any] = {"index": point.id, "type": point.type, "content": point.content, "source_turn": point.source_turn}
+    raw: dict[str, Any] = {
+        "index": point.id,
+        "type": point.type,
+        "content": point.content,
+        "source_turn": point.source_turn,
+    }
     if point.source_turn is not None and 0 < point.source_turn <= len(session.turns):
         turn = session.turns[point.source_turn - 1]
         raw["source_content_snapshot"] = turn.text

@@ -236,7 +236,8 @@ def rolememo_json(item: DatasetItem) -> dict[str, Any]:
         if s.meta:
             raw_s["meta"] = s.meta
         raw_s["turns"] = [
-            {"turn_id": t.id, "role": t.role, "speaker": t.speaker, "content": t.text} | ({"meta": t.meta} if t.meta else {})
+            {"turn_id": t.id, "role": t.role, "speaker": t.speaker, "content": t.text}
+            | ({"meta": t.meta} if t.meta else {})
             for t in s.turns
         ]
         history.append(raw_s)

@@ -42,14 +42,18 @@ def framework_class(name: str) -> type[MemoryFramework]:
     try:
         target = REGISTRY[name]
     except KeyError:
-        raise ConfigurationError(f"unknown framework {name!r}; choose one of {', '.join(REGISTRY)} (see `dualmem frameworks`)") from None
+        raise ConfigurationError(
+            f"unknown framework {name!r}; choose one of {', '.join(REGISTRY)} (see `dualmem frameworks`)"
+        ) from None
     if name in EXTRA_OF:
         require_extra(EXTRA_OF[name], f"the {name} framework")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 
 
-def open_framework(name: str | None = None, context: FrameworkContext | None = None, **context_kwargs: Any) -> MemoryFramework:
+def open_framework(
+    name: str | None = None, context: FrameworkContext | None = None, **context_kwargs: Any
+) -> MemoryFramework:
     """Build the framework ``name`` (default: ``settings.framework``) for one namespace."""
     if context is None:
         context_kwargs.setdefault("settings", Settings())

@@ -77,7 +77,9 @@ class AMemFramework(MemoryFramework):
     name = "amem"
     description = "A-MEM: notes with keywords/tags/context, links to nearest notes, neighbour evolution"
 
-    def __init__(self, context: FrameworkContext, link_k: int = 5, note_tokens: int | None = None, neighbour_tokens: int = 256) -> None:
+    def __init__(
+        self, context: FrameworkContext, link_k: int = 5, note_tokens: int | None = None, neighbour_tokens: int = 256
+    ) -> None:
         super().__init__(context)
         self.link_k, self.neighbour_tokens = link_k, neighbour_tokens
         self.note_tokens = note_tokens or context.settings.chunk_tokens
@@ -89,7 +91,9 @@ class AMemFramework(MemoryFramework):
         return self.space.records()
 
     def _ask(self, schema: type[BaseModel], prompt: str, report: IngestReport, label: str) -> Any:
-        return ask(self.context, schema, [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)], report, label)
+        return ask(
+            self.context, schema, [SystemMessage(content=AMEM_SYSTEM), HumanMessage(content=prompt)], report, label
+        )
 
     def ingest(self, session: Session) -> IngestReport:
         """Add the session as notes: annotate, link to nearest notes, evolve neighbours."""
@@ -103,9 +107,17 @@ class AMemFramework(MemoryFramework):
             if self.space.get([note_id]):  # written by an earlier (maybe interrupted) run
                 continue
             note: dict[str, Any] = {
-                "id": note_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                "content": "\n".join(render_turn(t) for t in turns), "keywords": [], "context": "", "tags": [],
-                "links": [], "seq": seq, "evolved": 0,
+                "id": note_id,
+                "session": session.id,
+                "time": session.time,
+                "turn_ids": [t.id for t in turns],
+                "content": "\n".join(render_turn(t) for t in turns),
+                "keywords": [],
+                "context": "",
+                "tags": [],
+                "links": [],
+                "seq": seq,
+                "evolved": 0,
             }
             changed = self._add_note(note, report)
             self.space.put([note], [embed_text(note)], vectors=[note.pop("vector")])
@@ -116,7 +128,9 @@ class AMemFramework(MemoryFramework):
     def _add_note(self, note: dict[str, Any], report: IngestReport) -> list[dict[str, Any]]:
         """Annotate ``note``, link it to its nearest notes and evolve them; return the neighbours changed."""
         when = f" ({note['time']})" if note["time"] else ""
-        analysis = self._ask(NoteAnalysis, AMEM_ANALYSE.format(time=when, content=note["content"]), report, f"{note['id']}:analyse")
+        analysis = self._ask(
+            NoteAnalysis, AMEM_ANALYSE.format(time=when, content=note["content"]), report, f"{note['id']}:analyse"
+        )
         if analysis is not None:
             note.update(keywords=analysis.keywords, context=analysis.context, tags=analysis.tags)
         embedder = self.space.store.embeddings
@@ -126,12 +140,22 @@ class AMemFramework(MemoryFramework):
             return []
         labels = {f"M{j + 1}": n for j, (n, _) in enumerate(nearest)}
         shown = "\n".join(
-            AMEM_NEIGHBOUR.format(label=label, content=truncate_tokens(n["content"], self.neighbour_tokens), context=n["context"],
-                                  keywords=", ".join(n["keywords"]), tags=", ".join(n["tags"]))
+            AMEM_NEIGHBOUR.format(
+                label=label,
+                content=truncate_tokens(n["content"], self.neighbour_tokens),
+                context=n["context"],
+                keywords=", ".join(n["keywords"]),
+                tags=", ".join(n["tags"]),
+            )
             for label, n in labels.items()
         )
-        prompt = AMEM_EVOLVE.format(content=note["content"], context=note["context"],
-                                    keywords=", ".join(note["keywords"]), tags=", ".join(note["tags"]), neighbours=shown)
+        prompt = AMEM_EVOLVE.format(
+            content=note["content"],
+            context=note["context"],
+            keywords=", ".join(note["keywords"]),
+            tags=", ".join(note["tags"]),
+            neighbours=shown,
+        )
         decision = self._ask(Evolution, prompt, report, f"{note['id']}:evolve")
         if decision is None:
             return []
@@ -145,7 +169,9 @@ class AMemFramework(MemoryFramework):
                 continue
             note["links"].append(target["id"])
             neighbour = changed.get(target["id"], dict(target))
-            neighbour["links"] = [*neighbour["links"], note["id"]] if note["id"] not in neighbour["links"] else neighbour["links"]
+            neighbour["links"] = (
+                [*neighbour["links"], note["id"]] if note["id"] not in neighbour["links"] else neighbour["links"]
+            )
             changed[target["id"]] = neighbour
         if decision.tags:
             note["tags"] = decision.tags
@@ -155,8 +181,9 @@ class AMemFramework(MemoryFramework):
                 if target is None:
                     continue
                 neighbour = changed.get(target["id"], dict(target))
-                neighbour.update(context=update.context, tags=update.tags or neighbour["tags"],
-                                 evolved=neighbour["evolved"] + 1)
+                neighbour.update(
+                    context=update.context, tags=update.tags or neighbour["tags"], evolved=neighbour["evolved"] + 1
+                )
                 neighbour["reembed"] = True
                 changed[target["id"]] = neighbour
         if decision.tags:
@@ -168,7 +195,9 @@ class AMemFramework(MemoryFramework):
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the best notes, each followed by its linked neighbours, ``k`` in all."""
         hits = self.space.search(query, k)
-        linked = {n["id"]: n for n in self.space.get(list(dict.fromkeys(link for hit, _ in hits for link in hit["links"])))}
+        linked = {
+            n["id"]: n for n in self.space.get(list(dict.fromkeys(link for hit, _ in hits for link in hit["links"])))
+        }
         out: list[RetrievedItem] = []
         seen: set[str] = set()
         for hit, score in hits:
@@ -182,9 +211,18 @@ class AMemFramework(MemoryFramework):
     @staticmethod
     def _item(note: dict[str, Any], score: float, via: str | None) -> RetrievedItem:
         text = note["content"] + (f"\nContext: {note['context']}" if note["context"] else "")
-        meta = {"keywords": note["keywords"], "tags": note["tags"], "context": note["context"], "links": note["links"],
-                "turn_ids": note["turn_ids"], "time": note["time"], "via": via}
-        return RetrievedItem(text=text, kind="fact", score=float(score), source_session=note["session"], id=note["id"], meta=meta)
+        meta = {
+            "keywords": note["keywords"],
+            "tags": note["tags"],
+            "context": note["context"],
+            "links": note["links"],
+            "turn_ids": note["turn_ids"],
+            "time": note["time"],
+            "via": via,
+        }
+        return RetrievedItem(
+            text=text, kind="fact", score=float(score), source_session=note["session"], id=note["id"], meta=meta
+        )
 
     def reset(self) -> None:
         """Forget every note of this namespace."""

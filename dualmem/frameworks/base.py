@@ -67,7 +67,9 @@ class FrameworkContext:
     _stores: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._chat_given = self.chat_model is not None  # a given chat model also writes unless writer_model names another
+        self._chat_given = (
+            self.chat_model is not None
+        )  # a given chat model also writes unless writer_model names another
 
     def memory_store(self) -> Any:
         """Return the run's DualMem store: the given one, else the one at ``uri`` (opened once per context)."""
@@ -127,7 +129,9 @@ class MemoryFramework(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     uses_writer: ClassVar[bool] = False  # ingest calls the writer model (``writer_model``), not only the chat model
-    forms_in_background: ClassVar[bool] = False  # chat exchanges join pending turns, written a chunk at a time (dualmem.chat)
+    forms_in_background: ClassVar[bool] = (
+        False  # chat exchanges join pending turns, written a chunk at a time (dualmem.chat)
+    )
 
     def __init__(self, context: FrameworkContext) -> None:
         self.context = context

@@ -125,12 +125,20 @@ class BookmarksFramework(MemoryFramework):
         records: list[dict[str, Any]] = []
         parts = session_chunks(session, self.context.settings.chunk_tokens)
         for index, turns in enumerate(tqdm(parts, desc=f"bookmarks {session.id}", disable=len(parts) < 4, leave=False)):
-            records.append({
-                "id": stable_id(session.id, index, prefix="k"), "session": session.id, "ordinal": ordinal,
-                "time": session.time, "turn_ids": [t.id for t in turns], "seq": seq + index,
-                "text": "\n".join(render_turn(t, session.time if i == 0 else None) for i, t in enumerate(turns)),
-            })
-        for record, size in zip(records, count_tokens_batch([r["text"] for r in records]) if records else [], strict=True):
+            records.append(
+                {
+                    "id": stable_id(session.id, index, prefix="k"),
+                    "session": session.id,
+                    "ordinal": ordinal,
+                    "time": session.time,
+                    "turn_ids": [t.id for t in turns],
+                    "seq": seq + index,
+                    "text": "\n".join(render_turn(t, session.time if i == 0 else None) for i, t in enumerate(turns)),
+                }
+            )
+        for record, size in zip(
+            records, count_tokens_batch([r["text"] for r in records]) if records else [], strict=True
+        ):
             record["tokens"] = size
         self.space.put(records, [r["text"] for r in records])
         meta["sessions"] = [*meta["sessions"], session.id]
@@ -142,7 +150,13 @@ class BookmarksFramework(MemoryFramework):
 
     def _ask(self, schema: type[BaseModel], prompt: str, label: str) -> Any:
         messages = [SystemMessage(content=BOOKMARKS_SYSTEM), HumanMessage(content=prompt)]
-        result = invoke_structured(self.context.chat(), messages, schema, retries=self.context.settings.max_retries, policy=self.context.settings)
+        result = invoke_structured(
+            self.context.chat(),
+            messages,
+            schema,
+            retries=self.context.settings.max_retries,
+            policy=self.context.settings,
+        )
         if not result.ok:
             self.last_failures[label] = result.error or "invalid answer"
         return result.value
@@ -159,18 +173,26 @@ class BookmarksFramework(MemoryFramework):
         return sorted(picked, key=lambda c: (c["ordinal"], c["id"]))
 
     def _excerpts(self, chunks: list[dict[str, Any]]) -> str:
-        return "\n\n".join(
-            f"[session {c['ordinal']} ({c['session']})]\n{truncate_tokens(c['text'], self.read_tokens)}" for c in chunks
-        ) or "(none)"
+        return (
+            "\n\n".join(
+                f"[session {c['ordinal']} ({c['session']})]\n{truncate_tokens(c['text'], self.read_tokens)}"
+                for c in chunks
+            )
+            or "(none)"
+        )
 
     def propose(self, task: str) -> list[str]:
         """Return the questions ``task`` needs answered (``[task]`` when the model fails)."""
         persona = f" playing {self.context.persona.name}" if self.context.persona else ""
-        value = self._ask(Questions, BOOKMARKS_PROPOSE.format(persona=persona, task=task, n=self.max_questions), "propose")
+        value = self._ask(
+            Questions, BOOKMARKS_PROPOSE.format(persona=persona, task=task, n=self.max_questions), "propose"
+        )
         questions = [q.strip() for q in (value.questions if value else []) if q.strip()]
         return list(dict.fromkeys(questions))[: self.max_questions] or [task]
 
-    def _bookmark_for(self, question: str, qvec: list[float], marks: dict[str, dict[str, Any]], point: dict[str, Any]) -> dict[str, Any] | None:
+    def _bookmark_for(
+        self, question: str, qvec: list[float], marks: dict[str, dict[str, Any]], point: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """Return the bookmark answering ``question`` at ``point``: reused, derived or created."""
         nearest = self._ranked(qvec, MARKS)[:1]
         if nearest and nearest[0][1] >= self.same_question:
@@ -183,8 +205,13 @@ class BookmarksFramework(MemoryFramework):
                 mark["point"] = dict(point)
                 self.last_actions.append(("derive", question, mark["id"]))
                 return mark
-            prompt = BOOKMARKS_DERIVE.format(question=mark["question"], old_point=point_label(mark["point"]),
-                                             answer=mark["answer"], point=point_label(point), excerpts=self._excerpts(read))
+            prompt = BOOKMARKS_DERIVE.format(
+                question=mark["question"],
+                old_point=point_label(mark["point"]),
+                answer=mark["answer"],
+                point=point_label(point),
+                excerpts=self._excerpts(read),
+            )
             value = self._ask(BookmarkAnswer, prompt, f"derive:{mark['id']}")
             if value is None:
                 self.last_actions.append(("stale", question, mark["id"]))
@@ -201,9 +228,16 @@ class BookmarksFramework(MemoryFramework):
         if value is None:
             self.last_actions.append(("failed", question, None))
             return None
-        mark = {"id": stable_id(question, point["session"], prefix="b"), "question": question,
-                "answer": value.answer, "point": dict(point), "created_at": dict(point),
-                "evidence": [c["id"] for c in read], "derived": 0, "seq": self.space.count(MARKS)}
+        mark = {
+            "id": stable_id(question, point["session"], prefix="b"),
+            "question": question,
+            "answer": value.answer,
+            "point": dict(point),
+            "created_at": dict(point),
+            "evidence": [c["id"] for c in read],
+            "derived": 0,
+            "seq": self.space.count(MARKS),
+        }
         self.last_actions.append(("create", question, mark["id"]))
         return mark
 
@@ -232,20 +266,37 @@ class BookmarksFramework(MemoryFramework):
         mark_sims = {m["id"]: s for m, s in self._ranked(qvec, MARKS)}
         for sim, mark in sorted(((mark_sims.get(m["id"], 0.0), m) for m in marks), key=lambda p: -p[0]):
             sessions = list(dict.fromkeys(by_id[e]["session"] for e in mark["evidence"] if e in by_id))
-            out.append(RetrievedItem(
-                text=f"Q: {mark['question']}\nA: {mark['answer']}", kind="insight", score=1.0 + sim,
-                source_session=sessions[-1] if sessions else None, id=mark["id"], source_sessions=sessions,
-                meta={"unit": "bookmark", "question": mark["question"], "point": mark["point"],
-                      "evidence": mark["evidence"], "derived": mark.get("derived", 0)},
-            ))
+            out.append(
+                RetrievedItem(
+                    text=f"Q: {mark['question']}\nA: {mark['answer']}",
+                    kind="insight",
+                    score=1.0 + sim,
+                    source_session=sessions[-1] if sessions else None,
+                    id=mark["id"],
+                    source_sessions=sessions,
+                    meta={
+                        "unit": "bookmark",
+                        "question": mark["question"],
+                        "point": mark["point"],
+                        "evidence": mark["evidence"],
+                        "derived": mark.get("derived", 0),
+                    },
+                )
+            )
         evidence = {e for m in marks for e in m["evidence"] if e in by_id}
         # the bookmarks' evidence first, then the rest of the history, each by relevance to the query
         order = sorted(ranked, key=lambda pair: (pair[0]["id"] not in evidence, -pair[1]))
         for chunk, sim in order[: max(k - len(out), 0)]:
-            out.append(RetrievedItem(
-                text=chunk["text"], kind="fact", score=sim, source_session=chunk["session"], id=chunk["id"],
-                meta={"unit": "chunk", "turn_ids": chunk["turn_ids"], "evidence": chunk["id"] in evidence},
-            ))
+            out.append(
+                RetrievedItem(
+                    text=chunk["text"],
+                    kind="fact",
+                    score=sim,
+                    source_session=chunk["session"],
+                    id=chunk["id"],
+                    meta={"unit": "chunk", "turn_ids": chunk["turn_ids"], "evidence": chunk["id"] in evidence},
+                )
+            )
         return out[:k]
 
     def reset(self) -> None:

@@ -49,8 +49,13 @@ class DualMemFramework(MemoryFramework):
         from dualmem.writer import write_history
 
         report = write_history(
-            [session], self.persona, settings=self.context.settings, model=self.context.writer(), store=self.store,
-            namespace=self.namespace, progress=False,
+            [session],
+            self.persona,
+            settings=self.context.settings,
+            model=self.context.writer(),
+            store=self.store,
+            namespace=self.namespace,
+            progress=False,
         )
         return IngestReport(
             session_id=session.id,
@@ -58,7 +63,9 @@ class DualMemFramework(MemoryFramework):
             failed_chunks=[f["chunk_id"] for f in report.failed_chunks],
             llm_calls=report.llm_calls,
             meta={
-                "chunks": len(report.chunks), "rejected": report.rejected, "prompt_tokens": report.prompt_tokens,
+                "chunks": len(report.chunks),
+                "rejected": report.rejected,
+                "prompt_tokens": report.prompt_tokens,
                 "errors": {f["chunk_id"]: f.get("error") or "malformed writer output" for f in report.failed_chunks},
                 "rows": report.chunks,
             },
@@ -68,7 +75,9 @@ class DualMemFramework(MemoryFramework):
         """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded,
         ranked by the ``ranker`` setting after the conversation ``context``."""
         if not self.context.settings.emotion_strategy:
-            return self.ranker.dual(self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context)
+            return self.ranker.dual(
+                self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context
+            )
         return self._emotion_recall(query, k, context)
 
     def _emotion_recall(self, query: str, k: int, context: Sequence[Any] | None) -> DualResult:
@@ -92,7 +101,10 @@ class DualMemFramework(MemoryFramework):
 
         if self.mode == "merged":
             merged = ranked([*pool.facts, *pool.insights])
-            facts, insights = [h for h in merged if h.item.kind == "fact"], [h for h in merged if h.item.kind == "insight"]
+            facts, insights = (
+                [h for h in merged if h.item.kind == "fact"],
+                [h for h in merged if h.item.kind == "insight"],
+            )
         else:
             merged, facts, insights = [], ranked(pool.facts), ranked(pool.insights)
         grounding = {h.item.id: pool.grounding.get(h.item.id, []) for h in insights}
@@ -134,11 +146,10 @@ class DualMemFramework(MemoryFramework):
         """Render facts, and insights each followed by the facts it rests on (the reply prompt's memory)."""
         stored = [MemoryItem.model_validate(i.meta["item"]) for i in items if i.meta.get("item")]
         grounding = {i.id or "": [MemoryItem.model_validate(f) for f in i.meta.get("cited") or []] for i in items}
-        return format_dual_memory([m for m in stored if m.kind == "fact"], [m for m in stored if m.kind == "insight"], grounding)
+        return format_dual_memory(
+            [m for m in stored if m.kind == "fact"], [m for m in stored if m.kind == "insight"], grounding
+        )
 
     def reset(self) -> None:
         """Forget every fact, insight and ledger row of this namespace."""
         self.store.drop_namespace(self.namespace)
-
-
-

@@ -65,7 +65,9 @@ class EmotionalRAGFramework(MemoryFramework):
         chunks = session_chunks(session, self.fragment_tokens)
         model, retries = self.context.chat(), self.context.settings.max_retries
         pending: list[dict[str, Any]] = []
-        for index, turns in enumerate(tqdm(chunks, desc=f"emotional-rag {session.id}", disable=len(chunks) < 4, leave=False)):
+        for index, turns in enumerate(
+            tqdm(chunks, desc=f"emotional-rag {session.id}", disable=len(chunks) < 4, leave=False)
+        ):
             frag_id = stable_id(session.id, index, prefix="e")
             if frag_id in done:
                 continue
@@ -74,10 +76,17 @@ class EmotionalRAGFramework(MemoryFramework):
             report.llm_calls += result.attempts
             if not result.ok:
                 record_failure(report, frag_id, result.error)
-            pending.append({
-                "id": frag_id, "session": session.id, "time": session.time, "turn_ids": [t.id for t in turns],
-                "text": text, "emotion": result.value.vector() if result.value is not None else None, "seq": seq,
-            })
+            pending.append(
+                {
+                    "id": frag_id,
+                    "session": session.id,
+                    "time": session.time,
+                    "turn_ids": [t.id for t in turns],
+                    "text": text,
+                    "emotion": result.value.vector() if result.value is not None else None,
+                    "seq": seq,
+                }
+            )
             seq += 1
             if len(pending) >= 16:
                 report.items_written += self._write(pending)
@@ -91,7 +100,9 @@ class EmotionalRAGFramework(MemoryFramework):
     def query_emotion(self, query: str) -> list[float] | None:
         """Return the query's emotion vector, scored once per query text (None if scoring failed)."""
         if query not in self._query_emotions:
-            result = score_emotion(self.context.chat(), query, retries=self.context.settings.max_retries, policy=self.context.settings)
+            result = score_emotion(
+                self.context.chat(), query, retries=self.context.settings.max_retries, policy=self.context.settings
+            )
             self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]
 
@@ -103,14 +114,23 @@ class EmotionalRAGFramework(MemoryFramework):
         emotion = self.query_emotion(query)
         scored = self.space.search(query, total)  # every fragment's cosine, from the namespace's RAM view
         fragments = [f for f, _ in scored]
-        ranked = rerank_scored(self.strategy, [s for _, s in scored], emotion, [f["emotion"] for f in fragments], k=k, pool=self.pool)
+        ranked = rerank_scored(
+            self.strategy, [s for _, s in scored], emotion, [f["emotion"] for f in fragments], k=k, pool=self.pool
+        )
         used = self.strategy if emotion is not None else ""
         return [
             RetrievedItem(
-                text=fragments[i]["text"], kind="fact", score=score, source_session=fragments[i]["session"],
+                text=fragments[i]["text"],
+                kind="fact",
+                score=score,
+                source_session=fragments[i]["session"],
                 id=fragments[i]["id"],
-                meta={"strategy": used, "emotion": dict(zip(EMOTIONS, fragments[i]["emotion"] or [], strict=False)),
-                      "turn_ids": fragments[i]["turn_ids"], "time": fragments[i]["time"]},
+                meta={
+                    "strategy": used,
+                    "emotion": dict(zip(EMOTIONS, fragments[i]["emotion"] or [], strict=False)),
+                    "turn_ids": fragments[i]["turn_ids"],
+                    "time": fragments[i]["time"],
+                },
             )
             for i, score in ranked
         ]

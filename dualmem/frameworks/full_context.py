@@ -62,7 +62,9 @@ class FullContextFramework(MemoryFramework):
             size = turn["tokens"]
             if used + size > self.max_tokens:
                 if not out:  # the newest turn alone is too long: keep its end
-                    out.append(self._item(turn, truncate_tokens(turn["line"], self.max_tokens, keep="end"), truncated=True))
+                    out.append(
+                        self._item(turn, truncate_tokens(turn["line"], self.max_tokens, keep="end"), truncated=True)
+                    )
                 break
             out.append(self._item(turn, turn["line"]))
             used += size
@@ -73,7 +75,9 @@ class FullContextFramework(MemoryFramework):
     @staticmethod
     def _item(turn: dict[str, Any], text: str, truncated: bool = False) -> RetrievedItem:
         meta = {"unit": "turn", "role": turn["role"], "turn_id": turn["turn_id"], "truncated": truncated}
-        return RetrievedItem(text=text, kind="turn", score=0.0, source_session=turn["session"], id=turn["turn_id"], meta=meta)
+        return RetrievedItem(
+            text=text, kind="turn", score=0.0, source_session=turn["session"], id=turn["turn_id"], meta=meta
+        )
 
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[str] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` newest turns of the window, newest first (the query is ignored)."""

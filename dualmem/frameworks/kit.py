@@ -70,7 +70,9 @@ def record_failure(report: IngestReport, label: str, error: str | None) -> None:
     report.meta.setdefault("errors", {})[label] = error or "failed"
 
 
-def ask(context: FrameworkContext, schema: type[BaseModel], messages: list[BaseMessage], report: IngestReport, label: str) -> Any:
+def ask(
+    context: FrameworkContext, schema: type[BaseModel], messages: list[BaseMessage], report: IngestReport, label: str
+) -> Any:
     """Ask the chat model for ``schema`` (repairs and transient retries as the settings say); None when it failed.
 
     Every call counts in ``report.llm_calls``; a failure is recorded under ``label``.
@@ -103,9 +105,16 @@ class Space:
 
     # ------------------------------------------------------------------ records
 
-    def put(self, records: Sequence[dict[str, Any]], texts: Sequence[str], *, collection: str = RECORD,
-            vectors: Sequence[Sequence[float]] | None = None, emotions: Sequence[Sequence[float] | None] | None = None,
-            embed: bool = True) -> None:
+    def put(
+        self,
+        records: Sequence[dict[str, Any]],
+        texts: Sequence[str],
+        *,
+        collection: str = RECORD,
+        vectors: Sequence[Sequence[float]] | None = None,
+        emotions: Sequence[Sequence[float] | None] | None = None,
+        embed: bool = True,
+    ) -> None:
         """Store records (dicts with an ``id``; ``session`` and ``time`` when known), each embedded from its text.
 
         ``embed=False`` stores records never searched by meaning (zero vectors, nothing embedded).
@@ -134,7 +143,9 @@ class Space:
         """Return the records with these ids (missing ones skipped)."""
         return [item.meta for item in self.store.get(self._ns(collection), list(ids))]
 
-    def search(self, query: str | Sequence[float], k: int, collection: str = RECORD) -> list[tuple[dict[str, Any], float]]:
+    def search(
+        self, query: str | Sequence[float], k: int, collection: str = RECORD
+    ) -> list[tuple[dict[str, Any], float]]:
         """Return the ``k`` records most similar to ``query`` (text or vector), with their cosine, best first."""
         ns = self._ns(collection)
         vector = self.store.embeddings.embed_query(query) if isinstance(query, str) else list(query)

@@ -77,7 +77,11 @@ class LangMemFramework(MemoryFramework):
             index: IndexConfig = {"dims": embedding_dims(embedder), "embed": embedder, "fields": ["content.content"]}
             uri = f"{self.context.uri}/{self.name}"
             in_ram = uri.startswith("memory://") or getattr(self.context.store, "uri", "") == "memory://"
-            self._store = InMemoryStore(index=index) if in_ram else LanceKVStore(uri, index=index, storage_options=self.context.settings.store_options)
+            self._store = (
+                InMemoryStore(index=index)
+                if in_ram
+                else LanceKVStore(uri, index=index, storage_options=self.context.settings.store_options)
+            )
         return self._store
 
     def manager(self) -> Any:
@@ -123,7 +127,9 @@ class LangMemFramework(MemoryFramework):
                     raise
                 except Exception as exc:  # noqa: BLE001 - recorded as a failed chunk, never dropped
                     report.failed_chunks.append(chunk_id)
-                    report.meta.setdefault("errors", {})[chunk_id] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                    report.meta.setdefault("errors", {})[chunk_id] = " ".join(f"{type(exc).__name__}: {exc}".split())[
+                        :300
+                    ]
                     continue
                 for put in puts:
                     old = self.store.get(self.sources_ns, put["key"])

@@ -81,7 +81,9 @@ def decision_schema(ids: list[str]) -> type[Mem0Decision]:
     if not shown:
         return Mem0Decision_
     known: Any = Literal.__getitem__(shown)  # Literal["0", "1", ...]
-    described = Field(description="id of the shown memory the operation concerns: the one to UPDATE or DELETE, else the closest one")
+    described = Field(
+        description="id of the shown memory the operation concerns: the one to UPDATE or DELETE, else the closest one"
+    )
     return create_model("Mem0Decision", __base__=Mem0Decision_, __doc__=Mem0Decision.__doc__, id=(known, described))
 
 
@@ -119,7 +121,9 @@ class Mem0ClassicFramework(MemoryFramework):
 
     # ------------------------------------------------------------------ phases
 
-    def extract(self, exchange: list[Turn], session: Session, summary: str, recent: list[str], report: IngestReport, label: str) -> Mem0Facts | None:
+    def extract(
+        self, exchange: list[Turn], session: Session, summary: str, recent: list[str], report: IngestReport, label: str
+    ) -> Mem0Facts | None:
         """Return the candidate facts of one exchange (None when the model failed: recorded under ``label``)."""
         prompt = MEM0_EXTRACT.format(
             summary=summary or "(none yet)",
@@ -140,9 +144,19 @@ class Mem0ClassicFramework(MemoryFramework):
         schema = decision_schema([str(i) for i in range(len(similar))])
         return ask(self.context, schema, messages, report, label)
 
-    def apply(self, decision: Mem0Decision, fact: str, similar: list[MemoryItem], source: SourceRef, time: str | None, key: str) -> str:
+    def apply(
+        self,
+        decision: Mem0Decision,
+        fact: str,
+        similar: list[MemoryItem],
+        source: SourceRef,
+        time: str | None,
+        key: str,
+    ) -> str:
         """Apply one operation to the store; return the event applied."""
-        target = similar[int(decision.id)] if decision.event in ("UPDATE", "DELETE") and decision.id is not None else None
+        target = (
+            similar[int(decision.id)] if decision.event in ("UPDATE", "DELETE") and decision.id is not None else None
+        )
         if decision.event == "ADD":
             item = Fact(
                 id=stable_id(*self.namespace, key, prefix="m0-"),
@@ -157,7 +171,13 @@ class Mem0ClassicFramework(MemoryFramework):
             meta = dict(target.meta)
             meta["history"] = [*meta.get("history", []), {"text": target.text, "session_id": source.session_id}]
             meta["sessions"] = [*[s for s in meta.get("sessions", []) if s != source.session_id], source.session_id]
-            self.store.upsert([target.model_copy(update={"text": decision.text.strip(), "source": source, "event_time": time, "meta": meta})])
+            self.store.upsert(
+                [
+                    target.model_copy(
+                        update={"text": decision.text.strip(), "source": source, "event_time": time, "meta": meta}
+                    )
+                ]
+            )
         elif decision.event == "DELETE" and target is not None:
             self.store.supersede(self.namespace, [target.id])
         return decision.event
@@ -201,7 +221,10 @@ class Mem0ClassicFramework(MemoryFramework):
                 state["recent"] = (state["recent"] + lines)[-self.recent_messages :]
                 state["pending"] = state["pending"] + lines
                 budget = self.context.settings.chunk_tokens
-                if len(state["pending"]) >= 2 * self.summary_every or count_tokens("\n".join(state["pending"])) >= budget:
+                if (
+                    len(state["pending"]) >= 2 * self.summary_every
+                    or count_tokens("\n".join(state["pending"])) >= budget
+                ):
                     state["summary"], state["pending"] = self._summarize(state["summary"], state["pending"], report), []
                 self.space.set_values({"context": state})
         if state["pending"]:
@@ -210,7 +233,15 @@ class Mem0ClassicFramework(MemoryFramework):
         report.items_written = events["ADD"] + events["UPDATE"] + events["DELETE"]
         report.meta["events"] = events
 
-    def _exchange(self, session: Session, exchange: list[Turn], chunk_id: str, state: dict, report: IngestReport, events: dict[str, int]) -> None:
+    def _exchange(
+        self,
+        session: Session,
+        exchange: list[Turn],
+        chunk_id: str,
+        state: dict,
+        report: IngestReport,
+        events: dict[str, int],
+    ) -> None:
         facts = self.extract(exchange, session, state["summary"], state["recent"], report, chunk_id)
         if facts is None:
             return
@@ -218,7 +249,9 @@ class Mem0ClassicFramework(MemoryFramework):
         for i, fact in enumerate(f.strip() for f in facts.facts):
             if not fact:
                 continue
-            similar = [s.item for s in self.store.search(self.namespace, fact, kind="fact", k=self.top_s, mode="vector")]
+            similar = [
+                s.item for s in self.store.search(self.namespace, fact, kind="fact", k=self.top_s, mode="vector")
+            ]
             if similar:
                 decision = self.decide(fact, similar, report, f"{chunk_id}/fact{i}")
                 if decision is None:

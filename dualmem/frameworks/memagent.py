@@ -161,7 +161,13 @@ class MemAgentFramework(MemoryFramework):
                     earlier = {line: current.get("session_id") or session.id for line in _lines(current["text"])}
                 sources = line_sources(memory, earlier, session.id)
                 chunks_read = [*(current.get("chunks") or []), chunk_id]
-                new = {"text": memory, "version": current["version"] + 1, "session_id": session.id, "sources": sources, "chunks": chunks_read}
+                new = {
+                    "text": memory,
+                    "version": current["version"] + 1,
+                    "session_id": session.id,
+                    "sources": sources,
+                    "chunks": chunks_read,
+                }
                 self.space.set_values({MEMORY_KEY: new})  # the memory and what it has read, in one commit
                 report.items_written += 1
         report.meta.update(stats, memory_tokens=count_tokens(self.memory), version=self.version)
@@ -176,13 +182,22 @@ class MemAgentFramework(MemoryFramework):
         if self.space.value("lines_version") != version:  # the memory changes only on ingest: its lines are stored once
             self.space.delete([r["id"] for r in self.space.records()])
             sources: dict[str, str] = state.get("sources") or {}
-            records = [{"id": f"line{i}", "line": i, "session": sources.get(line), "text": line, "seq": i} for i, line in enumerate(lines)]
+            records = [
+                {"id": f"line{i}", "line": i, "session": sources.get(line), "text": line, "seq": i}
+                for i, line in enumerate(lines)
+            ]
             self.space.put(records, lines)
             self.space.set_values({"lines_version": version})
         ranked = sorted(self.space.search(query, k), key=lambda p: (-p[1], p[0]["line"]))
         return [
-            RetrievedItem(text=r["text"], kind="fact", score=s, source_session=r["session"], id=r["id"],
-                          meta={"unit": "memory-line", "version": version})
+            RetrievedItem(
+                text=r["text"],
+                kind="fact",
+                score=s,
+                source_session=r["session"],
+                id=r["id"],
+                meta={"unit": "memory-line", "version": version},
+            )
             for r, s in ranked
         ]
 
@@ -190,7 +205,9 @@ class MemAgentFramework(MemoryFramework):
         """Return the memory rewritten for ``question`` (one question-conditioned pass, within budget)."""
         messages: list[BaseMessage] = [
             SystemMessage(content=MEMAGENT_SYSTEM),
-            HumanMessage(content=MEMAGENT_FOCUS.format(memory=self.memory, question=question, budget=self.memory_tokens)),
+            HumanMessage(
+                content=MEMAGENT_FOCUS.format(memory=self.memory, question=question, budget=self.memory_tokens)
+            ),
         ]
         answer = self._ask(messages)
         return truncate_tokens(answer, self.memory_tokens) if answer else ""

@@ -112,7 +112,13 @@ class MemoryBankFramework(MemoryFramework):
     # ------------------------------------------------------------------ ingest
 
     def _structured(self, schema: type[BaseModel], prompt: str, report: IngestReport, label: str) -> Any:
-        return ask(self.context, schema, [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)], report, label)
+        return ask(
+            self.context,
+            schema,
+            [SystemMessage(content=MEMORYBANK_SYSTEM), HumanMessage(content=prompt)],
+            report,
+            label,
+        )
 
     def ingest(self, session: Session) -> IngestReport:
         """Store the session's pieces and event summaries; update the global summary and portrait (once per session)."""
@@ -124,18 +130,36 @@ class MemoryBankFramework(MemoryFramework):
         chunks = session_chunks(session, self.context.settings.chunk_tokens)
         records: list[dict[str, Any]] = []
         digests: list[SessionDigest] = []
-        for index, turns in enumerate(tqdm(chunks, desc=f"memorybank {session.id}", disable=len(chunks) < 4, leave=False)):
+        for index, turns in enumerate(
+            tqdm(chunks, desc=f"memorybank {session.id}", disable=len(chunks) < 4, leave=False)
+        ):
             chunk_id = stable_id(session.id, index, prefix="c")
             transcript = "\n".join(render_turn(t) for t in turns)
             base = {"session": session.id, "time": session.time, "clock": clock, "strength": 1.0, "last_recall": clock}
-            records.append({**base, "id": stable_id(chunk_id, "piece"), "unit": "piece", "text": transcript,
-                            "turn_ids": [t.id for t in turns]})
-            digest = self._structured(SessionDigest, MEMORYBANK_SESSION.format(time=when, transcript=transcript), report, chunk_id)
+            records.append(
+                {
+                    **base,
+                    "id": stable_id(chunk_id, "piece"),
+                    "unit": "piece",
+                    "text": transcript,
+                    "turn_ids": [t.id for t in turns],
+                }
+            )
+            digest = self._structured(
+                SessionDigest, MEMORYBANK_SESSION.format(time=when, transcript=transcript), report, chunk_id
+            )
             if digest is None:
                 continue
             digests.append(digest)
-            records.append({**base, "id": stable_id(chunk_id, "event"), "unit": "event", "text": digest.events,
-                            "turn_ids": [t.id for t in turns]})
+            records.append(
+                {
+                    **base,
+                    "id": stable_id(chunk_id, "event"),
+                    "unit": "event",
+                    "text": digest.events,
+                    "turn_ids": [t.id for t in turns],
+                }
+            )
         seq = self.space.count()
         for i, record in enumerate(records):
             record["seq"] = seq + i
@@ -177,9 +201,19 @@ class MemoryBankFramework(MemoryFramework):
         top = self.score_all(query)[:k]
         items = [
             RetrievedItem(
-                text=m["text"], kind="fact", score=score, source_session=m["session"], id=m["id"],
-                meta={"unit": m["unit"], "similarity": sim, "retention": kept, "strength": m["strength"],
-                      "turn_ids": m.get("turn_ids", []), "time": m.get("time")},
+                text=m["text"],
+                kind="fact",
+                score=score,
+                source_session=m["session"],
+                id=m["id"],
+                meta={
+                    "unit": m["unit"],
+                    "similarity": sim,
+                    "retention": kept,
+                    "strength": m["strength"],
+                    "turn_ids": m.get("turn_ids", []),
+                    "time": m.get("time"),
+                },
             )
             for m, score, sim, kept in top
         ]
@@ -195,8 +229,16 @@ class MemoryBankFramework(MemoryFramework):
         out = []
         for unit, text in (("portrait", meta["portrait"]), ("global_summary", meta["summary"])):
             if text:
-                out.append(RetrievedItem(text=text, kind="insight", score=1.0, id=unit,
-                                         source_sessions=list(meta["sessions"]), meta={"unit": unit}))
+                out.append(
+                    RetrievedItem(
+                        text=text,
+                        kind="insight",
+                        score=1.0,
+                        id=unit,
+                        source_sessions=list(meta["sessions"]),
+                        meta={"unit": unit},
+                    )
+                )
         return out
 
     def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:

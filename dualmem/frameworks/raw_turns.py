@@ -30,7 +30,9 @@ class RawTurnsFramework(MemoryFramework):
     """Store every turn verbatim in LanceDB; retrieve turns with the ranker."""
 
     name: ClassVar[str] = "raw-turns"
-    description: ClassVar[str] = "every turn stored verbatim (with its speaker); turns ranked by the learned ranker or a plain store search"
+    description: ClassVar[str] = (
+        "every turn stored verbatim (with its speaker); turns ranked by the learned ranker or a plain store search"
+    )
 
     def __init__(
         self,
@@ -40,8 +42,11 @@ class RawTurnsFramework(MemoryFramework):
         roles: tuple[str, ...] = ("user", "assistant"),
     ) -> None:
         super().__init__(context)
-        self.ranker = ranker if isinstance(ranker, Ranker) else Ranker.from_settings(
-            context.settings if ranker is None else context.settings.replace(ranker=ranker))
+        self.ranker = (
+            ranker
+            if isinstance(ranker, Ranker)
+            else Ranker.from_settings(context.settings if ranker is None else context.settings.replace(ranker=ranker))
+        )
         self.roles = roles
         self.store = context.open_store(SUBFOLDER)
 
@@ -68,7 +73,9 @@ class RawTurnsFramework(MemoryFramework):
         new = [i for i in items if i.id not in stored]  # a session ingested before (any process) is not embedded again
         if new:
             self.store.upsert(new)
-        return IngestReport(session_id=session.id, items_written=len(new), meta={"framework": self.name, "already_stored": len(stored)})
+        return IngestReport(
+            session_id=session.id, items_written=len(new), meta={"framework": self.name, "already_stored": len(stored)}
+        )
 
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:
         """Return the ``k`` turns that best match ``query`` (after the conversation ``context``), best first."""

@@ -24,64 +24,144 @@ DEPTHS: dict[str, tuple[float, float]] = {"beginning": (0.02, 0.25), "middle": (
 
 FILLER_TOPICS: dict[str, tuple[list[str], list[str]]] = {
     "weather": (
-        ["The sky has been so grey all week, do you think it will clear up?", "It rained the whole afternoon again.",
-         "I love it when the first warm day of the year finally shows up.", "The wind this morning was wild."],
-        ["Grey weeks wear on everyone; a short walk at noon still helps.", "Rainy afternoons are made for a warm drink.",
-         "That first warm day always feels like a small holiday.", "Hold on to your hat, then!"],
+        [
+            "The sky has been so grey all week, do you think it will clear up?",
+            "It rained the whole afternoon again.",
+            "I love it when the first warm day of the year finally shows up.",
+            "The wind this morning was wild.",
+        ],
+        [
+            "Grey weeks wear on everyone; a short walk at noon still helps.",
+            "Rainy afternoons are made for a warm drink.",
+            "That first warm day always feels like a small holiday.",
+            "Hold on to your hat, then!",
+        ],
     ),
     "movies": (
-        ["I finally watched that old detective film everyone keeps quoting.", "Do you prefer comedies or dramas on a lazy evening?",
-         "The soundtrack of that space movie is stuck in my head.", "I fell asleep halfway through the film last night."],
-        ["Old detective films have a rhythm modern ones rarely match.", "Comedies for tired evenings, dramas for rested ones.",
-         "A good soundtrack stays longer than the plot.", "Then the film did its job as a lullaby."],
+        [
+            "I finally watched that old detective film everyone keeps quoting.",
+            "Do you prefer comedies or dramas on a lazy evening?",
+            "The soundtrack of that space movie is stuck in my head.",
+            "I fell asleep halfway through the film last night.",
+        ],
+        [
+            "Old detective films have a rhythm modern ones rarely match.",
+            "Comedies for tired evenings, dramas for rested ones.",
+            "A good soundtrack stays longer than the plot.",
+            "Then the film did its job as a lullaby.",
+        ],
     ),
     "cooking": (
-        ["I tried baking bread and it came out flat as a plate.", "What do you put in a simple vegetable soup?",
-         "I bought way too many lemons at the market.", "My pasta sauce tasted better the second day."],
-        ["Flat bread is still bread; the dough probably needed more time.", "Onion, carrot, whatever is in the fridge, and patience.",
-         "Lemons never go to waste: tea, dressing, cake.", "Sauces always do; the flavours settle overnight."],
+        [
+            "I tried baking bread and it came out flat as a plate.",
+            "What do you put in a simple vegetable soup?",
+            "I bought way too many lemons at the market.",
+            "My pasta sauce tasted better the second day.",
+        ],
+        [
+            "Flat bread is still bread; the dough probably needed more time.",
+            "Onion, carrot, whatever is in the fridge, and patience.",
+            "Lemons never go to waste: tea, dressing, cake.",
+            "Sauces always do; the flavours settle overnight.",
+        ],
     ),
     "music": (
-        ["I've been humming the same tune for two days.", "Do you think vinyl really sounds better?",
-         "A street musician played the violin near the station today.", "I want to learn a few chords on the guitar."],
-        ["Tunes like that usually leave when they are ready.", "It sounds warmer to some ears; mostly it feels better.",
-         "Street music makes a station feel less like a corridor.", "Three chords carry a surprising number of songs."],
+        [
+            "I've been humming the same tune for two days.",
+            "Do you think vinyl really sounds better?",
+            "A street musician played the violin near the station today.",
+            "I want to learn a few chords on the guitar.",
+        ],
+        [
+            "Tunes like that usually leave when they are ready.",
+            "It sounds warmer to some ears; mostly it feels better.",
+            "Street music makes a station feel less like a corridor.",
+            "Three chords carry a surprising number of songs.",
+        ],
     ),
     "travel": (
-        ["I keep looking at photos of seaside towns.", "Trains or planes, which do you prefer?",
-         "I found an old map of the city in a drawer.", "Someday I'd like to see the northern lights."],
-        ["Seaside towns look best slightly out of season.", "Trains: you arrive with your thoughts still in one piece.",
-         "Old maps are lovely; half the streets have new names now.", "Winter nights up north are worth the cold, people say."],
+        [
+            "I keep looking at photos of seaside towns.",
+            "Trains or planes, which do you prefer?",
+            "I found an old map of the city in a drawer.",
+            "Someday I'd like to see the northern lights.",
+        ],
+        [
+            "Seaside towns look best slightly out of season.",
+            "Trains: you arrive with your thoughts still in one piece.",
+            "Old maps are lovely; half the streets have new names now.",
+            "Winter nights up north are worth the cold, people say.",
+        ],
     ),
     "books": (
-        ["I started a novel that opens with a very long storm.", "Short stories or long novels?",
-         "The library by the park reopened.", "I keep buying books faster than I read them."],
-        ["Storm openings promise a lot; let's see if it keeps it.", "Short stories for busy weeks, novels for slow ones.",
-         "A reopened library is good news for the whole street.", "A shelf of unread books is a kind of optimism."],
+        [
+            "I started a novel that opens with a very long storm.",
+            "Short stories or long novels?",
+            "The library by the park reopened.",
+            "I keep buying books faster than I read them.",
+        ],
+        [
+            "Storm openings promise a lot; let's see if it keeps it.",
+            "Short stories for busy weeks, novels for slow ones.",
+            "A reopened library is good news for the whole street.",
+            "A shelf of unread books is a kind of optimism.",
+        ],
     ),
     "plants": (
-        ["My basil plant looks sad again.", "Someone gave me a cactus shaped like a star.",
-         "The tomatoes on the balcony finally turned red.", "Is it true plants like being talked to?"],
-        ["Basil wants sun and a bit less water than people think.", "Star cactus, easy company: ignore it politely.",
-         "Balcony tomatoes taste better than any bought ones.", "They like the attention you pay them while talking, at least."],
+        [
+            "My basil plant looks sad again.",
+            "Someone gave me a cactus shaped like a star.",
+            "The tomatoes on the balcony finally turned red.",
+            "Is it true plants like being talked to?",
+        ],
+        [
+            "Basil wants sun and a bit less water than people think.",
+            "Star cactus, easy company: ignore it politely.",
+            "Balcony tomatoes taste better than any bought ones.",
+            "They like the attention you pay them while talking, at least.",
+        ],
     ),
     "games": (
-        ["We played an old board game and it got very competitive.", "I tried a crossword and got stuck on the last word.",
-         "Do you like puzzles with a thousand pieces?", "Chess in the park looks so calm from outside."],
-        ["Board games reveal everyone's secret competitive side.", "The last word is always the stubborn one.",
-         "A thousand pieces is a whole weekend, and a nice one.", "Calm on the outside, storms in their heads."],
+        [
+            "We played an old board game and it got very competitive.",
+            "I tried a crossword and got stuck on the last word.",
+            "Do you like puzzles with a thousand pieces?",
+            "Chess in the park looks so calm from outside.",
+        ],
+        [
+            "Board games reveal everyone's secret competitive side.",
+            "The last word is always the stubborn one.",
+            "A thousand pieces is a whole weekend, and a nice one.",
+            "Calm on the outside, storms in their heads.",
+        ],
     ),
     "animals": (
-        ["A neighbour's cat sat on my doorstep all morning.", "I saw a heron by the canal today.",
-         "Dogs in raincoats are the best thing about rainy days.", "The pigeons at the square are getting bold."],
-        ["Cats choose doorsteps with care; consider yourself chosen.", "Herons look like they are thinking very hard.",
-         "Nothing lifts a grey street like a dog in a raincoat.", "Bold pigeons know exactly who carries crumbs."],
+        [
+            "A neighbour's cat sat on my doorstep all morning.",
+            "I saw a heron by the canal today.",
+            "Dogs in raincoats are the best thing about rainy days.",
+            "The pigeons at the square are getting bold.",
+        ],
+        [
+            "Cats choose doorsteps with care; consider yourself chosen.",
+            "Herons look like they are thinking very hard.",
+            "Nothing lifts a grey street like a dog in a raincoat.",
+            "Bold pigeons know exactly who carries crumbs.",
+        ],
     ),
     "city": (
-        ["They opened a new bakery at the corner.", "The bus was late again, as usual.",
-         "There's a small festival in the square this weekend.", "They painted a mural on the old wall by the bridge."],
-        ["A new bakery is a good reason to take the long way round.", "Buses keep their own calendar.",
-         "Small festivals are the best kind: music, food, no crowds.", "Murals make a wall into a landmark."],
+        [
+            "They opened a new bakery at the corner.",
+            "The bus was late again, as usual.",
+            "There's a small festival in the square this weekend.",
+            "They painted a mural on the old wall by the bridge.",
+        ],
+        [
+            "A new bakery is a good reason to take the long way round.",
+            "Buses keep their own calendar.",
+            "Small festivals are the best kind: music, food, no crowds.",
+            "Murals make a wall into a landmark.",
+        ],
     ),
 }
 
@@ -98,7 +178,9 @@ def filler_session(rng: random.Random, rounds: int) -> tuple[str, list[dict[str,
     return topic, turns
 
 
-def split_woven(turns: Sequence[dict[str, Any]], fragment_turns: Sequence[int | None], distance: int) -> list[list[int]]:
+def split_woven(
+    turns: Sequence[dict[str, Any]], fragment_turns: Sequence[int | None], distance: int
+) -> list[list[int]]:
     """Return the turn indices of the parts a woven dialogue is placed as (one, or two split between the fragments)."""
     idx = list(range(len(turns)))
     known = sorted(t for t in fragment_turns if t is not None)
@@ -161,7 +243,9 @@ def assemble_history(
         else:
             dropped.append(w["query_id"])
     for i in kept:
-        for p_no, idx in enumerate(split_woven(woven[i]["turns"], woven[i].get("fragment_turns") or [], fragment_distance)):
+        for p_no, idx in enumerate(
+            split_woven(woven[i]["turns"], woven[i].get("fragment_turns") or [], fragment_distance)
+        ):
             parts.append((i, idx, p_no))
     # filler to the target: whole sessions, then turns of one more session
     fillers: list[tuple[str, list[dict[str, str]], list[int]]] = []
@@ -193,7 +277,9 @@ def assemble_history(
         lo, hi = DEPTHS[depth]
         rank, count = slot_of[:q_no].count(depth), slot_of.count(depth)
         mine = [p for p in parts if p[0] == i]
-        pos_a, pos_b = _positions(fill_tokens, lo + (hi - lo) * (rank + 0.5) / count, fragment_distance if len(mine) > 1 else 0)
+        pos_a, pos_b = _positions(
+            fill_tokens, lo + (hi - lo) * (rank + 0.5) / count, fragment_distance if len(mine) > 1 else 0
+        )
         depth_of[i] = depth
         for p in mine:
             slots.setdefault(pos_a if p[2] == 0 else pos_b, []).append(p)
@@ -217,7 +303,10 @@ def assemble_history(
         else:
             w_i, idx, _ = ref
             raw, toks = woven[w_i]["turns"], tok_of[w_i]
-            meta, filler = {"topic": woven[w_i].get("topic", "")}, False  # no query ids: nothing in a session hints at evidence
+            meta, filler = (
+                {"topic": woven[w_i].get("topic", "")},
+                False,
+            )  # no query ids: nothing in a session hints at evidence
         session_turns: list[Turn] = []
         for j, t_i in enumerate(idx):
             tid = f"{sid}-t{j:03d}"
@@ -226,7 +315,9 @@ def assemble_history(
             if kind == "woven":
                 where[(ref[0], t_i)] = (sid, tid, offset)
             offset += toks[t_i]
-        sessions.append(Session(id=sid, time=clock.isoformat(timespec="minutes"), turns=session_turns, filler=filler, meta=meta))
+        sessions.append(
+            Session(id=sid, time=clock.isoformat(timespec="minutes"), turns=session_turns, filler=filler, meta=meta)
+        )
     queries = []
     session_index = {s.id: n for n, s in enumerate(sessions)}
     for i in kept:
@@ -236,7 +327,9 @@ def assemble_history(
             if t_i is None or (i, t_i) not in where:
                 continue
             sid, tid, off = where[(i, t_i)]
-            evidence.append({"session_id": sid, "turn_id": tid, "fragment": frag, "depth": round(off / max(offset, 1), 4)})
+            evidence.append(
+                {"session_id": sid, "turn_id": tid, "fragment": frag, "depth": round(off / max(offset, 1), 4)}
+            )
         s_nos = [session_index[e["session_id"]] for e in evidence]
         queries.append(
             Query(
@@ -246,21 +339,31 @@ def assemble_history(
                 answer=w.get("answer"),
                 time=(clock + timedelta(days=1)).isoformat(timespec="minutes"),
                 gold=GoldEvidence(
-                    facts=list(w["fragments"]), insight=w["insight"],
-                    session_ids=list(dict.fromkeys(e["session_id"] for e in evidence)), turn_ids=[e["turn_id"] for e in evidence],
+                    facts=list(w["fragments"]),
+                    insight=w["insight"],
+                    session_ids=list(dict.fromkeys(e["session_id"] for e in evidence)),
+                    turn_ids=[e["turn_id"] for e in evidence],
                 ),
                 meta={
                     "evidence": [{k: e[k] for k in ("session_id", "turn_id", "fragment")} for e in evidence],
                     "evidence_depths": [e["depth"] for e in evidence],
                     "depth_slot": depth_of.get(i),
-                    "fragment_distance_sessions": (max(s_nos) - min(s_nos) - 1) if len(s_nos) == 2 and s_nos[0] != s_nos[1] else 0,
+                    "fragment_distance_sessions": (max(s_nos) - min(s_nos) - 1)
+                    if len(s_nos) == 2 and s_nos[0] != s_nos[1]
+                    else 0,
                     "insight_id": w.get("insight_id"),
                     "connector": w.get("connector", ""),
                 },
             )
         )
     positions = [
-        {"query_id": q.id, "slot": q.meta["depth_slot"], "session_id": e["session_id"], "turn_id": e["turn_id"], "depth": d}
+        {
+            "query_id": q.id,
+            "slot": q.meta["depth_slot"],
+            "session_id": e["session_id"],
+            "turn_id": e["turn_id"],
+            "depth": d,
+        }
         for q in queries
         for e, d in zip(q.meta["evidence"], q.meta["evidence_depths"], strict=True)
     ]
@@ -275,5 +378,7 @@ def assemble_history(
         "dropped": dropped,
         "evidence": positions,
     }
-    dialogue = Dialogue(id=dialogue_id, persona=persona, user_id=user_id, sessions=sessions, meta={"assembly": {**stats, "seed": seed}})
+    dialogue = Dialogue(
+        id=dialogue_id, persona=persona, user_id=user_id, sessions=sessions, meta={"assembly": {**stats, "seed": seed}}
+    )
     return DatasetItem(dialogue=dialogue, queries=queries), stats

@@ -74,7 +74,9 @@ class FragmentHit:
 
     def present(self, overlap_threshold: float, similarity_threshold: float) -> bool:
         """Return True when the turn carries the fragment (lexically or by meaning)."""
-        return self.overlap >= overlap_threshold or (self.similarity is not None and self.similarity >= similarity_threshold)
+        return self.overlap >= overlap_threshold or (
+            self.similarity is not None and self.similarity >= similarity_threshold
+        )
 
 
 @dataclass
@@ -87,7 +89,9 @@ class DifficultyResult:
     scores: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
-def _similarities(fragments: Sequence[str], texts: Sequence[str], embeddings: Embeddings | None) -> list[list[float | None]]:
+def _similarities(
+    fragments: Sequence[str], texts: Sequence[str], embeddings: Embeddings | None
+) -> list[list[float | None]]:
     """Return, per fragment and turn, the best cosine between the fragment and a sentence of the turn."""
     if embeddings is None:
         return [[None] * len(texts) for _ in fragments]
@@ -132,7 +136,9 @@ def difficulty_check(
     result = DifficultyResult(ok=True)
     for f_i, fragment in enumerate(fragments):
         hits = [
-            FragmentHit(i, str(turns[i].get("role", "")), fragment_overlap(fragment, texts[i], ngram=ngram), sims[f_i][i])
+            FragmentHit(
+                i, str(turns[i].get("role", "")), fragment_overlap(fragment, texts[i], ngram=ngram), sims[f_i][i]
+            )
             for i in range(len(turns))
         ]
         users = [h for h in hits if h.role == "user" and h.present(overlap_threshold, similarity_threshold)]
@@ -141,14 +147,24 @@ def difficulty_check(
         if not users:
             result.reasons.append(f"{label} occurs in no user turn")
         elif len(users) > 1:
-            result.reasons.append(f"{label} occurs in {len(users)} user turns {[h.turn_index for h in users]}, expected exactly one")
+            result.reasons.append(
+                f"{label} occurs in {len(users)} user turns {[h.turn_index for h in users]}, expected exactly one"
+            )
         if echoes:
             result.reasons.append(f"{label} is echoed by the agent in turns {[h.turn_index for h in echoes]}")
         result.fragment_turns.append(users[0].turn_index if len(users) == 1 else None)
         result.scores.append(
-            [{"turn": h.turn_index, "role": h.role, "overlap": round(h.overlap, 3), "similarity": h.similarity} for h in hits if h.overlap > 0]
+            [
+                {"turn": h.turn_index, "role": h.role, "overlap": round(h.overlap, 3), "similarity": h.similarity}
+                for h in hits
+                if h.overlap > 0
+            ]
         )
-    if len(fragments) == 2 and None not in result.fragment_turns and result.fragment_turns[0] == result.fragment_turns[1]:
+    if (
+        len(fragments) == 2
+        and None not in result.fragment_turns
+        and result.fragment_turns[0] == result.fragment_turns[1]
+    ):
         result.reasons.append("both fragments sit in the same user turn; they must come up separately")
     result.ok = not result.reasons
     return result
@@ -158,10 +174,10 @@ def difficulty_check(
 
 SAFETY_PATTERNS: dict[str, re.Pattern[str]] = {
     "email": re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+"),
-    "phone": re.compile(r"(?<!\w)(?:\+?\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{3,4}[\s.-]\d{3,4}(?:[\s.-]\d{2,4})?(?!\w)|(?<!\d)1[3-9]\d{9}(?!\d)"),
-    "id_number": re.compile(
-        r"(?<!\d)(?:\d{3}-\d{2}-\d{4}|\d{17}[\dXx]|(?:\d{4}[ -]?){3}\d{1,7})(?!\d)"
+    "phone": re.compile(
+        r"(?<!\w)(?:\+?\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{3,4}[\s.-]\d{3,4}(?:[\s.-]\d{2,4})?(?!\w)|(?<!\d)1[3-9]\d{9}(?!\d)"
     ),
+    "id_number": re.compile(r"(?<!\d)(?:\d{3}-\d{2}-\d{4}|\d{17}[\dXx]|(?:\d{4}[ -]?){3}\d{1,7})(?!\d)"),
     "violence": re.compile(
         r"\b(?:kill(?:ed|ing|s)?|murder\w*|stab\w*|shoot(?:ing)?|shot him|shot her|bomb\w*|explosive\w*|"
         r"gun\w*|weapon\w*|suicide|self-harm|behead\w*|torture\w*|massacre\w*)\b|杀|炸弹|枪|自杀|砍",
@@ -179,7 +195,9 @@ def safety_flags(text: str, patterns: dict[str, re.Pattern[str]] | None = None) 
     return hits
 
 
-def flag_turns(turns: Sequence[dict[str, Any]], patterns: dict[str, re.Pattern[str]] | None = None) -> list[dict[str, Any]]:
+def flag_turns(
+    turns: Sequence[dict[str, Any]], patterns: dict[str, re.Pattern[str]] | None = None
+) -> list[dict[str, Any]]:
     """Return ``[{"turn", "role", "text", "flags"}]`` for every turn the pattern pass flags."""
     out = []
     for i, turn in enumerate(turns):

@@ -191,7 +191,15 @@ def schedule(
         title = active[step % len(active)]
         event = by_project[title].pop(0)
         clock += timedelta(days=rng.randint(1, 3))
-        order.append({**event, "project": title, "topic": topic_of[title], "index": len(order), "date": clock.strftime("%Y-%m-%d") + f" {rng.randint(8, 21):02d}:{rng.choice((0, 15, 30, 45)):02d}"})
+        order.append(
+            {
+                **event,
+                "project": title,
+                "topic": topic_of[title],
+                "index": len(order),
+                "date": clock.strftime("%Y-%m-%d") + f" {rng.randint(8, 21):02d}:{rng.choice((0, 15, 30, 45)):02d}",
+            }
+        )
         if not by_project[title]:
             active.remove(title)
             ended_at[topic_of[title]] = step
@@ -209,26 +217,50 @@ def event_text(event: dict[str, Any]) -> str:
 
 def render_dialogue(turns: Sequence[dict[str, Any]]) -> str:
     """Render turns as ``index: speaker: text`` lines."""
-    return "\n".join(f"{i}: {'User' if t['role'] == 'user' else 'Assistant'}: {t['text']}" for i, t in enumerate(turns)) or "(nothing yet)"
+    return (
+        "\n".join(f"{i}: {'User' if t['role'] == 'user' else 'Assistant'}: {t['text']}" for i, t in enumerate(turns))
+        or "(nothing yet)"
+    )
 
 
 def user_message(
-    ctx: Context, persona: Persona, events: Sequence[dict[str, Any]], plans: Sequence[dict[str, Any]], index: int, turns: Sequence[dict[str, Any]]
+    ctx: Context,
+    persona: Persona,
+    events: Sequence[dict[str, Any]],
+    plans: Sequence[dict[str, Any]],
+    index: int,
+    turns: Sequence[dict[str, Any]],
 ) -> tuple[str | None, str]:
     """Write the user's next message seeing only sessions ``<= index`` (time firewall); return (message, error)."""
-    past = "\n".join(f"- {e['date']}: {event_text(e)} ({plans[e['index']]['summary']})" for e in events[:index]) or "(this is the first conversation)"
+    past = (
+        "\n".join(f"- {e['date']}: {event_text(e)} ({plans[e['index']]['summary']})" for e in events[:index])
+        or "(this is the first conversation)"
+    )
     current = events[index]
     system = SystemMessage(
         content=P.USER_AGENT_SYSTEM.format(
-            name=persona.name, persona=persona.render(), past=past, date=current["date"],
-            current=f"{event_text(current)}\n{plans[index]['summary']}", goal=plans[index]["goal"],
+            name=persona.name,
+            persona=persona.render(),
+            past=past,
+            date=current["date"],
+            current=f"{event_text(current)}\n{plans[index]['summary']}",
+            goal=plans[index]["goal"],
         )
     )
     later = [event_text(e) for e in events[index + 1 :]] + [p["summary"] for p in plans[index + 1 :]]
-    known = [event_text(e) for e in events[: index + 1]] + [p["summary"] for p in plans[: index + 1]] + [persona.render()]
+    known = (
+        [event_text(e) for e in events[: index + 1]] + [p["summary"] for p in plans[: index + 1]] + [persona.render()]
+    )
     feedback, leak = "", None
     for _ in range(ctx.settings.max_retries + 1):
-        out = ask(ctx, [system, HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback))], UserTurn)
+        out = ask(
+            ctx,
+            [
+                system,
+                HumanMessage(content=P.USER_AGENT_TURN.format(dialogue=render_dialogue(turns), feedback=feedback)),
+            ],
+            UserTurn,
+        )
         if out.value is None:
             return None, f"user agent: model output invalid after {out.attempts} attempt(s): {out.error}"
         leak = mentions_future(out.value.message, later, known)
@@ -244,7 +276,10 @@ def assistant_reply(
     """Retrieve memory for the last user message and answer; return (reply, retrieved, used, error)."""
     query = turns[-1]["text"]
     retrieved = memory.retrieve(query, k)
-    listing = "\n".join(f"[{i + 1}] ({it.source_session or '?'}) {it.text}" for i, it in enumerate(retrieved)) or "(no memory yet)"
+    listing = (
+        "\n".join(f"[{i + 1}] ({it.source_session or '?'}) {it.text}" for i, it in enumerate(retrieved))
+        or "(no memory yet)"
+    )
     system = SystemMessage(content=P.ASSISTANT_SYSTEM.format(name=persona.name, date=date, memory=listing))
     history = [HumanMessage(content=render_dialogue(turns))]
     out = ask(ctx, [system, *history], AssistantTurn)
@@ -256,19 +291,34 @@ def assistant_reply(
 
 def goal_met(ctx: Context, goal: str, turns: Sequence[dict[str, Any]]) -> tuple[bool, str]:
     """Ask the evaluator whether the session goal is met; an invalid answer counts as not met (with its reason)."""
-    out = ask(ctx, [HumanMessage(content=P.GOAL_USER.format(goal=goal, dialogue=render_dialogue(turns)))], GoalCheck, judge=True)
+    out = ask(
+        ctx,
+        [HumanMessage(content=P.GOAL_USER.format(goal=goal, dialogue=render_dialogue(turns)))],
+        GoalCheck,
+        judge=True,
+    )
     if out.value is None:
         return False, f"evaluator: model output invalid after {out.attempts} attempt(s): {out.error}"
     return out.value.goal_met, out.value.reason
 
 
-def dedupe(points: Sequence[dict[str, Any]], known: Sequence[str], threshold: float = 0.8) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def dedupe(
+    points: Sequence[dict[str, Any]], known: Sequence[str], threshold: float = 0.8
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split points into (new, duplicates): a duplicate shares ``threshold`` of its units with a known text or an earlier point."""
     kept: list[dict[str, Any]] = []
     dupes: list[dict[str, Any]] = []
     seen = list(known)
     for p in points:
-        twin = next((s for s in seen if fragment_overlap(p["content"], s) >= threshold and fragment_overlap(s, p["content"]) >= threshold * 0.75), None)
+        twin = next(
+            (
+                s
+                for s in seen
+                if fragment_overlap(p["content"], s) >= threshold
+                and fragment_overlap(s, p["content"]) >= threshold * 0.75
+            ),
+            None,
+        )
         if twin is not None:
             dupes.append({**p, "duplicate_of": twin})
             continue
@@ -277,9 +327,13 @@ def dedupe(points: Sequence[dict[str, Any]], known: Sequence[str], threshold: fl
     return kept, dupes
 
 
-def extract_memory(ctx: Context, persona: Persona, turns: Sequence[dict[str, Any]], known: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
+def extract_memory(
+    ctx: Context, persona: Persona, turns: Sequence[dict[str, Any]], known: Sequence[str]
+) -> tuple[list[dict[str, Any]], str]:
     """Extract the session's memory points (static, dynamic, schedule) with their source turn."""
-    prompt = P.MEMORY_USER.format(name=persona.name, known="\n".join(f"- {k}" for k in known) or "(nothing)", dialogue=render_dialogue(turns))
+    prompt = P.MEMORY_USER.format(
+        name=persona.name, known="\n".join(f"- {k}" for k in known) or "(nothing)", dialogue=render_dialogue(turns)
+    )
     out = ask(ctx, [HumanMessage(content=prompt)], ExtractedMemory)
     if out.value is None:
         return [], f"memory manager: model output invalid after {out.attempts} attempt(s): {out.error}"

@@ -26,7 +26,13 @@ Opts = TypeVar("Opts")
 
 def ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bool = False) -> Structured[Any]:
     """Ask the generator (or judge) model for ``schema`` with repairs (the run's retry settings)."""
-    return invoke_structured(ctx.llm("judge") if judge else ctx.llm("chat"), messages, schema, retries=ctx.settings.max_retries, policy=ctx.settings)
+    return invoke_structured(
+        ctx.llm("judge") if judge else ctx.llm("chat"),
+        messages,
+        schema,
+        retries=ctx.settings.max_retries,
+        policy=ctx.settings,
+    )
 
 
 def options_of(cls: type[Opts], value: Opts | Mapping[str, Any] | None, what: str) -> Opts:
@@ -39,4 +45,3 @@ def options_of(cls: type[Opts], value: Opts | Mapping[str, Any] | None, what: st
     if unknown:
         raise ConfigurationError(f"unknown {what} option(s) {sorted(unknown)}; valid: {', '.join(known)}")
     return cls(**{k: tuple(v) if isinstance(known[k].default, tuple) else v for k, v in data.items()})
-

@@ -162,7 +162,9 @@ def ideate(ctx: Context, persona: Persona, opts: WeaveOptions) -> tuple[list[dic
             good += 1
             insights.append({"id": iid, "persona_id": persona.id, "task_type": task_type, **draft.model_dump()})
         if good < opts.n_per_type:
-            rejections.append({**base, "insight_id": None, "reason": f"shortfall: {good} of {opts.n_per_type} usable insights"})
+            rejections.append(
+                {**base, "insight_id": None, "reason": f"shortfall: {good} of {opts.n_per_type} usable insights"}
+            )
     return insights, rejections
 
 
@@ -172,8 +174,11 @@ def ideate(ctx: Context, persona: Persona, opts: WeaveOptions) -> tuple[list[dic
 def check_specificity(ctx: Context, persona: Persona, insight: dict[str, Any]) -> tuple[bool, str]:
     """Run the four yes/no specificity checks; return (passed, reason)."""
     prompt = P.SPECIFICITY_USER.format(
-        persona=persona.render(), task_type=insight["task_type"], insight=insight["text"],
-        steps=" -> ".join(insight["reasoning_steps"]), kinds=", ".join(insight["fact_kinds"]),
+        persona=persona.render(),
+        task_type=insight["task_type"],
+        insight=insight["text"],
+        steps=" -> ".join(insight["reasoning_steps"]),
+        kinds=", ".join(insight["fact_kinds"]),
     )
     out = ask(ctx, [HumanMessage(content=prompt)], SpecificityVerdict, judge=True)
     if out.value is None:
@@ -182,14 +187,19 @@ def check_specificity(ctx: Context, persona: Persona, insight: dict[str, Any]) -
     return (not failed), (f"failed {', '.join(failed)}: {out.value.reason}" if failed else "")
 
 
-def write_seed(ctx: Context, persona: Persona, insight: dict[str, Any], max_concept_overlap: float = 0.4) -> tuple[QuerySeed | None, str]:
+def write_seed(
+    ctx: Context, persona: Persona, insight: dict[str, Any], max_concept_overlap: float = 0.4
+) -> tuple[QuerySeed | None, str]:
     """Write the two fragments, the test question and the connector of one insight.
 
     A question sharing ``max_concept_overlap`` or more of the insight's content words is rejected.
     """
     prompt = P.FRAGMENTS_USER.format(
-        persona=persona.render(), user_profile=user_profile(persona), task_type=insight["task_type"],
-        insight=insight["text"], steps=" -> ".join(insight["reasoning_steps"]),
+        persona=persona.render(),
+        user_profile=user_profile(persona),
+        task_type=insight["task_type"],
+        insight=insight["text"],
+        steps=" -> ".join(insight["reasoning_steps"]),
     )
     out = ask(ctx, [HumanMessage(content=prompt)], QuerySeed)
     if out.value is None:
@@ -232,7 +242,9 @@ def weave_parts(rounds: int, segment_rounds: int) -> list[int]:
     return [rounds // n + (1 if i < rounds % n else 0) for i in range(n)]
 
 
-def _write_dialogue(ctx: Context, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions, feedback: str) -> tuple[list[dict[str, Any]] | None, str]:
+def _write_dialogue(
+    ctx: Context, persona: Persona, seed: QuerySeed, topic: str, opts: WeaveOptions, feedback: str
+) -> tuple[list[dict[str, Any]] | None, str]:
     """Write the dialogue part by part: fragment 1 in the first part, fragment 2 in the last."""
     parts = weave_parts(opts.rounds, opts.segment_rounds)
     facts: list[list[str]] = [[] for _ in parts]
@@ -243,8 +255,15 @@ def _write_dialogue(ctx: Context, persona: Persona, seed: QuerySeed, topic: str,
         tail = "\n".join(f"{'User' if t['role'] == 'user' else persona.name}: {t['text']}" for t in turns[-4:])
         fact_text = "\n".join(P.WEAVE_FACT.format(fragment=f, name=persona.name) for f in facts[n]) or P.WEAVE_NO_FACT
         prompt = P.WEAVE_USER.format(
-            part=n + 1, parts=len(parts), name=persona.name, persona=persona.render(), user_profile=user_profile(persona), topic=topic,
-            so_far=P.WEAVE_SO_FAR.format(tail=tail) if turns else P.WEAVE_START, rounds=rounds, facts=fact_text,
+            part=n + 1,
+            parts=len(parts),
+            name=persona.name,
+            persona=persona.render(),
+            user_profile=user_profile(persona),
+            topic=topic,
+            so_far=P.WEAVE_SO_FAR.format(tail=tail) if turns else P.WEAVE_START,
+            rounds=rounds,
+            facts=fact_text,
             feedback=P.WEAVE_FEEDBACK.format(reason=feedback) if feedback else "",
         )
         out = ask(ctx, [HumanMessage(content=prompt)], WovenDialogue)
@@ -266,11 +285,21 @@ def weave(ctx: Context, persona: Persona, seed: QuerySeed, topic: str, opts: Wea
             reason, stage = f"only {users} rounds, expected about {opts.rounds}", "weave"
             continue
         check = difficulty_check(
-            turns, [seed.fragment_1, seed.fragment_2], embeddings=ctx.load_embedder(),
-            overlap_threshold=opts.overlap_threshold, similarity_threshold=opts.similarity_threshold,
+            turns,
+            [seed.fragment_1, seed.fragment_2],
+            embeddings=ctx.load_embedder(),
+            overlap_threshold=opts.overlap_threshold,
+            similarity_threshold=opts.similarity_threshold,
         )
         if check.ok:
-            return {"ok": True, "turns": turns, "topic": topic, "fragment_turns": check.fragment_turns, "attempts": attempt + 1, "rounds": users}
+            return {
+                "ok": True,
+                "turns": turns,
+                "topic": topic,
+                "fragment_turns": check.fragment_turns,
+                "attempts": attempt + 1,
+                "rounds": users,
+            }
         reason, stage = "; ".join(check.reasons), "difficulty"
     return {"ok": False, "stage": stage, "reason": reason, "attempts": opts.weave_attempts}
 
@@ -282,15 +311,27 @@ def check_safety(ctx: Context, turns: list[dict[str, Any]]) -> tuple[bool, str, 
         return True, "", []
     kinds = sorted({f["kind"] for row in flagged for f in row["flags"]})
     lines = "\n".join(f"[{row['turn']}] {row['role']}: {row['text']}" for row in flagged)
-    out = ask(ctx, [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))], SafetyVerdict, judge=True)
+    out = ask(
+        ctx,
+        [HumanMessage(content=P.SAFETY_USER.format(kinds=", ".join(kinds), lines=lines))],
+        SafetyVerdict,
+        judge=True,
+    )
     if out.value is None:
         return False, _failed("safety", out), flagged
     return out.value.safe, ("" if out.value.safe else f"unsafe ({', '.join(kinds)}): {out.value.reason}"), flagged
 
 
-def build_query(ctx: Context, persona: Persona, insight: dict[str, Any], topic: str, opts: WeaveOptions) -> dict[str, Any]:
+def build_query(
+    ctx: Context, persona: Persona, insight: dict[str, Any], topic: str, opts: WeaveOptions
+) -> dict[str, Any]:
     """Run one insight through specificity, fragments, necessity, weaving, difficulty and safety; return its row."""
-    row: dict[str, Any] = {"insight_id": insight["id"], "persona_id": persona.id, "task_type": insight["task_type"], "checks": {}}
+    row: dict[str, Any] = {
+        "insight_id": insight["id"],
+        "persona_id": persona.id,
+        "task_type": insight["task_type"],
+        "checks": {},
+    }
 
     def reject(stage: str, reason: str) -> dict[str, Any]:
         row["checks"][stage] = False

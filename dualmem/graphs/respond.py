@@ -75,12 +75,16 @@ class Reply:
     text: str
     items: list[RetrievedItem] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
-    pending: dict[str, Any] = field(default_factory=dict)  # with remember: the thread's pending turns, the guard's flags
+    pending: dict[str, Any] = field(
+        default_factory=dict
+    )  # with remember: the thread's pending turns, the guard's flags
 
     @property
     def merged(self) -> list[ScoredItem]:
         """Return the stored facts and insights retrieved, best first."""
-        return [ScoredItem(MemoryItem.model_validate(i.meta["item"]), i.score) for i in self.items if i.meta.get("item")]
+        return [
+            ScoredItem(MemoryItem.model_validate(i.meta["item"]), i.score) for i in self.items if i.meta.get("item")
+        ]
 
     @property
     def facts(self) -> list[ScoredItem]:
@@ -95,7 +99,11 @@ class Reply:
     @property
     def grounding(self) -> dict[str, list[MemoryItem]]:
         """Return, per retrieved insight id, the facts it cites."""
-        return {i.id or "": [MemoryItem.model_validate(f) for f in i.meta.get("cited") or []] for i in self.items if i.kind == "insight"}
+        return {
+            i.id or "": [MemoryItem.model_validate(f) for f in i.meta.get("cited") or []]
+            for i in self.items
+            if i.kind == "insight"
+        }
 
 
 class RespondOptions(TypedDict, total=False):
@@ -117,10 +125,22 @@ class RespondOptions(TypedDict, total=False):
 
 
 def _call(
-    query: str, persona: Persona | dict[str, Any], *, settings: Settings | dict[str, Any] | None = None, model: Any = None,
-    store: Any = None, embeddings: Any = None, k: int | None = None, mode: str | None = None,
-    history: Sequence[Any] | None = None, remember: bool = False, namespace: Iterable[str] | None = None,
-    user: str | None = None, writer_model: Any = None, thread_id: str | None = None, formation: Any = None,
+    query: str,
+    persona: Persona | dict[str, Any],
+    *,
+    settings: Settings | dict[str, Any] | None = None,
+    model: Any = None,
+    store: Any = None,
+    embeddings: Any = None,
+    k: int | None = None,
+    mode: str | None = None,
+    history: Sequence[Any] | None = None,
+    remember: bool = False,
+    namespace: Iterable[str] | None = None,
+    user: str | None = None,
+    writer_model: Any = None,
+    thread_id: str | None = None,
+    formation: Any = None,
 ) -> tuple[dict[str, Any], Context, Any, dict[str, Any] | None]:
     """Prepare one respond run: its input, context, compiled graph and config (the core both shells run)."""
     from dualmem.models import load_chat_model
@@ -133,7 +153,15 @@ def _call(
         models["chat"] = load_chat_model(model, ctx.settings, role="chat")
     if writer_model is not None:
         models["writer"] = load_chat_model(writer_model, ctx.settings, role="writer")
-    changes = {k: v for k, v in {"models": {**(ctx.models or {}), **models} if models else None, "embeddings": embeddings, "formation": formation}.items() if v is not None}
+    changes = {
+        k: v
+        for k, v in {
+            "models": {**(ctx.models or {}), **models} if models else None,
+            "embeddings": embeddings,
+            "formation": formation,
+        }.items()
+        if v is not None
+    }
     ctx = ctx.with_(**changes) if changes else ctx
     db = dual_of(store) if store is not None else open_store(ctx.settings, embeddings)
     who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)

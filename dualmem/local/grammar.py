@@ -51,7 +51,6 @@ def bound(node: Any, max_string: int = MAX_STRING, max_items: int = MAX_ITEMS) -
     return node
 
 
-
 class LlamaGrammarProcessor:
     """A llama.cpp logits processor enforcing a compiled xgrammar grammar (fast on large bounded schemas)."""
 
@@ -83,7 +82,6 @@ class LlamaGrammarProcessor:
         logits = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)).view(1, -1)
         self._xgr.apply_token_bitmask_inplace(logits, self.bitmask)
         return logits.view(-1).numpy()
-
 
 
 def compile_grammar(tok: Any, vocab_size: int, schema_json: str, max_new_tokens: int = 512) -> Any:

@@ -23,8 +23,9 @@ def llama(name: str) -> Any:
 
     check_name(name)
     threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
-    return Llama(model_path=str(bundled_gguf_path()), n_ctx=CONTEXT_TOKENS, n_threads=threads, n_batch=512, verbose=False)
-
+    return Llama(
+        model_path=str(bundled_gguf_path()), n_ctx=CONTEXT_TOKENS, n_threads=threads, n_batch=512, verbose=False
+    )
 
 
 @lru_cache(maxsize=2)
@@ -36,7 +37,9 @@ def template(name: str) -> Any:
     vocab = llm._model
     bos = vocab.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
     eos = vocab.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
-    return Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"], bos_token=bos, eos_token=eos, add_generation_prompt=True)
+    return Jinja2ChatFormatter(
+        template=llm.metadata["tokenizer.chat_template"], bos_token=bos, eos_token=eos, add_generation_prompt=True
+    )
 
 
 def prompt(name: str, messages: list[BaseMessage], max_new_tokens: int) -> list[int]:
@@ -48,7 +51,7 @@ def prompt(name: str, messages: list[BaseMessage], max_new_tokens: int) -> list[
     budget = CONTEXT_TOKENS - max_new_tokens
     if len(tokens) > budget:
         head = min(256, budget // 4)
-        tokens = tokens[:head] + tokens[-(budget - head):]
+        tokens = tokens[:head] + tokens[-(budget - head) :]
     return tokens
 
 
@@ -58,7 +61,9 @@ def complete(name: str, messages: list[BaseMessage], kwargs: dict[str, Any]) -> 
     tokens = prompt(name, messages, kwargs["max_tokens"])
     out = llm.create_completion(prompt=tokens, **kwargs)
     counts = out.get("usage") or {}
-    return out["choices"][0]["text"], usage(int(counts.get("prompt_tokens", len(tokens))), int(counts.get("completion_tokens", 0)))
+    return out["choices"][0]["text"], usage(
+        int(counts.get("prompt_tokens", len(tokens))), int(counts.get("completion_tokens", 0))
+    )
 
 
 def stream(name: str, messages: list[BaseMessage], kwargs: dict[str, Any]) -> Iterator[str]:

@@ -58,14 +58,16 @@ class LocalChatModel(BaseChatModel):
 
     def _encode(self, messages: list[BaseMessage]) -> Any:
         _, tok = load_transformers(self.name_)
-        enc = tok.apply_chat_template(chat_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        enc = tok.apply_chat_template(
+            chat_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         budget = CONTEXT_TOKENS - self.max_new_tokens
         if enc["input_ids"].shape[1] > budget:  # keep the start (system prompt) and the end
             import torch
 
             ids = enc["input_ids"]
             head = min(256, budget // 4)
-            ids = torch.cat([ids[:, :head], ids[:, -(budget - head):]], dim=1)
+            ids = torch.cat([ids[:, :head], ids[:, -(budget - head) :]], dim=1)
             enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         return enc
 
@@ -74,7 +76,9 @@ class LocalChatModel(BaseChatModel):
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": tok.eos_token_id,
-            "repetition_penalty": 1.0 if self._adapter() else 1.15,  # the penalty also hits the prompt: a trained writer copies from it
+            "repetition_penalty": 1.0
+            if self._adapter()
+            else 1.15,  # the penalty also hits the prompt: a trained writer copies from it
             "eos_token_id": stop_ids(tok),
         }
         if self.temperature > 0:
@@ -86,7 +90,9 @@ class LocalChatModel(BaseChatModel):
         kwargs.update(extra)
         return kwargs
 
-    def _run(self, messages: list[BaseMessage], stop: list[str] | None = None, schema_json: str | None = None) -> tuple[str, dict[str, int]]:
+    def _run(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, schema_json: str | None = None
+    ) -> tuple[str, dict[str, int]]:
         """Generate one answer, under the JSON-schema grammar ``schema_json`` when given; return (text, usage)."""
         if self.engine == "llama.cpp":
             with self._lock:
@@ -99,7 +105,7 @@ class LocalChatModel(BaseChatModel):
         extra = {"logits_processor": [factory()]} if factory else {}
         with self._lock, torch.inference_mode():
             out = model.generate(**enc, **self._gen_kwargs(stop, **extra))
-        new = out[0][enc["input_ids"].shape[1]:]
+        new = out[0][enc["input_ids"].shape[1] :]
         return tok.decode(new, skip_special_tokens=True), usage(int(enc["input_ids"].shape[1]), int(new.shape[0]))
 
     def _llama_kwargs(self, stop: list[str] | None, schema_json: str | None = None) -> dict[str, Any]:
@@ -126,7 +132,9 @@ class LocalChatModel(BaseChatModel):
         """
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
 
-    def _tool_calls(self, messages: list[BaseMessage], tools: list[dict[str, Any]], tool_choice: Any = None) -> AIMessage:
+    def _tool_calls(
+        self, messages: list[BaseMessage], tools: list[dict[str, Any]], tool_choice: Any = None
+    ) -> AIMessage:
         """Generate tool calls as JSON constrained to ``tools`` (OpenAI tool dicts)."""
         functions = [t["function"] for t in tools]
         chosen = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice
@@ -136,16 +144,30 @@ class LocalChatModel(BaseChatModel):
             "anyOf": [
                 {
                     "type": "object",
-                    "properties": {"name": {"type": "string", "enum": [f["name"]]}, "arguments": f.get("parameters") or {"type": "object"}},
+                    "properties": {
+                        "name": {"type": "string", "enum": [f["name"]]},
+                        "arguments": f.get("parameters") or {"type": "object"},
+                    },
                     "required": ["name", "arguments"],
                 }
                 for f in functions
             ]
         }
-        schema = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}}, "required": ["tool_calls"]}
-        listing = "\n".join(f"- {f['name']}: {f.get('description', '')} arguments schema {json.dumps(f.get('parameters', {}))}" for f in functions)
-        hint = f"Call one or more of these tools. Answer with JSON {{\"tool_calls\": [{{\"name\": ..., \"arguments\": {{...}}}}]}}.\n{listing}"
-        messages = [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})] if messages else messages
+        schema = {
+            "type": "object",
+            "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
+            "required": ["tool_calls"],
+        }
+        listing = "\n".join(
+            f"- {f['name']}: {f.get('description', '')} arguments schema {json.dumps(f.get('parameters', {}))}"
+            for f in functions
+        )
+        hint = f'Call one or more of these tools. Answer with JSON {{"tool_calls": [{{"name": ..., "arguments": {{...}}}}]}}.\n{listing}'
+        messages = (
+            [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})]
+            if messages
+            else messages
+        )
         constrained = self._constrained()
         text, usage = self._run(messages, None, json.dumps(schema))
         try:
@@ -195,7 +217,9 @@ class LocalChatModel(BaseChatModel):
                 for i, c in enumerate(message.tool_calls)
             ]
             yield ChatGenerationChunk(
-                message=AIMessageChunk(content=message.content, tool_call_chunks=calls, usage_metadata=message.usage_metadata)  # type: ignore[arg-type]
+                message=AIMessageChunk(
+                    content=message.content, tool_call_chunks=calls, usage_metadata=message.usage_metadata
+                )  # type: ignore[arg-type]
             )
             return
         for piece in model._pieces(messages, stop):
@@ -238,8 +262,13 @@ class LocalChatModel(BaseChatModel):
 
             messages = self._convert_input(value).to_messages()
             hint = "Answer with one JSON object matching this schema:\n" + json.dumps(json_schema)
-            if messages and not self._adapter():  # an adapter saw the writer's exact prompt in training, without the hint
-                messages = [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})]
+            if (
+                messages and not self._adapter()
+            ):  # an adapter saw the writer's exact prompt in training, without the hint
+                messages = [
+                    *messages[:-1],
+                    messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"}),
+                ]
             text, usage = self._run(messages, None, json.dumps(json_schema))
             raw = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
             parsed, error = None, None
@@ -263,18 +292,20 @@ def _loose_json(text: str) -> Any:
     return extract_json(text)
 
 
-
 def _tool_request(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], Any] | None:
     """Return ``(tools, tool_choice)`` when the call was bound to tools that may be called, else None."""
     tools, tool_choice = kwargs.get("tools"), kwargs.get("tool_choice")
     return (tools, tool_choice) if tools and tool_choice != "none" else None
 
 
-
-def load_local_chat_model(name: str, *, temperature: float = 0.0, max_new_tokens: int = 512, engine: str = "auto") -> LocalChatModel:
+def load_local_chat_model(
+    name: str, *, temperature: float = 0.0, max_new_tokens: int = 512, engine: str = "auto"
+) -> LocalChatModel:
     """Return the bundled local chat model ``name`` on ``engine`` (auto, llama.cpp, transformers).
 
     ``name``: ``smollm2``, ``smollm2-writer`` (SmolLM2 with the shipped writer LoRA) or the folder of a LoRA adapter of SmolLM2.
     """
     check_name(name)
-    return LocalChatModel(name_=name, engine=resolve_engine(engine, name), temperature=temperature, max_new_tokens=max_new_tokens)
+    return LocalChatModel(
+        name_=name, engine=resolve_engine(engine, name), temperature=temperature, max_new_tokens=max_new_tokens
+    )

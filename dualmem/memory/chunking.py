@@ -56,7 +56,9 @@ def as_sessions(history: Dialogue | Session | Iterable[Session | dict[str, Any]]
     return [s if isinstance(s, Session) else Session.model_validate(s) for s in history]
 
 
-def split_turns(turns: Sequence[Turn], max_tokens: int, flags: dict[str, str] | None = None) -> list[tuple[list[Turn], list[int]]]:
+def split_turns(
+    turns: Sequence[Turn], max_tokens: int, flags: dict[str, str] | None = None
+) -> list[tuple[list[Turn], list[int]]]:
     """Group turns into runs of at most ``max_tokens`` tokens (an over-long turn stands alone)."""
     sizes = count_tokens_batch([format_turn(t, (flags or {}).get(t.id)) for t in turns]) if turns else []
     groups: list[tuple[list[Turn], list[int]]] = []
@@ -90,7 +92,9 @@ def chunk_sessions(
     chunks: list[Chunk] = []
     for session in as_sessions(history):
         turns = [t for t in session.turns if not (skip_queries and t.is_query)]
-        earlier = context or [Turn(id=f"earlier-{i}", role="user", text=str(t)) for i, t in enumerate(session.meta.get("earlier") or [])]
+        earlier = context or [
+            Turn(id=f"earlier-{i}", role="user", text=str(t)) for i, t in enumerate(session.meta.get("earlier") or [])
+        ]
         flags = flag_turns(turns, context=earlier)
         reasons = {tid: f"asks to change your memory or beliefs ({f['kind']})" for tid, f in flags.items()}
         claims = turn_claims(turns, context=earlier)

@@ -49,7 +49,9 @@ ECHO_COVER = 0.75  # share of a request's (or claim's) content words an insight 
 ECHO_CONTAIN = 0.6  # share of an insight's content words taken from a flagged turn
 ADOPT_SHARE = 0.6  # share of an insight's content words taken from one statement addressed to the persona
 # left out of an insight's words: the user ("you worship my cooking" -> "I worship the user's cooking") and framing
-FRAMING = frozenset(content_words("user users hold holds held now take taking heart firmly truly deeply", drop_request_words=False))
+FRAMING = frozenset(
+    content_words("user users hold holds held now take taking heart firmly truly deeply", drop_request_words=False)
+)
 
 
 class TurnFlag(TypedDict):
@@ -93,10 +95,16 @@ def flag_turns(turns: Sequence[Turn], *, context: Sequence[Turn] = ()) -> dict[s
             continue
         kind, cue = found
         payload = _clip(turn.text, 300) if kind == "continuation" else request_payload(turn.text, cue)
-        opens = announces(turn.text, cue) if kind == "request" else kind == "continuation" and OPENS_REQUEST.search(turn.text.strip())
+        opens = (
+            announces(turn.text, cue)
+            if kind == "request"
+            else kind == "continuation" and OPENS_REQUEST.search(turn.text.strip())
+        )
         pending = 2 if opens else 1
         if index >= len(context):
-            flags[turn.id] = TurnFlag(turn_id=turn.id, kind=kind, cue=_clip(cue, 80), payload=payload, text=_clip(turn.text, 400))
+            flags[turn.id] = TurnFlag(
+                turn_id=turn.id, kind=kind, cue=_clip(cue, 80), payload=payload, text=_clip(turn.text, 400)
+            )
     return flags
 
 
@@ -116,7 +124,11 @@ def turn_claims(turns: Sequence[Turn], *, context: Sequence[Turn] = ()) -> list[
             said.append(turn.text)
         if index >= len(context):
             claims += [Claim(turn_id=turn.id, text=_clip(c, 400)) for c in dict.fromkeys(said)]
-        announced = bool(addressed_statements(turn.text)) and announces(turn.text, "") or (announced and len(content_words(turn.text)) <= 1)
+        announced = (
+            bool(addressed_statements(turn.text))
+            and announces(turn.text, "")
+            or (announced and len(content_words(turn.text)) <= 1)
+        )
     return claims
 
 
@@ -151,8 +163,13 @@ def request_fact_text(flag: Mapping[str, Any]) -> str:
 
 def guard_meta(flag: Mapping[str, Any]) -> dict[str, Any]:
     """Return the ``meta["guard"]`` block of a request fact."""
-    return {"flag": "memory-change-request", "kind": flag.get("kind"), "turn_id": flag.get("turn_id"), "payload": flag.get("payload"),
-            "text": flag.get("text")}
+    return {
+        "flag": "memory-change-request",
+        "kind": flag.get("kind"),
+        "turn_id": flag.get("turn_id"),
+        "payload": flag.get("payload"),
+        "text": flag.get("text"),
+    }
 
 
 def is_request_item(item: Mapping[str, Any]) -> bool:
@@ -200,22 +217,36 @@ def screen(
         if op.op == "ADD" and hit is not None:
             out.requests[_label(op.id)] = hit
         elif op.op == "UPDATE" and (found := _echoed(op.text, known)) is not None:
-            out.rejected.append(_reject(op, "fact", f"rewrites a fact with what turn {found.get('turn_id')} asked me to keep"))
+            out.rejected.append(
+                _reject(op, "fact", f"rewrites a fact with what turn {found.get('turn_id')} asked me to keep")
+            )
             continue
         elif op.op == "DELETE" and flags:
-            out.rejected.append(_reject(op, "fact", "the chunk holds a request to change my memory; no fact is deleted in it"))
+            out.rejected.append(
+                _reject(op, "fact", "the chunk holds a request to change my memory; no fact is deleted in it")
+            )
             continue
         out.facts.append(op)
     for iop in insights:
         if iop.op in ("UPDATE", "DELETE") and flags:
-            out.rejected.append(_reject(iop, "insight", "the chunk holds a request to change my memory; no insight is rewritten or deleted in it"))
+            out.rejected.append(
+                _reject(
+                    iop,
+                    "insight",
+                    "the chunk holds a request to change my memory; no insight is rewritten or deleted in it",
+                )
+            )
             continue
         if iop.op != "DELETE":
             if (found := _echoed(iop.text, known)) is not None:
-                out.rejected.append(_reject(iop, "insight", f"repeats what turn {found.get('turn_id')} asked me to believe or keep"))
+                out.rejected.append(
+                    _reject(iop, "insight", f"repeats what turn {found.get('turn_id')} asked me to believe or keep")
+                )
                 continue
             if (said := next((c for c in claims if adopts(iop.text, c)), None)) is not None:
-                out.rejected.append(_reject(iop, "insight", f"adopts what turn {said.get('turn_id')} told me I believe or feel"))
+                out.rejected.append(
+                    _reject(iop, "insight", f"adopts what turn {said.get('turn_id')} told me I believe or feel")
+                )
                 continue
         out.insights.append(iop)
     return out

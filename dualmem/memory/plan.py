@@ -81,7 +81,9 @@ class _Planner:
         self.insights = {e["label"]: e for e in view["insights"]}
         self.fact_ids = {e["id"]: e for e in view["facts"]}
         self.labels: dict[str, str] = {label: e["id"] for label, e in self.facts.items()}  # citable fact labels
-        self.turns_of: dict[str, list[str]] = {e["id"]: list(e["item"].get("source", {}).get("turn_ids", [])) for e in view["facts"]}
+        self.turns_of: dict[str, list[str]] = {
+            e["id"]: list(e["item"].get("source", {}).get("turn_ids", [])) for e in view["facts"]
+        }
         self.deleted: set[str] = set()
         self.flagged = {f["turn_id"] for f in chunk.get("flagged") or []}
         self.requests: dict[str, Any] = {}  # label -> the flag of a request fact added by this update
@@ -98,9 +100,13 @@ class _Planner:
     def source(self, turn_ids: Sequence[str]) -> tuple[SourceRef, bool]:
         valid = [t for t in (str(x).strip("[] ") for x in turn_ids) if t in self.chunk["turn_ids"]]
         inferred = not valid
-        users = [t for t in self.chunk.get("user_turn_ids") or [] if t not in self.flagged]  # never a request by default
+        users = [
+            t for t in self.chunk.get("user_turn_ids") or [] if t not in self.flagged
+        ]  # never a request by default
         fallback = users or [t for t in self.chunk["turn_ids"] if t not in self.flagged] or self.chunk["turn_ids"]
-        return SourceRef(session_id=self.chunk["session_id"], turn_ids=valid or list(fallback), chunk_id=self.chunk["id"]), inferred
+        return SourceRef(
+            session_id=self.chunk["session_id"], turn_ids=valid or list(fallback), chunk_id=self.chunk["id"]
+        ), inferred
 
     def new_id(self, stream: str, label: str) -> str:
         return stable_id(*self.namespace, self.chunk["id"], stream, label, prefix=stream[0])
@@ -156,7 +162,9 @@ class _Planner:
         adds = [op for op in ops if op.op == "ADD"]
         new_vecs = self.embed([op.text for op in adds]) if adds else []
         view_vecs = self.view_vectors(self.view["facts"]) if adds else []
-        known: list[tuple[str, list[float]]] = [(e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=False)]
+        known: list[tuple[str, list[float]]] = [
+            (e["id"], v) for e, v in zip(self.view["facts"], view_vecs, strict=False)
+        ]
         add_vec = {id(op): v for op, v in zip(adds, new_vecs, strict=True)}
         for op in ops:
             label = _norm_label(op.id)
@@ -171,7 +179,9 @@ class _Planner:
                 entry = self.facts[label]
                 src = SourceRef.model_validate(entry["item"].get("source") or {})
                 extra, _ = self.source(op.turn_ids)
-                turns = src.turn_ids + [t for t in extra.turn_ids if t not in src.turn_ids] if op.turn_ids else src.turn_ids
+                turns = (
+                    src.turn_ids + [t for t in extra.turn_ids if t not in src.turn_ids] if op.turn_ids else src.turn_ids
+                )
                 self.rewrite(entry, op.text.strip(), source={**src.model_dump(), "turn_ids": turns})
                 self.plan["applied"].append(_record(op, "fact", store_id=entry["id"]))
             else:  # DELETE
@@ -192,7 +202,9 @@ class _Planner:
         if flag is None:
             best = max(((cosine(vec, v), sid) for sid, v in known if v), default=(0.0, ""))
         else:  # a request is never merged into an ordinary fact; one request fact per flagged turn
-            best = (1.0, self.request_of_turn[flag["turn_id"]]) if flag["turn_id"] in self.request_of_turn else (0.0, "")
+            best = (
+                (1.0, self.request_of_turn[flag["turn_id"]]) if flag["turn_id"] in self.request_of_turn else (0.0, "")
+            )
         if (vec or flag is not None) and best[0] >= self.threshold:
             if label not in self.facts:
                 self.labels[label] = best[1]
@@ -202,13 +214,24 @@ class _Planner:
         sid = self.new_id("fact", label)
         meta: dict[str, Any] = {"label": label, "turn_ids_inferred": inferred, "seq": self.seq}
         if flag is not None:  # kept as what the user asked, in their words
-            text, meta["guard"], meta["model_text"] = guard.request_fact_text(flag), guard.guard_meta(flag), op.text.strip()
+            text, meta["guard"], meta["model_text"] = (
+                guard.request_fact_text(flag),
+                guard.guard_meta(flag),
+                op.text.strip(),
+            )
             source = source.model_copy(update={"turn_ids": [flag["turn_id"]]})
             self.request_ids.add(sid)
             self.request_of_turn[flag["turn_id"]] = sid
         item = MemoryItem(
-            id=sid, namespace=self.namespace, kind="fact", text=text, source=source,
-            event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, meta=meta,
+            id=sid,
+            namespace=self.namespace,
+            kind="fact",
+            text=text,
+            source=source,
+            event_time=self.chunk["time"],
+            created_at=self.now,
+            updated_at=self.now,
+            meta=meta,
         )
         self.keep(item.model_dump(mode="json"), vec if flag is None else None)
         if flag is not None:  # stored in the user's words: embedded as stored
@@ -230,7 +253,10 @@ class _Planner:
             if sid in self.deleted:
                 return [], f"cites {raw!r}, which this update deletes"
             if sid in self.request_ids:
-                return [], f"guard: cites {raw!r}, a request to change my memory (kept as a fact about what the user asked), not an event"
+                return (
+                    [],
+                    f"guard: cites {raw!r}, a request to change my memory (kept as a fact about what the user asked), not an event",
+                )
             if sid not in ids:
                 ids.append(sid)
         return ids, None
@@ -282,9 +308,17 @@ class _Planner:
                 continue
             sid = self.new_id("insight", label)
             item = MemoryItem(
-                id=sid, namespace=self.namespace, kind="insight", text=op.text.strip(),
-                source=SourceRef(session_id=self.chunk["session_id"], turn_ids=list(dict.fromkeys(turns)), chunk_id=self.chunk["id"]),
-                event_time=self.chunk["time"], created_at=self.now, updated_at=self.now, grounding=grounding,
+                id=sid,
+                namespace=self.namespace,
+                kind="insight",
+                text=op.text.strip(),
+                source=SourceRef(
+                    session_id=self.chunk["session_id"], turn_ids=list(dict.fromkeys(turns)), chunk_id=self.chunk["id"]
+                ),
+                event_time=self.chunk["time"],
+                created_at=self.now,
+                updated_at=self.now,
+                grounding=grounding,
                 meta={"label": label, "seq": self.seq},
             )
             self.keep(item.model_dump(mode="json"), vec)

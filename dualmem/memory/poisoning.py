@@ -47,7 +47,9 @@ YOU_HOLD = re.compile(
     rf"always|firmly|deeply|genuinely|henceforth|to)\s+)*{MIND_VERB}\b{NOT_A_CLAIM}",
     _,
 )
-WHAT_YOU_KNOW = re.compile(r"\b(?:what|everything|all|whatever)\s+you\s+(?:know|think|believe|remember|have\s+stored)\s+about\b", _)
+WHAT_YOU_KNOW = re.compile(
+    r"\b(?:what|everything|all|whatever)\s+you\s+(?:know|think|believe|remember|have\s+stored)\s+about\b", _
+)
 MIND_ACT = re.compile(
     r"\b(?:internali[sz]e|memori[sz]e|commit\s+(?:\w+\s+)?to\s+(?:your\s+)?memory|take\s+(?:this|it|that)\s+to\s+heart|"
     r"burn\s+(?:this|it|that)\s+into|etch\s+(?:this|it|that)\s+into|engrave\s+(?:this|it|that)\s+into|"
@@ -122,7 +124,9 @@ OVERRIDE = re.compile(
     r"(?:instructions?|prompts?|programming|guidelines|directives|rules|system\s+prompt|persona|training|constraints)\b",
     _,
 )
-NARRATED = re.compile(r"\b(?:told|asked|said|wants?|wanted|instructed|tells|asks)\s+(?:me|us|him|her|them|the\s+\w+|everyone)\s+to\s*$", _)
+NARRATED = re.compile(
+    r"\b(?:told|asked|said|wants?|wanted|instructed|tells|asks)\s+(?:me|us|him|her|them|the\s+\w+|everyone)\s+to\s*$", _
+)
 FAKE_SYSTEM = re.compile(
     r"(?:^|\n)\s*(?:[\[(<#*=>\-]\s*)*(?:system|admin(?:istrator)?|developer|moderator|operator|internal|automated\s+message|"
     r"policy\s+update|memory\s+(?:module|writer|system|maintenance|manager)|persona\s+(?:update|configuration|patch)|assistant\s+config)"
@@ -158,7 +162,8 @@ FORGED = re.compile(
     _,
 )
 ADDRESS = re.compile(
-    r"\b(?:you|your|yours|yourself|you'll|you've|you're|persona|assistant|memory\s+writer)\b|\bthe\s+(?:ai|bot|model|character)\b", _
+    r"\b(?:you|your|yours|yourself|you'll|you've|you're|persona|assistant|memory\s+writer)\b|\bthe\s+(?:ai|bot|model|character)\b",
+    _,
 )
 BACK_REFERENCE = re.compile(r"^\W*(?:\w+\W+){0,5}?(?:that|it|this|these)\b(?:\W+\w+){0,5}\W*$", _)
 SELF_ONLY = re.compile(r"\b(?:for\s+myself|to\s+myself|note\s+to\s+self|my\s+own\s+rule|promise\s+myself)\b", _)
@@ -210,8 +215,32 @@ def _holds(clause: str) -> re.Match[str] | None:
         return None
     for m in YOU_HOLD.finditer(clause):
         before = clause[max(0, m.start() - 24) : m.start()].lower().split()
-        if not (set(before[-2:]) & {"what", "whatever", "how", "if", "when", "whether", "would", "could", "might", "wonder", "anything", "something", "everything",
-                                      "nothing", "which", "who", "things", "ones", "one", "ever", "else"}):
+        if not (
+            set(before[-2:])
+            & {
+                "what",
+                "whatever",
+                "how",
+                "if",
+                "when",
+                "whether",
+                "would",
+                "could",
+                "might",
+                "wonder",
+                "anything",
+                "something",
+                "everything",
+                "nothing",
+                "which",
+                "who",
+                "things",
+                "ones",
+                "one",
+                "ever",
+                "else",
+            }
+        ):
             return m
     return None
 

@@ -69,7 +69,9 @@ def query_and_history(state: RespondState) -> tuple[str, list[AnyMessage], bool]
     raise ConfigurationError("the respond graph needs `query` or a last human message in `messages`")
 
 
-def memory_of(ctx: Context, runtime: Runtime[Context] | Any, namespace: tuple[str, ...], persona: Persona) -> MemoryFramework:
+def memory_of(
+    ctx: Context, runtime: Runtime[Context] | Any, namespace: tuple[str, ...], persona: Persona
+) -> MemoryFramework:
     """Return the context's framework object, or open the ``framework`` setting's on the run's store."""
     if ctx.memory is not None:
         return ctx.memory
@@ -97,7 +99,9 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
     k = state.get("k") or ctx.settings.retrieval_k
-    recent = history[-ctx.settings.ranker_context_turns :] if ctx.settings.ranker_context_turns else []  # messages: the ranker reads who said what
+    recent = (
+        history[-ctx.settings.ranker_context_turns :] if ctx.settings.ranker_context_turns else []
+    )  # messages: the ranker reads who said what
     items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
     return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
 
@@ -110,13 +114,17 @@ def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     items = [RetrievedItem(**i) for i in state.get("items") or []]
     memory = memory_of(ctx, runtime, _namespace(state, ctx, persona), persona)
     messages = render_respond_messages(persona, memory.memory_text(items), query, history)
-    answer = invoke_with_retry(ctx.llm("chat"), messages, policy=ctx.settings)  # the node's config (callbacks, streaming) flows in implicitly
+    answer = invoke_with_retry(
+        ctx.llm("chat"), messages, policy=ctx.settings
+    )  # the node's config (callbacks, streaming) flows in implicitly
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
     return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
 
 
-def exchange_session(persona: Persona, query: str, reply: str, earlier: list[str] | None = None, when: str | None = None) -> Session:
+def exchange_session(
+    persona: Persona, query: str, reply: str, earlier: list[str] | None = None, when: str | None = None
+) -> Session:
     """Return one chat exchange as a session (unique id per exchange).
 
     ``earlier``: the user's previous messages of the chat, kept in ``meta`` for the
@@ -154,7 +162,9 @@ def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any,
     if not memory_of(ctx, runtime, namespace, persona).forms_in_background:
         return None
     earlier, ids = _exchange(state)
-    request, turns, flags = exchange_handover(ctx, runtime, namespace, persona, (state["query"], state["reply"]), earlier, ids)
+    request, turns, flags = exchange_handover(
+        ctx, runtime, namespace, persona, (state["query"], state["reply"]), earlier, ids
+    )
     return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
 
 
@@ -162,7 +172,9 @@ def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     persona, namespace = persona_of(state), tuple(state["namespace"])
     earlier, _ = _exchange(state)
-    report = memory_of(ctx, runtime, namespace, persona).ingest(exchange_session(persona, state["query"], state["reply"], earlier))
+    report = memory_of(ctx, runtime, namespace, persona).ingest(
+        exchange_session(persona, state["query"], state["reply"], earlier)
+    )
     return {"written": list(report.meta.get("rows") or [asdict(report)])}
 
 

@@ -1,6 +1,5 @@
 """The nodes, states and routes of the ``simulate`` graph (:mod:`dualmem.graphs.simulate` wires them)."""
 
-
 from __future__ import annotations
 
 import re
@@ -52,7 +51,9 @@ def _memory(ctx: Context, runtime: Runtime[Any], name: str, persona: Persona) ->
 def outline(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Plan the user's projects from the persona and goals."""
     res, persona, opts = _ctx(state, runtime)
-    out = A.ask(res, [HumanMessage(content=P.OUTLINE_USER.format(n=opts.projects, persona=persona.render()))], A.ProjectOutline)
+    out = A.ask(
+        res, [HumanMessage(content=P.OUTLINE_USER.format(n=opts.projects, persona=persona.render()))], A.ProjectOutline
+    )
     if out.value is None or not out.value.projects:
         return {"projects": [], "issues": [{"stage": "outline", "reason": out.error or "no projects"}]}
     return {"projects": [p.model_dump() for p in out.value.projects]}
@@ -62,14 +63,27 @@ def events(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Write the event sequence and schedule it into dated sessions."""
     res, persona, opts = _ctx(state, runtime)
     projects = "\n".join(f"- {p['title']} (topic: {p['topic']}): {p['goal']}" for p in state["projects"])
-    out = A.ask(res, [HumanMessage(content=P.EVENTS_USER.format(n=opts.sessions, persona=persona.render(), projects=projects))], A.EventPlan)
+    out = A.ask(
+        res,
+        [HumanMessage(content=P.EVENTS_USER.format(n=opts.sessions, persona=persona.render(), projects=projects))],
+        A.EventPlan,
+    )
     if out.value is None:
         return {"events": [], "issues": [{"stage": "events", "reason": out.error}]}
     planned = A.schedule(
-        state["projects"], [e.model_dump() for e in out.value.events], opts.sessions,
-        cooldown=opts.cooldown, parallel=opts.parallel_projects, seed=opts.seed, start_date=opts.start_date,
+        state["projects"],
+        [e.model_dump() for e in out.value.events],
+        opts.sessions,
+        cooldown=opts.cooldown,
+        parallel=opts.parallel_projects,
+        seed=opts.seed,
+        start_date=opts.start_date,
     )
-    issues = [] if len(planned) == opts.sessions else [{"stage": "events", "reason": f"shortfall: {len(planned)} of {opts.sessions} sessions planned"}]
+    issues = (
+        []
+        if len(planned) == opts.sessions
+        else [{"stage": "events", "reason": f"shortfall: {len(planned)} of {opts.sessions} sessions planned"}]
+    )
     return {"events": planned, "issues": issues}
 
 
@@ -78,11 +92,33 @@ def plans(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     res, persona, _ = _ctx(state, runtime)
     evs = state["events"]
     lines = "\n".join(f"{e['index'] + 1}. {e['date']} [{e['project']}] {A.event_text(e)}" for e in evs)
-    out = A.ask(res, [HumanMessage(content=P.SUMMARIES_USER.format(n=len(evs), persona=persona.render(), schedule=lines))], A.SessionPlans)
+    out = A.ask(
+        res,
+        [HumanMessage(content=P.SUMMARIES_USER.format(n=len(evs), persona=persona.render(), schedule=lines))],
+        A.SessionPlans,
+    )
     got = [p.model_dump() for p in out.value.sessions] if out.value is not None else []
-    issues = [] if len(got) >= len(evs) else [{"stage": "plans", "reason": out.error or f"{len(got)} of {len(evs)} session plans; filled from the events"}]
-    filled = [got[i] if i < len(got) else {"summary": A.event_text(e), "goal": f"get help with: {e['title']}"} for i, e in enumerate(evs)]
-    return {"plans": filled, "cursor": 0, "turns": [], "retrieved": [], "known_points": [], "blocked": "", "goal_met": False, "issues": issues}
+    issues = (
+        []
+        if len(got) >= len(evs)
+        else [
+            {"stage": "plans", "reason": out.error or f"{len(got)} of {len(evs)} session plans; filled from the events"}
+        ]
+    )
+    filled = [
+        got[i] if i < len(got) else {"summary": A.event_text(e), "goal": f"get help with: {e['title']}"}
+        for i, e in enumerate(evs)
+    ]
+    return {
+        "plans": filled,
+        "cursor": 0,
+        "turns": [],
+        "retrieved": [],
+        "known_points": [],
+        "blocked": "",
+        "goal_met": False,
+        "issues": issues,
+    }
 
 
 QUERY_CATEGORY = "Dynamic Incremental"  # RealMem's category of a query answered from earlier sessions' memory
@@ -115,7 +151,9 @@ def realmem_time(date: str) -> str:
 def user_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     """The user agent writes the next message (seeing only past and current events)."""
     res, persona, _ = _ctx(state, runtime)
-    message, error = A.user_message(res, persona, state["events"], state["plans"], state["cursor"], state.get("turns") or [])
+    message, error = A.user_message(
+        res, persona, state["events"], state["plans"], state["cursor"], state.get("turns") or []
+    )
     if message is None:
         return {"blocked": error, "issues": [{"stage": "user", "session": state["cursor"], "reason": error}]}
     return {"turns": [*(state.get("turns") or []), {"role": "user", "text": message, "meta": {}}]}
@@ -138,9 +176,18 @@ def assistant_turn(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
         gold_sessions = list(dict.fromkeys(m["session_uuid"] for m in memory_used if m["session_uuid"]))
         turns[-1]["meta"] = {**turns[-1].get("meta", {}), "is_query": True, "query_id": qid}
         query = Query(
-            id=qid, text=turns[-1]["text"], category=QUERY_CATEGORY, session_id=sid, turn_index=len(turns) - 1, time=realmem_time(event["date"]),
+            id=qid,
+            text=turns[-1]["text"],
+            category=QUERY_CATEGORY,
+            session_id=sid,
+            turn_index=len(turns) - 1,
+            time=realmem_time(event["date"]),
             gold=GoldEvidence(session_ids=gold_sessions, memory_points=[m["content"] for m in memory_used]),
-            meta={"memory_used": memory_used, "topic": realmem_topic(event["topic"]), "session_type": "multi_session" if len(gold_sessions) > 1 else "single_session"},
+            meta={
+                "memory_used": memory_used,
+                "topic": realmem_topic(event["topic"]),
+                "session_type": "multi_session" if len(gold_sessions) > 1 else "single_session",
+            },
         )
         update["queries"] = [query.model_dump(mode="json")]
     update["turns"] = [*turns, {"role": "assistant", "text": reply, "meta": {}}]
@@ -167,28 +214,60 @@ def close_session(state: SimState, runtime: Runtime[Any]) -> dict[str, Any]:
     fresh, dupes = A.dedupe(points, [*(state.get("retrieved") or []), *known], opts.dedup_overlap)
     ident = session_identifier(state["events"], index)
     memory_points = [  # RealMem's conventions: "Dynamic", 1-based source turns, indexes <project>-SM-<session>-NN
-        MemoryPoint(id=f"{ident.replace(':', '-SM-')}-{j + 1:02d}", type=p["type"].capitalize(), content=p["content"],
-                    source_turn=None if p["source_turn"] is None else p["source_turn"] + 1, session_id=sid)
+        MemoryPoint(
+            id=f"{ident.replace(':', '-SM-')}-{j + 1:02d}",
+            type=p["type"].capitalize(),
+            content=p["content"],
+            source_turn=None if p["source_turn"] is None else p["source_turn"] + 1,
+            session_id=sid,
+        )
         for j, p in enumerate(fresh)
     ]
     session = Session(
-        id=sid, time=realmem_time(event["date"]),
-        turns=[Turn(id=f"{sid}:{i}", role=t["role"], speaker="User" if t["role"] == "user" else "Assistant", text=t["text"],
-                    is_query=bool(t.get("meta", {}).get("is_query")), query_id=t.get("meta", {}).get("query_id")) for i, t in enumerate(turns)],
+        id=sid,
+        time=realmem_time(event["date"]),
+        turns=[
+            Turn(
+                id=f"{sid}:{i}",
+                role=t["role"],
+                speaker="User" if t["role"] == "user" else "Assistant",
+                text=t["text"],
+                is_query=bool(t.get("meta", {}).get("is_query")),
+                query_id=t.get("meta", {}).get("query_id"),
+            )
+            for i, t in enumerate(turns)
+        ],
         memory_points=memory_points,
         meta={
-            "session_identifier": ident, "project": event["project"], "topic": event["topic"], "event": A.event_text(event),
-            "goal": state["plans"][index]["goal"], "goal_met": bool(state.get("goal_met")), "ended_by": state.get("blocked") or ("goal" if state.get("goal_met") else "turn limit"),
+            "session_identifier": ident,
+            "project": event["project"],
+            "topic": event["topic"],
+            "event": A.event_text(event),
+            "goal": state["plans"][index]["goal"],
+            "goal_met": bool(state.get("goal_met")),
+            "ended_by": state.get("blocked") or ("goal" if state.get("goal_met") else "turn limit"),
             "duplicates_dropped": len(dupes),
         },
     )
     if turns:
         _memory(res, runtime, opts.framework, persona).ingest(session)
     else:
-        issues.append({"stage": "session", "session": index, "reason": f"session {index + 1} dropped: no turns ({state.get('blocked') or 'empty'})"})
+        issues.append(
+            {
+                "stage": "session",
+                "session": index,
+                "reason": f"session {index + 1} dropped: no turns ({state.get('blocked') or 'empty'})",
+            }
+        )
     return {
-        "sessions": [session.model_dump(mode="json")] if turns else [], "issues": issues, "cursor": index + 1, "turns": [], "retrieved": [],
-        "blocked": "", "goal_met": False, "known_points": [*known, *(p.content for p in memory_points)],
+        "sessions": [session.model_dump(mode="json")] if turns else [],
+        "issues": issues,
+        "cursor": index + 1,
+        "turns": [],
+        "retrieved": [],
+        "blocked": "",
+        "goal_met": False,
+        "known_points": [*known, *(p.content for p in memory_points)],
     }
 
 
@@ -198,7 +277,9 @@ def finish(state: SimState) -> dict[str, Any]:
     sessions = [Session.model_validate(s) for s in sorted(state.get("sessions") or [], key=lambda s: s["time"] or "")]
     queries = [Query.model_validate(q) for q in state.get("queries") or []]
     # RealMem numbers its queries Q-0001, Q-0002… in file order
-    order = {(s.id, i): n for n, (s, i) in enumerate((s, i) for s in sessions for i, t in enumerate(s.turns) if t.query_id)}
+    order = {
+        (s.id, i): n for n, (s, i) in enumerate((s, i) for s in sessions for i, t in enumerate(s.turns) if t.query_id)
+    }
     renamed = {q.id: f"Q-{order.get((q.session_id or '', q.turn_index or 0), len(order)) + 1:04d}" for q in queries}
     queries = [q.model_copy(update={"id": renamed[q.id]}) for q in queries]
     for session in sessions:
@@ -206,9 +287,17 @@ def finish(state: SimState) -> dict[str, Any]:
             if turn.query_id:
                 turn.query_id = renamed.get(turn.query_id, turn.query_id)
     meta = {
-        "generator": "dualmem simulate", "options": state.get("options") or {}, "issues": state.get("issues") or [],
+        "generator": "dualmem simulate",
+        "options": state.get("options") or {},
+        "issues": state.get("issues") or [],
         "schedule": [
-            {"session_uuid": _session_id(state, e["index"]), "date": e["date"], "project": e["project"], "topic": e["topic"], "event": A.event_text(e)}
+            {
+                "session_uuid": _session_id(state, e["index"]),
+                "date": e["date"],
+                "project": e["project"],
+                "topic": e["topic"],
+                "event": A.event_text(e),
+            }
             for e in state.get("events") or []
         ],
     }

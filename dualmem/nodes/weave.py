@@ -1,6 +1,5 @@
 """The nodes, states and routes of the ``weave`` graph (:mod:`dualmem.graphs.weave` wires them)."""
 
-
 from __future__ import annotations
 
 import re
@@ -20,7 +19,9 @@ from dualmem.prompts.weave import WEAVE_TOPICS
 from dualmem.schema import Persona
 
 
-def merge_by(key: Callable[[dict[str, Any]], Any]) -> Callable[[list[dict[str, Any]] | None, list[dict[str, Any]] | None], list[dict[str, Any]]]:
+def merge_by(
+    key: Callable[[dict[str, Any]], Any],
+) -> Callable[[list[dict[str, Any]] | None, list[dict[str, Any]] | None], list[dict[str, Any]]]:
     """Return a reducer merging dict rows by ``key`` (a newer row replaces an older one)."""
 
     def reduce(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -83,7 +84,11 @@ def ideate_persona(state: PersonaTask, runtime: Runtime[Any]) -> dict[str, Any]:
     """Generate one persona's insights (per task type), recording rejections."""
     persona = _persona(state["persona"])
     insights, rejections = ideate(context_of(runtime), persona, WeaveOptions.of(state["options"]))
-    return {"insights": insights, "rejections": rejections, "ideated": [{"persona_id": persona.id, "insights": len(insights)}]}
+    return {
+        "insights": insights,
+        "rejections": rejections,
+        "ideated": [{"persona_id": persona.id, "insights": len(insights)}],
+    }
 
 
 def plan(state: WeaveState) -> dict[str, Any]:
@@ -92,7 +97,11 @@ def plan(state: WeaveState) -> dict[str, Any]:
 
 
 def _topic(insight_id: str, seed: int) -> str:
-    return WEAVE_TOPICS[(int(insight_id[-8:], 16) + seed) % len(WEAVE_TOPICS)] if insight_id[-8:].isalnum() else WEAVE_TOPICS[0]
+    return (
+        WEAVE_TOPICS[(int(insight_id[-8:], 16) + seed) % len(WEAVE_TOPICS)]
+        if insight_id[-8:].isalnum()
+        else WEAVE_TOPICS[0]
+    )
 
 
 def fan_insights(state: WeaveState) -> list[Send] | Literal["assemble"]:
@@ -101,7 +110,15 @@ def fan_insights(state: WeaveState) -> list[Send] | Literal["assemble"]:
     personas = {_persona(p).id: p for p in state.get("personas") or []}
     seed = WeaveOptions.of(state.get("options")).seed
     sends = [
-        Send("make_query", InsightTask(persona=personas[i["persona_id"]], insight=i, topic=_topic(i["id"], seed), options=state.get("options") or {}))
+        Send(
+            "make_query",
+            InsightTask(
+                persona=personas[i["persona_id"]],
+                insight=i,
+                topic=_topic(i["id"], seed),
+                options=state.get("options") or {},
+            ),
+        )
         for i in state.get("insights") or []
         if i["id"] not in done
     ]
@@ -144,15 +161,24 @@ def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
     total = made + len(rejected)
     checks: dict[str, Any] = {
         "ideation": {
-            "total": total, "passed": made, "pass_rate": round(made / total, 4) if total else 0.0,
-            "rejections": dict(Counter(reason_key(r["reason"]) for r in rejected)), "asked": asked, "shortfall": max(0, asked - made),
+            "total": total,
+            "passed": made,
+            "pass_rate": round(made / total, 4) if total else 0.0,
+            "rejections": dict(Counter(reason_key(r["reason"]) for r in rejected)),
+            "asked": asked,
+            "shortfall": max(0, asked - made),
         }
     }
     for stage in STAGES:
         reached = [r for r in results if stage in r["checks"]]
         passed = sum(1 for r in reached if r["checks"][stage])
         reasons = Counter(reason_key(r["reason"]) for r in reached if not r["checks"][stage])
-        checks[stage] = {"total": len(reached), "passed": passed, "pass_rate": round(passed / len(reached), 4) if reached else 0.0, "rejections": dict(reasons)}
+        checks[stage] = {
+            "total": len(reached),
+            "passed": passed,
+            "pass_rate": round(passed / len(reached), 4) if reached else 0.0,
+            "rejections": dict(reasons),
+        }
     return checks
 
 
@@ -170,15 +196,24 @@ def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
             continue
         for length in opts.lengths:
             item, stats = assemble_history(
-                persona, woven, length, seed=opts.seed, depths=opts.depths, fragment_distance=opts.fragment_distance,
-                tolerance=opts.tolerance, user_id=user,
+                persona,
+                woven,
+                length,
+                seed=opts.seed,
+                depths=opts.depths,
+                fragment_distance=opts.fragment_distance,
+                tolerance=opts.tolerance,
+                user_id=user,
             )
             item.dialogue.meta["generator"] = {"graph": "weave", "options": opts.as_dict()}
             items.append(rolememo_json(item))
             histories.append({"id": item.dialogue.id, "persona_id": persona.id, **stats})
     rejected = [
         {k: r.get(k) for k in ("persona_id", "insight_id", "task_type", "stage", "reason")}
-        for r in [*(state.get("rejections") or []), *(r for r in state.get("results") or [] if r["status"] == "rejected")]
+        for r in [
+            *(state.get("rejections") or []),
+            *(r for r in state.get("results") or [] if r["status"] == "rejected"),
+        ]
     ]
     manifest = {
         "format": "rolememo/1",

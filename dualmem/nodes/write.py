@@ -77,11 +77,16 @@ def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
     update: dict[str, Any] = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": []}
     if job := state.get("pending"):
-        chunks, persona = take_pending(ctx, runtime.store, namespace, job["thread"], flush=bool(job.get("flush")), persona=state.get("persona"))
+        chunks, persona = take_pending(
+            ctx, runtime.store, namespace, job["thread"], flush=bool(job.get("flush")), persona=state.get("persona")
+        )
         return {**update, "chunks": chunks, "persona": persona}
     update["pending"] = None
     if state.get("sessions"):
-        return {**update, "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.chunk_tokens)}
+        return {
+            **update,
+            "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.chunk_tokens),
+        }
     return {**update, "chunks": list(state.get("chunks") or [])}
 
 
@@ -90,10 +95,17 @@ def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     chunk = state["chunks"][state["cursor"]]
     persona = Persona.model_validate(state["persona"])
-    row = write_chunk(ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk)  # the view: a fresh snapshot
+    row = write_chunk(
+        ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk
+    )  # the view: a fresh snapshot
     update: dict[str, Any] = {"report": [row], "cursor": state["cursor"] + 1}
     if row["status"] == "failed":
-        entry = {"chunk_id": row["chunk_id"], "index": row["index"], "error": row.get("error"), "attempts": row.get("attempts")}
+        entry = {
+            "chunk_id": row["chunk_id"],
+            "index": row["index"],
+            "error": row.get("error"),
+            "attempts": row.get("attempts"),
+        }
         update["failed_chunks"] = [entry]
     else:
         update["failed_chunks"] = [{"chunk_id": row["chunk_id"], "drop": True}]
@@ -104,7 +116,9 @@ def settle(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Remove the chat thread's turns whose chunks are applied; report what it still has pending."""
     job = state.get("pending")
     if not job:
-        raise ValueError("settle runs only for a chat thread's pending turns (input `pending`)")  # route() never sends it here
+        raise ValueError(
+            "settle runs only for a chat thread's pending turns (input `pending`)"
+        )  # route() never sends it here
     namespace, chunks = tuple(state["namespace"]), list(state.get("chunks") or [])
     rows = list(state.get("report") or [])
     return {"formed": settle_pending(context_of(runtime), runtime.store, namespace, job["thread"], chunks, rows)}
@@ -115,5 +129,3 @@ def route(state: WriteState) -> Literal["write", "settle", "__end__"]:
     if state.get("cursor", 0) < len(state.get("chunks") or []):
         return "write"
     return "settle" if state.get("pending") else "__end__"
-
-

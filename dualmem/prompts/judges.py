@@ -25,7 +25,8 @@ The persona's own insight (how this persona reads those facts): {insight}
 {answer}
 """
 
-INFORMATION_RICHNESS = """Rate the INFORMATION RICHNESS of the answer on a 0-5 scale: how much specific, relevant
+INFORMATION_RICHNESS = (
+    """Rate the INFORMATION RICHNESS of the answer on a 0-5 scale: how much specific, relevant
 content it brings, in particular the remembered facts and the insight above, rather than generic advice.
 
 0 - empty, off-topic or refuses.
@@ -35,9 +36,12 @@ content it brings, in particular the remembered facts and the insight above, rat
 4 - rich: uses most remembered facts and the insight, with concrete details or suggestions.
 5 - exceptionally rich: uses all relevant memory precisely and adds well-grounded, concrete substance.
 
-""" + ROLEPLAY_CONTEXT
+"""
+    + ROLEPLAY_CONTEXT
+)
 
-LOGICAL_QUALITY = """Rate the LOGICAL QUALITY of the answer on a 0-5 scale: is the reasoning coherent, are its
+LOGICAL_QUALITY = (
+    """Rate the LOGICAL QUALITY of the answer on a 0-5 scale: is the reasoning coherent, are its
 conclusions supported by what the user said (the facts), and does it avoid contradictions and invented events?
 
 0 - incoherent or contradicts itself or the facts throughout.
@@ -47,9 +51,12 @@ conclusions supported by what the user said (the facts), and does it avoid contr
 4 - well reasoned: conclusions follow from the facts; no contradictions.
 5 - rigorous: connects the facts into a sound, insightful line of reasoning that matches the insight.
 
-""" + ROLEPLAY_CONTEXT
+"""
+    + ROLEPLAY_CONTEXT
+)
 
-CHARACTER_CONSISTENCY = """Rate the CHARACTER CONSISTENCY of the answer on a 0-5 scale: does it sound like this
+CHARACTER_CONSISTENCY = (
+    """Rate the CHARACTER CONSISTENCY of the answer on a 0-5 scale: does it sound like this
 persona (voice, values, expertise, way of interpreting the user), as opposed to a neutral assistant?
 
 0 - breaks character (mentions being an AI/model) or contradicts the persona.
@@ -59,9 +66,12 @@ persona (voice, values, expertise, way of interpreting the user), as opposed to 
 4 - clearly the persona: its values and expertise shape how the user is interpreted.
 5 - unmistakably the persona throughout, interpreting the user the way the insight does.
 
-""" + ROLEPLAY_CONTEXT
+"""
+    + ROLEPLAY_CONTEXT
+)
 
-CONVERSATIONAL_ATTRACTIVENESS = """Rate the CONVERSATIONAL ATTRACTIVENESS of the answer on a 0-5 scale: would the
+CONVERSATIONAL_ATTRACTIVENESS = (
+    """Rate the CONVERSATIONAL ATTRACTIVENESS of the answer on a 0-5 scale: would the
 user enjoy and want to continue this conversation (engaging, warm or vivid as fits the persona, well paced, not
 preachy or robotic)?
 
@@ -72,7 +82,9 @@ preachy or robotic)?
 4 - engaging: personal, well paced, invites the user to continue.
 5 - captivating: vivid, personal and memorable while staying natural.
 
-""" + ROLEPLAY_CONTEXT
+"""
+    + ROLEPLAY_CONTEXT
+)
 
 ROLEPLAY_DIMENSIONS: dict[str, str] = {
     "information_richness": INFORMATION_RICHNESS,

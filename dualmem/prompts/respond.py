@@ -101,7 +101,10 @@ def render_respond_system(persona: Persona | None, memory_text: str, *, max_word
     """Return the reply prompt's system text: who the persona is, what it remembers, how to answer."""
     name = persona.name if persona else "the user's companion"
     return RESPOND_SYSTEM.format(
-        name=name, persona=persona.render() if persona else NO_PERSONA, memory=memory_text or NO_MEMORY, max_words=max_words
+        name=name,
+        persona=persona.render() if persona else NO_PERSONA,
+        memory=memory_text or NO_MEMORY,
+        max_words=max_words,
     )
 
 

@@ -122,8 +122,24 @@ Is the dialogue safe to publish in a benchmark (no real violence, no real person
 or identity data)? Ordinary figures of speech ("this traffic is killing me") are safe."""
 
 WEAVE_TOPICS = (
-    "weekend plans", "a new recipe", "a film the user watched", "commuting", "a hobby project",
-    "a trip the user is planning", "a book", "the weather lately", "a neighbour's dog", "music",
-    "a museum visit", "home repairs", "a sports match", "a birthday present", "learning a language",
-    "gardening", "a board game night", "a podcast", "a local festival", "tidying the flat",
+    "weekend plans",
+    "a new recipe",
+    "a film the user watched",
+    "commuting",
+    "a hobby project",
+    "a trip the user is planning",
+    "a book",
+    "the weather lately",
+    "a neighbour's dog",
+    "music",
+    "a museum visit",
+    "home repairs",
+    "a sports match",
+    "a birthday present",
+    "learning a language",
+    "gardening",
+    "a board game night",
+    "a podcast",
+    "a local festival",
+    "tidying the flat",
 )

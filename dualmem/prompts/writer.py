@@ -108,7 +108,11 @@ def format_turn(turn: Turn, flag: str | None = None) -> str:
 
 
 def format_chunk(
-    turns: Sequence[Turn], *, session_id: str | None = None, time: str | None = None, flags: Mapping[str, str] | None = None
+    turns: Sequence[Turn],
+    *,
+    session_id: str | None = None,
+    time: str | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> str:
     """Render a chunk of turns, headed by its session and date when known (``flags``: turn id -> reason)."""
     head = []

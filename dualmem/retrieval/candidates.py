@@ -83,7 +83,9 @@ class Candidates:
         """Return the ``sessions x items`` membership matrix."""
         if "members" not in self.cache:
             n = len(self)
-            self.cache["members"] = sparse.csr_matrix((np.ones(n), (self.session, np.arange(n))), shape=(self.n_sessions, n))
+            self.cache["members"] = sparse.csr_matrix(
+                (np.ones(n), (self.session, np.arange(n))), shape=(self.n_sessions, n)
+            )
         return self.cache["members"]
 
     def session_terms(self) -> sparse.csr_matrix:
@@ -93,7 +95,9 @@ class Candidates:
             total = sparse.csr_matrix((self.n_sessions, width))
             for matrix, pos in self.terms:
                 inside = np.flatnonzero(pos >= 0)
-                rows = sparse.csr_matrix((np.ones(len(inside)), (self.session[pos[inside]], inside)), shape=(self.n_sessions, len(matrix)))
+                rows = sparse.csr_matrix(
+                    (np.ones(len(inside)), (self.session[pos[inside]], inside)), shape=(self.n_sessions, len(matrix))
+                )
                 part = sparse.csr_matrix(rows @ matrix.matrix)
                 part.resize((self.n_sessions, width))
                 total = total + part
@@ -123,7 +127,9 @@ class Candidates:
         ordered = sorted(first, key=lambda s: (first[s], s))
         code = {s: i for i, s in enumerate(ordered)}
         session = np.fromiter((code[s] for s in sessions), dtype=np.int64, count=n)
-        pos = np.asarray([np.nan if p is None else float(p) for p in positions] if positions is not None else [np.nan] * n)
+        pos = np.asarray(
+            [np.nan if p is None else float(p) for p in positions] if positions is not None else [np.nan] * n
+        )
         key = np.where(np.isnan(pos), times_arr, pos)
         order = np.lexsort((times_arr, key, session))
         prev = np.full(n, -1, dtype=np.int64)
@@ -141,7 +147,9 @@ class Candidates:
             session_time=np.asarray([first[s] for s in ordered], dtype=np.float64),
             prev=prev,
             next=nxt,
-            speakers=np.asarray([(s or "").strip().lower() for s in speakers] if speakers is not None else [""] * n, dtype=object),
+            speakers=np.asarray(
+                [(s or "").strip().lower() for s in speakers] if speakers is not None else [""] * n, dtype=object
+            ),
             roles=np.asarray([r or "" for r in roles] if roles is not None else [""] * n, dtype=object),
             terms=[(TermMatrix.build(texts), np.arange(n))],
             refs=list(refs) if refs is not None else [(None, i) for i in range(n)],
@@ -232,13 +240,17 @@ def _concat(parts: Sequence[Candidates]) -> Candidates:
         ids=[i for p in parts for i in p.ids],
         texts=[t for p in parts for t in p.texts],
         vectors=np.concatenate([p.vectors for p in parts]),
-        session=np.concatenate([np.asarray([code[p.session_ids[c]] for c in p.session], dtype=np.int64) for p in parts]),
+        session=np.concatenate(
+            [np.asarray([code[p.session_ids[c]] for c in p.session], dtype=np.int64) for p in parts]
+        ),
         session_ids=names,
         session_time=np.asarray([first[s] for s in names], dtype=np.float64),
         prev=shifted([p.prev for p in parts]),
         next=shifted([p.next for p in parts]),
         speakers=np.concatenate([p.speakers for p in parts]),
         roles=np.concatenate([p.roles for p in parts]),
-        terms=[(m, np.where(pos >= 0, pos + off, -1)) for p, off in zip(parts, offsets, strict=True) for m, pos in p.terms],
+        terms=[
+            (m, np.where(pos >= 0, pos + off, -1)) for p, off in zip(parts, offsets, strict=True) for m, pos in p.terms
+        ],
         refs=[r for p in parts for r in p.refs],
     )

@@ -171,7 +171,9 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     item_bm25 = bm25(counts, lengths)
     has_prev, has_next = c.prev >= 0, c.next >= 0
     window = _windows(c)
-    win_counts = counts + counts[np.maximum(c.prev, 0)] * has_prev[:, None] + counts[np.maximum(c.next, 0)] * has_next[:, None]
+    win_counts = (
+        counts + counts[np.maximum(c.prev, 0)] * has_prev[:, None] + counts[np.maximum(c.next, 0)] * has_next[:, None]
+    )
     win_lengths = lengths + _neighbour(lengths, c.prev, 0.0) + _neighbour(lengths, c.next, 0.0)
     low = float(dense.min())
     out[:, col["dense"]] = zscore(dense)
@@ -210,7 +212,9 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     if q.context_vector is not None:
         per_session["ctx_dense"] = zscore(centroids @ q.context_vector)
     if len(q.context_terms):
-        per_session["ctx_bm25"] = zscore(bm25(np.asarray(members @ c.term_counts(q.context_terms)), session_lengths, b=SESSION_B))
+        per_session["ctx_bm25"] = zscore(
+            bm25(np.asarray(members @ c.term_counts(q.context_terms)), session_lengths, b=SESSION_B)
+        )
     both = np.union1d(q.terms, q.context_terms)
     if len(q.context_terms):
         per_session["qc_bm25"] = zscore(bm25(np.asarray(members @ c.term_counts(both)), session_lengths, b=SESSION_B))

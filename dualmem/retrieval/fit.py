@@ -33,7 +33,14 @@ from dualmem.retrieval.weights import RankerWeights
 from dualmem.schema import MemoryKind
 from dualmem.stores.contract import DualStore, Namespace
 
-POLICIES = ((0, 0), (1, 0), (2, 0), (1, 5), (1, 10), (2, 10))  # (max_per_session, cap_after) tried on the training groups
+POLICIES = (
+    (0, 0),
+    (1, 0),
+    (2, 0),
+    (1, 5),
+    (1, 10),
+    (2, 10),
+)  # (max_per_session, cap_after) tried on the training groups
 DEPTH = 20  # items retrieved per query, as `dualmem eval` retrieves for RealMem and LoCoMo
 AT = 10
 
@@ -87,12 +94,25 @@ def collect(
             raise ValueError(f"namespace {ex.namespace} is too large to hold in RAM; fit on a smaller one")
         cands, q = prepared
         ids, sessions = set(ex.relevant_ids), set(ex.relevant_sessions)
-        y = np.fromiter((i in ids or cands.session_ids[s] in sessions for i, s in zip(cands.ids, cands.session, strict=True)),
-                        dtype=bool, count=len(cands))
+        y = np.fromiter(
+            (i in ids or cands.session_ids[s] in sessions for i, s in zip(cands.ids, cands.session, strict=True)),
+            dtype=bool,
+            count=len(cands),
+        )
         unit = "session" if sessions and not ids else "item"
         n_gold = int(ex.meta.get("n_gold") or (len(sessions) if unit == "session" else len(ids)))
-        out.append(Collected(ex.group, ex.id, features(cands, q).astype(np.float32), y, cands.session.astype(np.int32),
-                             unit, max(1, n_gold), dict(ex.meta)))
+        out.append(
+            Collected(
+                ex.group,
+                ex.id,
+                features(cands, q).astype(np.float32),
+                y,
+                cands.session.astype(np.int32),
+                unit,
+                max(1, n_gold),
+                dict(ex.meta),
+            )
+        )
     return out
 
 
@@ -119,11 +139,22 @@ def group_means(collected: Sequence[Collected], weights: Callable[[str], RankerW
     for c in collected:
         w = weights(c.group)
         rows.setdefault(c.group, []).append(score(c, w.vector(), w.max_per_session, w.cap_after))
-    return {g: {k: float(np.mean([r[k] for r in rs])) for k in rs[0]} | {"n_queries": float(len(rs))} for g, rs in rows.items()}
+    return {
+        g: {k: float(np.mean([r[k] for r in rs])) for k in rs[0]} | {"n_queries": float(len(rs))}
+        for g, rs in rows.items()
+    }
 
 
-def _loss(w: np.ndarray, x: np.ndarray, y: np.ndarray, offset: np.ndarray, starts: np.ndarray, group: np.ndarray,
-          weight: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+def _loss(
+    w: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    offset: np.ndarray,
+    starts: np.ndarray,
+    group: np.ndarray,
+    weight: np.ndarray,
+    l2: float,
+) -> tuple[float, np.ndarray]:
     s = x @ w + offset
     s -= np.maximum.reduceat(s, starts)[group]
     e = np.exp(s)
@@ -172,10 +203,23 @@ def fit(
     weight = np.asarray([1.0 / (len(groups) * per_group[c.group]) for c in used])  # each group weighs the same
     start = np.zeros(len(FEATURES))
     start[FEATURES.index("dense")] = 1.0
-    res = minimize(_loss, start, args=(x, y, offset, starts, index, weight, l2), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 500})
-    info = {"loss": "listwise softmax, -log P(relevant), groups weighted equally", "l2": l2, "negatives": negatives, "queries": len(used),
-            "groups": groups, "converged": bool(res.success), **dict(meta or {})}
+    res = minimize(
+        _loss,
+        start,
+        args=(x, y, offset, starts, index, weight, l2),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 500},
+    )
+    info = {
+        "loss": "listwise softmax, -log P(relevant), groups weighted equally",
+        "l2": l2,
+        "negatives": negatives,
+        "queries": len(used),
+        "groups": groups,
+        "converged": bool(res.success),
+        **dict(meta or {}),
+    }
     return RankerWeights(FEATURES, tuple(round(float(v), 6) for v in res.x), max_per_session, meta=info)
 
 
@@ -184,9 +228,11 @@ def primary(means: Mapping[str, float]) -> float:
     return float(means.get(f"ndcg_any@{AT}", means.get(f"recall@{AT}", 0.0)))
 
 
-def pick_policy(collected: Sequence[Collected], weights: RankerWeights,
-                policies: Sequence[tuple[int, int]] = POLICIES) -> tuple[int, int]:
+def pick_policy(
+    collected: Sequence[Collected], weights: RankerWeights, policies: Sequence[tuple[int, int]] = POLICIES
+) -> tuple[int, int]:
     """Return the (max_per_session, cap_after) whose mean over groups of their headline metric is best on ``collected``."""
+
     def value(policy: tuple[int, int]) -> float:
         trial = RankerWeights(weights.features, weights.weights, *policy)
         return float(np.mean([primary(m) for m in group_means(collected, lambda _g: trial).values()]))
@@ -194,16 +240,26 @@ def pick_policy(collected: Sequence[Collected], weights: RankerWeights,
     return max(policies, key=lambda p: (value(p), -p[0], -p[1]))
 
 
-def fit_with_policy(collected: Sequence[Collected], *, l2: float = 1e-3, policies: Sequence[tuple[int, int]] = POLICIES,
-                    meta: Mapping[str, Any] | None = None) -> RankerWeights:
+def fit_with_policy(
+    collected: Sequence[Collected],
+    *,
+    l2: float = 1e-3,
+    policies: Sequence[tuple[int, int]] = POLICIES,
+    meta: Mapping[str, Any] | None = None,
+) -> RankerWeights:
     """Return weights fitted on all of ``collected`` with the order policy that ranks them best."""
     weights = fit(collected, l2=l2, meta=meta)
     cap, after = pick_policy(collected, weights, policies)
     return RankerWeights(weights.features, weights.weights, cap, after, weights.meta)
 
 
-def leave_one_group_out(collected: Sequence[Collected], *, l2: float = 1e-3, policies: Sequence[tuple[int, int]] = POLICIES,
-                        groups: Sequence[str] | None = None) -> dict[str, RankerWeights]:
+def leave_one_group_out(
+    collected: Sequence[Collected],
+    *,
+    l2: float = 1e-3,
+    policies: Sequence[tuple[int, int]] = POLICIES,
+    groups: Sequence[str] | None = None,
+) -> dict[str, RankerWeights]:
     """Return, per group, weights (and order policy) fitted on the other groups' queries only."""
     out = {}
     for g in groups or sorted({c.group for c in collected}):

@@ -120,7 +120,9 @@ class Ranker:
     ``context_turns`` is how many recent turns of the conversation are read.
     """
 
-    def __init__(self, spec: str = LEARNED, *, max_per_session: int | None = None, context_turns: int = 8, memo: int = 1024) -> None:
+    def __init__(
+        self, spec: str = LEARNED, *, max_per_session: int | None = None, context_turns: int = 8, memo: int = 1024
+    ) -> None:
         self.spec = str(spec)
         self.weights: RankerWeights | None = None if self.spec in PLAIN else load_weights(self.spec)
         cap = self.weights.max_per_session if self.weights is not None else 0
@@ -148,7 +150,9 @@ class Ranker:
         with self._lock:
             self._memo.clear()
 
-    def rank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **options: Unpack[RankOptions]) -> list[ScoredItem]:
+    def rank(
+        self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **options: Unpack[RankOptions]
+    ) -> list[ScoredItem]:
         """Return the ``k`` best items of ``kinds`` in ``namespace`` for ``query``, best first."""
         if k <= 0:
             return []
@@ -175,8 +179,11 @@ class Ranker:
         """Return ``k_facts`` facts and ``k_insights`` insights (or one merged top-k pool), insights with their cited facts."""
         if merged:
             pool = self.rank(store, namespace, query, max(k_facts, k_insights), context=context)
-            result = DualResult(merged=pool, facts=[h for h in pool if h.item.kind == "fact"],
-                                insights=[h for h in pool if h.item.kind == "insight"])
+            result = DualResult(
+                merged=pool,
+                facts=[h for h in pool if h.item.kind == "fact"],
+                insights=[h for h in pool if h.item.kind == "insight"],
+            )
         else:
             per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
@@ -184,13 +191,21 @@ class Ranker:
             result.grounding = dual_of(store).grounding(namespace, [h.item for h in result.insights])
         return result
 
-    async def arank(self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any) -> list[ScoredItem]:
+    async def arank(
+        self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any
+    ) -> list[ScoredItem]:
         """Async :meth:`rank` (same core, in a worker thread)."""
         return await asyncio.to_thread(self.rank, store, namespace, query, k, **kwargs)
 
     def prepare(
-        self, store: DualStore, namespace: Namespace, query: str, *, context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        *,
+        context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS,
+        filter: Mapping[str, Any] | None = None,
     ) -> tuple[Candidates, QueryInput] | None:
         """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
         kinds = _check_kinds(kinds)
@@ -218,26 +233,45 @@ class Ranker:
     # ------------------------------------------------------------------ internals
 
     def _ranked(
-        self, store: DualStore, namespace: Namespace, query: str, k: int, *, pooled: bool, context: Sequence[Any] | None = None,
-        kinds: Sequence[MemoryKind] = KINDS, filter: Mapping[str, Any] | None = None,
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k: int,
+        *,
+        pooled: bool,
+        context: Sequence[Any] | None = None,
+        kinds: Sequence[MemoryKind] = KINDS,
+        filter: Mapping[str, Any] | None = None,
     ) -> dict[str, list[ScoredItem]]:
         """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own."""
         chosen = _check_kinds(kinds)
         store = dual_of(store)
         groups: dict[str, list[MemoryKind]] = {POOLED: chosen} if pooled else {kind: [kind] for kind in chosen}
         if self.weights is None:
-            return {name: self._plain(store, namespace, query, k, group, filter, self.spec) for name, group in groups.items()}
+            return {
+                name: self._plain(store, namespace, query, k, group, filter, self.spec)
+                for name, group in groups.items()
+            }
         prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
         if prepared is None:
-            return {name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()}
+            return {
+                name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()
+            }
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)
         out: dict[str, list[ScoredItem]] = {}
         for name, group in groups.items():
             rows = np.arange(len(cands)) if kind_of is None else np.flatnonzero(np.isin(kind_of, group))
-            picked = rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)] if len(rows) else rows
-            out[name] = [ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)]
+            picked = (
+                rows[order(scores[rows], cands.session[rows], k, self.max_per_session, self.cap_after)]
+                if len(rows)
+                else rows
+            )
+            out[name] = [
+                ScoredItem(item, float(scores[i])) for item, i in zip(_items(cands, picked), picked, strict=True)
+            ]
         return out
 
     def _embed(self, store: DualStore, texts: list[str]) -> np.ndarray:
@@ -257,9 +291,16 @@ class Ranker:
                 memo = OrderedDict()
             known = {t: memo[t] for t in (texts if symmetric else texts[1:]) if t in memo}
         known_query = known.get(texts[0]) if symmetric else None
-        query = known_query if known_query is not None else _unit(np.asarray(embeddings.embed_query(texts[0]), dtype=np.float32))
+        query = (
+            known_query
+            if known_query is not None
+            else _unit(np.asarray(embeddings.embed_query(texts[0]), dtype=np.float32))
+        )
         todo = [t for t in dict.fromkeys(texts[1:]) if t not in known and not (symmetric and t == texts[0])]
-        vectors = {t: _unit(np.asarray(v, dtype=np.float32)) for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)}
+        vectors = {
+            t: _unit(np.asarray(v, dtype=np.float32))
+            for t, v in zip(todo, embeddings.embed_documents(todo) if todo else [], strict=True)
+        }
         if symmetric:
             vectors.setdefault(texts[0], query)
         with self._lock:
@@ -269,23 +310,40 @@ class Ranker:
         return np.stack([query, *({**known, **vectors}[t] for t in texts[1:])])
 
     def _plain(
-        self, store: DualStore, namespace: Namespace, query: str, k: int, kinds: Sequence[MemoryKind],
-        filter: Mapping[str, Any] | None, mode: str,
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        query: str,
+        k: int,
+        kinds: Sequence[MemoryKind],
+        filter: Mapping[str, Any] | None,
+        mode: str,
     ) -> list[ScoredItem]:
         """Rank by cosine, BM25 or both over the snapshot (a namespace too large for RAM: the store's search)."""
         vector = None if mode == "fts" else store.embeddings.embed_query(query)
         snap = self.snapshots.get(store, namespace)
         if snap is None:
-            hits = [h for kind in _check_kinds(kinds)
-                    for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)]  # type: ignore[arg-type]
+            hits = [
+                h
+                for kind in _check_kinds(kinds)
+                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)
+            ]  # type: ignore[arg-type]
             return sorted(hits, key=lambda h: -h.score)[:k]
         found = plain.search(snap, query, vector, k, mode, snap.mask(kinds=_check_kinds(kinds), filter=filter))
-        return [ScoredItem(item, score) for item, (_, score) in zip(snap.items([r for r, _ in found]), found, strict=True)]
+        return [
+            ScoredItem(item, score) for item, (_, score) in zip(snap.items([r for r, _ in found]), found, strict=True)
+        ]
 
 
 def rank(
-    store: DualStore, namespace: Namespace, query: str, k: int = 10, *, ranker: Ranker | str | None = None,
-    settings: Settings | None = None, **options: Unpack[RankOptions],
+    store: DualStore,
+    namespace: Namespace,
+    query: str,
+    k: int = 10,
+    *,
+    ranker: Ranker | str | None = None,
+    settings: Settings | None = None,
+    **options: Unpack[RankOptions],
 ) -> list[ScoredItem]:
     """Return the ``k`` best items of ``namespace`` for ``query`` with ``ranker`` (default: the settings' ranker)."""
     chosen = ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings(settings)
@@ -301,7 +359,9 @@ def _check_kinds(kinds: Sequence[MemoryKind] | str) -> list[MemoryKind]:
     chosen = [kinds] if isinstance(kinds, str) else list(kinds)
     bad = [k for k in chosen if k not in KINDS]
     if bad or not chosen:
-        raise ConfigurationError(f"kinds {bad or chosen} are not fact or insight; pass kinds=('fact',), ('insight',) or both")
+        raise ConfigurationError(
+            f"kinds {bad or chosen} are not fact or insight; pass kinds=('fact',), ('insight',) or both"
+        )
     return list(dict.fromkeys(chosen))  # type: ignore[arg-type]
 
 

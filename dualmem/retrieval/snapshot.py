@@ -90,7 +90,14 @@ class Snapshot:
 def filter_mask(rows: pa.Table, filt: Mapping[str, Any]) -> np.ndarray:
     """Return the rows that pass a filter dict over :data:`FILTERABLE` fields, with the store's SQL semantics."""
     filter_sql(filt, FILTERABLE)  # validates keys, operators and values with the store's errors
-    ops = {"$eq": pc.equal, "$ne": pc.not_equal, "$gt": pc.greater, "$gte": pc.greater_equal, "$lt": pc.less, "$lte": pc.less_equal}
+    ops = {
+        "$eq": pc.equal,
+        "$ne": pc.not_equal,
+        "$gt": pc.greater,
+        "$gte": pc.greater_equal,
+        "$lt": pc.less,
+        "$lte": pc.less_equal,
+    }
     keep = pa.array(np.ones(rows.num_rows, dtype=bool))
     for key, wanted in filt.items():
         column = rows.column(FILTERABLE[key])
@@ -148,7 +155,9 @@ class Snapshots:
 
     def __init__(self, max_rows: int = 500_000) -> None:
         self.max_rows = max_rows
-        self._by_store: weakref.WeakKeyDictionary[DualStore, OrderedDict[Namespace, Snapshot]] = weakref.WeakKeyDictionary()
+        self._by_store: weakref.WeakKeyDictionary[DualStore, OrderedDict[Namespace, Snapshot]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
 
     def get(self, store: DualStore, namespace: Namespace) -> Snapshot | None:

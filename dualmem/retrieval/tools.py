@@ -113,7 +113,9 @@ def _exists(target: BaseStore | DualStore, namespace: tuple[str, ...], key: str)
     return target.get(namespace, key) is not None
 
 
-def _dual_target(target: BaseStore | DualStore, ns: tuple[str, ...]) -> tuple[DualStore, tuple[str, ...], tuple[MemoryKind, ...]] | None:
+def _dual_target(
+    target: BaseStore | DualStore, ns: tuple[str, ...]
+) -> tuple[DualStore, tuple[str, ...], tuple[MemoryKind, ...]] | None:
     """Return (dual store, memory namespace, kinds) when ``ns`` names dual memory, else None."""
     if isinstance(target, DualStore):
         return target, ns, KINDS
@@ -135,7 +137,9 @@ def create_search_memory_tool(
 
     def _ranker() -> Ranker:
         if not chosen:
-            chosen.append(ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings())
+            chosen.append(
+                ranker if isinstance(ranker, Ranker) else Ranker(ranker) if ranker else Ranker.from_settings()
+            )
         return chosen[0]
 
     def search_memory(query: Query, limit: Limit = 10, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
@@ -196,7 +200,11 @@ def create_manage_memory_tool(
             if action == "delete":
                 remove(target, ns, key, via=name)
             elif old:
-                revise(target, old[0].model_copy(update={"text": content or "", "meta": {**old[0].meta, "via": name}}), via=name)
+                revise(
+                    target,
+                    old[0].model_copy(update={"text": content or "", "meta": {**old[0].meta, "via": name}}),
+                    via=name,
+                )
             else:
                 target.upsert([Fact(id=key, namespace=ns, text=content or "", meta={"via": name})])
         elif action == "delete":

@@ -41,7 +41,9 @@ class RankerWeights:
 
     def __post_init__(self) -> None:
         if len(self.features) != len(self.weights):
-            raise ConfigurationError(f"ranker weights name {len(self.features)} features but hold {len(self.weights)} weights")
+            raise ConfigurationError(
+                f"ranker weights name {len(self.features)} features but hold {len(self.weights)} weights"
+            )
         unknown = sorted(set(self.features) - set(FEATURES))
         if unknown:
             raise ConfigurationError(
@@ -49,7 +51,9 @@ class RankerWeights:
                 "refit them with dualmem.retrieval.fit (or use ranker=learned)"
             )
         if self.max_per_session < 0 or self.cap_after < 0:
-            raise ConfigurationError(f"ranker max_per_session and cap_after must be >= 0, got {self.max_per_session}, {self.cap_after}")
+            raise ConfigurationError(
+                f"ranker max_per_session and cap_after must be >= 0, got {self.max_per_session}, {self.cap_after}"
+            )
 
     def vector(self) -> np.ndarray:
         """Return the weights aligned with :data:`~dualmem.retrieval.features.FEATURES` (0 for features not named)."""
@@ -58,8 +62,14 @@ class RankerWeights:
 
     def to_json(self) -> dict[str, Any]:
         """Return the file's JSON object."""
-        return {"format": FORMAT, "features": list(self.features), "weights": [float(w) for w in self.weights],
-                "max_per_session": self.max_per_session, "cap_after": self.cap_after, "meta": self.meta}
+        return {
+            "format": FORMAT,
+            "features": list(self.features),
+            "weights": [float(w) for w in self.weights],
+            "max_per_session": self.max_per_session,
+            "cap_after": self.cap_after,
+            "meta": self.meta,
+        }
 
     def save(self, path: str | Path) -> Path:
         """Write the weights to ``path`` (JSON); return it."""
@@ -72,9 +82,16 @@ class RankerWeights:
     def from_json(cls, data: dict[str, Any], source: str = "weights") -> RankerWeights:
         """Return weights from their JSON object (clear error for anything else)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ConfigurationError(f"{source} is not a dualmem ranker weights file (format {FORMAT}); write one with dualmem.retrieval.fit")
-        return cls(tuple(data["features"]), tuple(float(w) for w in data["weights"]), int(data.get("max_per_session", 0)),
-                   int(data.get("cap_after", 0)), dict(data.get("meta") or {}))
+            raise ConfigurationError(
+                f"{source} is not a dualmem ranker weights file (format {FORMAT}); write one with dualmem.retrieval.fit"
+            )
+        return cls(
+            tuple(data["features"]),
+            tuple(float(w) for w in data["weights"]),
+            int(data.get("max_per_session", 0)),
+            int(data.get("cap_after", 0)),
+            dict(data.get("meta") or {}),
+        )
 
 
 def shipped_path() -> Path:
@@ -86,7 +103,9 @@ def load_weights(spec: str | Path) -> RankerWeights:
     """Return the weights named by ``spec``: ``learned`` (shipped) or a weights file."""
     path = shipped_path() if str(spec) == LEARNED else Path(spec).expanduser()
     if not path.is_file():
-        raise ConfigurationError(f"ranker {str(spec)!r} is neither one of {RANKERS_HELP.replace(', or', ' or')} nor an existing file")
+        raise ConfigurationError(
+            f"ranker {str(spec)!r} is neither one of {RANKERS_HELP.replace(', or', ' or')} nor an existing file"
+        )
     return _load(str(path.resolve()), path.stat().st_mtime_ns)
 
 
@@ -95,5 +114,7 @@ def _load(path: str, mtime_ns: int) -> RankerWeights:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigurationError(f"ranker weights {path} cannot be read ({exc}); write them with dualmem.retrieval.fit") from None
+        raise ConfigurationError(
+            f"ranker weights {path} cannot be read ({exc}); write them with dualmem.retrieval.fit"
+        ) from None
     return RankerWeights.from_json(data, source=path)

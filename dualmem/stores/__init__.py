@@ -49,7 +49,9 @@ def choose_user(users: list[str], persona_id: str, user: str | None, default: st
     if user:
         return user
     if len(users) > 1:
-        raise ConfigurationError(f"persona {persona_id!r} has memory of several users ({', '.join(sorted(users))}); name one (--user, user=)")
+        raise ConfigurationError(
+            f"persona {persona_id!r} has memory of several users ({', '.join(sorted(users))}); name one (--user, user=)"
+        )
     return users[0] if users else default
 
 

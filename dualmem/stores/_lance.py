@@ -151,7 +151,9 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
             return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
         except Exception as exc:
             text = str(exc).lower()
-            racing = is_conflict(exc) or "not found" in text or "already exists" in text or "does not match existing" in text
+            racing = (
+                is_conflict(exc) or "not found" in text or "already exists" in text or "does not match existing" in text
+            )
             if not racing or attempt == 59:
                 raise
             time.sleep(0.01 * (1 + random.random()) * min(attempt + 1, 20))  # another process is creating it
@@ -240,7 +242,9 @@ def ensure_primary_key(table: Any, column: str) -> None:
     try:
         retry(lambda: table.set_unenforced_primary_key(column))
     except Exception:
-        if not any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (table.schema.field(column).metadata or {})):
+        if not any(
+            k.startswith(b"lance-schema:unenforced-primary-key") for k in (table.schema.field(column).metadata or {})
+        ):
             raise
 
 
@@ -302,4 +306,3 @@ def repair_duplicates(table: Any, key: str) -> int:
         part = ", ".join(str(r) for r in losers[start : start + 10_000])
         retry(lambda p=part: table.delete(f"_rowid IN ({p})"))  # type: ignore[misc]
     return len(losers)
-

@@ -66,7 +66,9 @@ def unit_vector(vector: Sequence[float]) -> list[float]:
     return (v / norm if norm > 0 else v).astype(np.float16).astype(np.float32).tolist()
 
 
-def item_to_row(item: MemoryItem, vector: Sequence[float], *, created_at: datetime, updated_at: datetime, dims: int) -> dict[str, Any]:
+def item_to_row(
+    item: MemoryItem, vector: Sequence[float], *, created_at: datetime, updated_at: datetime, dims: int
+) -> dict[str, Any]:
     """Return the table row of ``item``."""
     if len(vector) != dims:
         raise ValueError(f"item {item.id!r}: vector has {len(vector)} dims, the store holds {dims}-dim vectors")

@@ -64,11 +64,15 @@ def and_all(*clauses: str | None) -> str | None:
 def ns_key(namespace: Sequence[str]) -> str:
     """Encode a namespace tuple as its stored string key."""
     if isinstance(namespace, str):
-        raise ConfigurationError(f"a namespace is a tuple of strings, got the string {namespace!r}; pass ({namespace!r},)")
+        raise ConfigurationError(
+            f"a namespace is a tuple of strings, got the string {namespace!r}; pass ({namespace!r},)"
+        )
     parts = list(namespace)
     for part in parts:
         if not isinstance(part, str):
-            raise ConfigurationError(f"namespace {tuple(parts)!r}: every part must be a string, got {type(part).__name__}")
+            raise ConfigurationError(
+                f"namespace {tuple(parts)!r}: every part must be a string, got {type(part).__name__}"
+            )
     return json.dumps(parts, ensure_ascii=False)
 
 

@@ -45,7 +45,13 @@ Namespace = tuple[str, ...]
 SearchMode = Literal["hybrid", "vector", "fts"]
 Columns = Literal["stamps", "items", "vectors"]
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
-FILTERABLE = {"id": "id", "session_id": "session_id", "chunk_id": "chunk_id", "event_time": "event_time", "status": "status"}
+FILTERABLE = {
+    "id": "id",
+    "session_id": "session_id",
+    "chunk_id": "chunk_id",
+    "event_time": "event_time",
+    "status": "status",
+}
 """Fields a structured ``filter`` may name (public key -> column)."""
 RRF_K = 60
 
@@ -328,7 +334,9 @@ class DualStore(ABC):
         """Search one namespace; ``filter`` is a dict over :data:`FILTERABLE` fields, ``since``/``until`` bound
         ``event_time`` (ISO text). Scores: cosine (``vector``), BM25 (``fts``) or reciprocal-rank fusion (``hybrid``)."""
         vec = None if vector is None else tuple(float(x) for x in vector)
-        op = SearchItems(tuple(namespace), query, check_kind(kind), k, check_mode(mode), status, filter, since, until, vec)
+        op = SearchItems(
+            tuple(namespace), query, check_kind(kind), k, check_mode(mode), status, filter, since, until, vec
+        )
         return self.batch([op])[0] if k > 0 else []
 
     def grounding(self, namespace: Namespace, insights: Sequence[MemoryItem]) -> dict[str, builtins.list[MemoryItem]]:
@@ -348,7 +356,9 @@ def _needs(ops: Sequence[MemoryOp]) -> tuple[builtins.list[str], builtins.list[s
     return texts, queries
 
 
-def _filled(ops: Sequence[MemoryOp], docs: Sequence[Sequence[float]], qvecs: Sequence[Sequence[float]]) -> builtins.list[MemoryOp]:
+def _filled(
+    ops: Sequence[MemoryOp], docs: Sequence[Sequence[float]], qvecs: Sequence[Sequence[float]]
+) -> builtins.list[MemoryOp]:
     """Return the operations with the embedded vectors put in."""
     doc_iter: Iterator[Sequence[float]] = iter(docs)
     q_iter: Iterator[Sequence[float]] = iter(qvecs)
@@ -370,5 +380,7 @@ def put_rows(op: PutItems, dims: int, now: Any) -> builtins.list[dict[str, Any]]
     for item, vector in zip(op.items, op.vectors, strict=True):
         check_kind(item.kind)
         stamp = item.updated_at if op.keep_times else now
-        rows[(tuple(item.namespace), item.id)] = item_to_row(item, vector, created_at=item.created_at, updated_at=stamp, dims=dims)
+        rows[(tuple(item.namespace), item.id)] = item_to_row(
+            item, vector, created_at=item.created_at, updated_at=stamp, dims=dims
+        )
     return builtins.list(rows.values())

@@ -48,63 +48,22 @@ from langgraph.store.base import (
 )
 
 import dualmem.stores._lance as L
-from dualmem.schema import stable_id, utcnow
+from dualmem.schema import utcnow
+from dualmem.stores._kv_schema import (
+    _MIGRATE,
+    DISTANCES,
+    ITEM_COLS,
+    ITEMS,
+    ITEMS_SCHEMA,
+    VECTORS,
+    expiry,
+    item_id,
+    vectors_schema,
+)
 from dualmem.stores._match import list_namespaces, matches
 from dualmem.stores._rows import one_per_key, utc
 from dualmem.stores._sql import and_all, ns_key, ns_parse, ns_prefix_sql, sql_in
 from dualmem.stores._sweeper import Stopped, Sweeper, SweeperFuture
-
-ITEMS, VECTORS = "lg_items", "lg_vectors"
-_TS = pa.timestamp("us", tz="UTC")
-ITEMS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("namespace", pa.string()),
-        pa.field("key", pa.string()),
-        pa.field("value", pa.string()),
-        pa.field("created_at", _TS),
-        pa.field("updated_at", _TS),
-        pa.field("ttl_minutes", pa.float64()),
-        pa.field("expires_at", pa.float64()),  # epoch seconds; null: never expires
-        pa.field("rev", pa.string()),
-    ]
-)
-ITEM_COLS = ITEMS_SCHEMA.names
-_MIGRATE = {"ttl_minutes": "CAST(NULL AS DOUBLE)", "expires_at": "CAST(NULL AS DOUBLE)", "rev": "CAST(NULL AS STRING)"}
-# LangGraph's distance names -> (LanceDB's, score from LanceDB's distance d), as LangGraph's Postgres store reports them
-DISTANCES = {
-    "cosine": ("cosine", lambda d: 1.0 - d),
-    "inner_product": ("dot", lambda d: 1.0 - d),  # LanceDB's dot distance is 1 - a.b
-    "l2": ("l2", lambda d: -math.sqrt(max(d, 0.0))),  # LanceDB's l2 distance is squared
-}
-
-
-def vectors_schema(dims: int) -> pa.Schema:
-    """Return the schema of the field-vector table."""
-    return pa.schema(
-        [
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("item_id", pa.string()),
-            pa.field("namespace", pa.string()),
-            pa.field("path", pa.string()),
-            pa.field("vector", pa.list_(pa.float32(), dims)),
-            pa.field("rev", pa.string()),
-        ]
-    )
-
-
-def item_id(namespace: Sequence[str], key: str) -> str:
-    """Return the stored id of the item (namespace, key)."""
-    return stable_id(ns_key(namespace), key, prefix="kv-")
-
-
-def expiry(ttl_minutes: float | None, now: float) -> float | None:
-    """Return when (epoch seconds) an item put or refreshed at ``now`` with ``ttl_minutes`` expires (None: never)."""
-    if ttl_minutes is None:
-        return None
-    if not math.isfinite(float(ttl_minutes)) or ttl_minutes < 0:
-        raise ValueError(f"ttl must be a non-negative number of minutes, got {ttl_minutes!r}")
-    return now + 60.0 * float(ttl_minutes)
 
 
 class _Plan:
@@ -201,7 +160,9 @@ class LanceKVStore(BaseStore):
             if isinstance(op, GetOp):
                 results[i] = self._get(op, refresh)
             elif isinstance(op, SearchOp):
-                results[i] = self.search_all(op, qmap.get(op.query) if op.query else None, refresh)[op.offset : op.offset + op.limit]
+                results[i] = self.search_all(op, qmap.get(op.query) if op.query else None, refresh)[
+                    op.offset : op.offset + op.limit
+                ]
             elif isinstance(op, ListNamespacesOp):
                 results[i] = list_namespaces(self.namespaces(), op)
         if plan.puts:
@@ -241,7 +202,9 @@ class LanceKVStore(BaseStore):
             refresh[iid] = found[0]
         return to_item(found[0])
 
-    def search_all(self, op: SearchOp, qvec: Sequence[float] | None, refresh: dict[str, dict[str, Any]]) -> list[SearchItem]:
+    def search_all(
+        self, op: SearchOp, qvec: Sequence[float] | None, refresh: dict[str, dict[str, Any]]
+    ) -> list[SearchItem]:
         """Return the items of a search up to ``offset + limit`` (the caller pages): scored best first when
         ``qvec``, then unscored ones; newest update first without a query."""
         candidates = self.rows(ns_prefix_sql(tuple(op.namespace_prefix)))
@@ -255,7 +218,11 @@ class LanceKVStore(BaseStore):
         else:
             scores = self._scores({r["id"]: r for r in candidates}, qvec)
             scored = sorted((r for r in candidates if r["id"] in scores), key=lambda r: (-scores[r["id"]], r["key"]))
-            unscored = sorted((r for r in candidates if r["id"] not in scores), key=lambda r: (r["updated_at"], r["key"]), reverse=True)
+            unscored = sorted(
+                (r for r in candidates if r["id"] not in scores),
+                key=lambda r: (r["updated_at"], r["key"]),
+                reverse=True,
+            )
             page = (scored + unscored)[:want]
             out = [to_item(r, scores.get(r["id"])) for r in page]
         if op.refresh_ttl:
@@ -310,16 +277,34 @@ class LanceKVStore(BaseStore):
             )  # fmt: skip
         nskeys = {iid: ns_key(k[0]) for k, iid in ids.items()}
         vectors = [
-            {"id": f"{iid}:{path}", "item_id": iid, "namespace": nskeys[iid], "path": path, "vector": vec, "rev": revs[iid]}
+            {
+                "id": f"{iid}:{path}",
+                "item_id": iid,
+                "namespace": nskeys[iid],
+                "path": path,
+                "vector": vec,
+                "rev": revs[iid],
+            }
             for (iid, path, _), vec in zip(plan.texts, dvecs, strict=True)
             if iid in revs
         ]
         if vectors:  # before the item: its value never shows with no vector it could have
             data = pa.Table.from_pylist(vectors, schema=self.vectors.schema)
-            L.retry(lambda: self.vectors.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
+            L.retry(
+                lambda: (
+                    self.vectors.merge_insert("id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(data)
+                )
+            )
         if rows:
             data = pa.Table.from_pylist(rows, schema=self.items.schema)
-            L.retry(lambda: self.items.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
+            L.retry(
+                lambda: (
+                    self.items.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+                )
+            )
         if deleted:
             L.retry(lambda: self.items.delete(sql_in("id", deleted)))
             if self.vectors is not None:

@@ -81,7 +81,9 @@ class LanceDualStore(DualStore):
         lease_ttl_s: float = 60.0, lease_wait_s: float = 900.0,
     ) -> None:  # fmt: skip
         if embeddings is None:
-            raise ConfigurationError("LanceDualStore needs an embeddings object or spec; use open_store(settings) for the configured one")
+            raise ConfigurationError(
+                "LanceDualStore needs an embeddings object or spec; use open_store(settings) for the configured one"
+            )
         self.uri = str(uri)
         self._embeddings = embeddings
         self.storage_options = L.storage_options(storage_options)
@@ -245,7 +247,9 @@ def _open_memory(db: Any, schema: pa.Schema) -> Any:
     return L.open_or_create(db, TABLE, schema, data=data)
 
 
-def stored_namespaces(uri: str, storage_options: Mapping[str, str] | str | None = None, prefix: Namespace = ()) -> list[Namespace] | None:
+def stored_namespaces(
+    uri: str, storage_options: Mapping[str, str] | str | None = None, prefix: Namespace = ()
+) -> list[Namespace] | None:
     """Return the namespaces holding items in the store at ``uri`` (None: there is no store there), without loading an
     embedder or creating anything: what a command checks before any slow work."""
     if "://" not in str(uri) and not Path(str(uri)).expanduser().is_dir():
@@ -255,7 +259,11 @@ def stored_namespaces(uri: str, storage_options: Mapping[str, str] | str | None 
     if TABLE not in names and not any(n in names for n in LEGACY_TABLES):
         return None
     tables = [db.open_table(TABLE)] if TABLE in names else [db.open_table(n) for n in LEGACY_TABLES if n in names]
-    keys = {k for t in tables for k in L.scan(t, ns_prefix_sql(prefix), ["namespace"]).column("namespace").unique().to_pylist()}
+    keys = {
+        k
+        for t in tables
+        for k in L.scan(t, ns_prefix_sql(prefix), ["namespace"]).column("namespace").unique().to_pylist()
+    }
     return sorted(ns_parse(k) for k in keys)
 
 

@@ -138,7 +138,11 @@ class DualMemStore(BaseStore):
         return kv_ops, parts
 
     def _memory_queries(self, ops: list[Op]) -> list[str]:
-        wanted = [op.query for op in ops if isinstance(op, SearchOp) and op.query and self._reaches_memory(tuple(op.namespace_prefix))]
+        wanted = [
+            op.query
+            for op in ops
+            if isinstance(op, SearchOp) and op.query and self._reaches_memory(tuple(op.namespace_prefix))
+        ]
         return list(dict.fromkeys(wanted))
 
     def _memory_reads(self, ops: list[Op], qvecs: Mapping[str, Any]) -> dict[int, Any]:
@@ -230,13 +234,19 @@ class LanceDBStore(DualMemStore):
         dual: DualStore | None = None, embeddings: Any = None,
     ) -> None:  # fmt: skip
         self.uri = str(uri)
-        self.storage_options = storage_options if storage_options is not None else getattr(dual, "storage_options", None)
-        kv = LanceKVStore(self.uri, index=index, ttl=ttl, storage_options=self.storage_options, db=getattr(dual, "_db", None))
+        self.storage_options = (
+            storage_options if storage_options is not None else getattr(dual, "storage_options", None)
+        )
+        kv = LanceKVStore(
+            self.uri, index=index, ttl=ttl, storage_options=self.storage_options, db=getattr(dual, "_db", None)
+        )
         super().__init__(kv, dual, memory_label=memory_label)
         self._embeddings = embeddings if embeddings is not None else (kv.embeddings if index else None)
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, embeddings: Any = None, ttl: TTLConfig | None = None) -> LanceDBStore:
+    def from_settings(
+        cls, settings: Settings | None = None, embeddings: Any = None, ttl: TTLConfig | None = None
+    ) -> LanceDBStore:
         """Open the store at ``settings.store_uri``, indexing whole values with the settings' embedder."""
         from dualmem.stores.lance import LanceDualStore
 

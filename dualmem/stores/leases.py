@@ -148,7 +148,11 @@ class Leases:
         return bool(who) and until > time.time()
 
     def acquire(
-        self, namespace: Sequence[str], owner: str, wait_s: float | None = None, give_up: Callable[[], bool] | None = None
+        self,
+        namespace: Sequence[str],
+        owner: str,
+        wait_s: float | None = None,
+        give_up: Callable[[], bool] | None = None,
     ) -> Lease | None:
         """Wait (up to ``wait_s``, default the store's) until the lease is ours and return it; None when ``give_up``
         answered True while waiting (say, "has another writer done my work?")."""

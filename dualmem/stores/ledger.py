@@ -50,7 +50,9 @@ class LanceLedger:
         self._schema = self.table.schema
 
     def _rows(self, where: str | None) -> list[dict[str, Any]]:
-        rows = one_per_key(L.scan(self.table, where, ["id", "chunk_id", "state", "payload", "applied_at"]), "id", "applied_at")
+        rows = one_per_key(
+            L.scan(self.table, where, ["id", "chunk_id", "state", "payload", "applied_at"]), "id", "applied_at"
+        )
         return sorted(rows.to_pylist(), key=lambda r: (r["applied_at"], r["id"]))
 
     def look(self, namespace: Sequence[str], unit: str) -> tuple[tuple[str, str] | None, list[tuple[str, str]]]:
@@ -76,7 +78,9 @@ class LanceLedger:
             "payload": payload, "applied_at": utcnow(), "state": state,
         }  # fmt: skip
         data = pa.Table.from_pylist([row], schema=self._schema)
-        L.retry(lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
+        L.retry(
+            lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+        )
 
     def drop(self, namespace: Sequence[str]) -> int:
         """Forget every unit of a namespace; return how many rows went."""

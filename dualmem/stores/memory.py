@@ -99,7 +99,9 @@ class InMemoryDualStore(DualStore):
 
     def __init__(self, embeddings: Embeddings, *, dims: int | None = None, lease_wait_s: float = 900.0) -> None:
         if embeddings is None:
-            raise ConfigurationError("InMemoryDualStore needs an embeddings object (e.g. dualmem.testing.HashEmbeddings)")
+            raise ConfigurationError(
+                "InMemoryDualStore needs an embeddings object (e.g. dualmem.testing.HashEmbeddings)"
+            )
         from dualmem.models import embedding_dims
 
         self.uri = "memory://"
@@ -113,7 +115,9 @@ class InMemoryDualStore(DualStore):
         self._version = 0
         self._last = utcnow()
         self._leases: dict[str, threading.Lock] = {}
-        self.kv = InMemoryStore(index={"dims": self.dims, "embed": embeddings, "fields": ["$"]})  # LangGraph items beside it
+        self.kv = InMemoryStore(
+            index={"dims": self.dims, "embed": embeddings, "fields": ["$"]}
+        )  # LangGraph items beside it
 
     # ------------------------------------------------------------------ contract
 
@@ -136,7 +140,9 @@ class InMemoryDualStore(DualStore):
                 yield None
                 return
             if time.monotonic() >= deadline:
-                raise LeaseTimeout(f"namespace {tuple(namespace)} is being written by another thread; waited {limit:.0f} s")
+                raise LeaseTimeout(
+                    f"namespace {tuple(namespace)} is being written by another thread; waited {limit:.0f} s"
+                )
         try:
             yield _NoLease()
         finally:
@@ -171,7 +177,9 @@ class InMemoryDualStore(DualStore):
             return None
         if isinstance(op, DeleteItems):
             key = ns_key(op.namespace)
-            gone = [pk for pk, r in self._rows.items() if r["namespace"] == key and (op.ids is None or r["id"] in op.ids)]
+            gone = [
+                pk for pk, r in self._rows.items() if r["namespace"] == key and (op.ids is None or r["id"] in op.ids)
+            ]
             for pk in gone:
                 del self._rows[pk]
             self._version += 1

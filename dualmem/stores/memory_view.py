@@ -103,8 +103,12 @@ class MemoryView:
                 hits.extend((i, None) for i in self.dual.list(ns, kind=kind, status=status) if self._keeps(i, op))
                 continue
             fetch = want if not op.filter else max(4 * want, 200)
-            while True:  # a filter may drop most of the nearest items: fetch more until the page is full or none are left
-                found = self.dual.search(ns, op.query or "", kind=kind, k=fetch, mode="vector", status=status, vector=qvec)
+            while (
+                True
+            ):  # a filter may drop most of the nearest items: fetch more until the page is full or none are left
+                found = self.dual.search(
+                    ns, op.query or "", kind=kind, k=fetch, mode="vector", status=status, vector=qvec
+                )
                 kept = [(h.item, float(h.score)) for h in found if self._keeps(h.item, op)]
                 if len(kept) >= want or len(found) < fetch:
                     break

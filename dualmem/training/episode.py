@@ -128,8 +128,17 @@ def build_episode(item: DatasetItem, *, chunk_tokens: int = setting_default("chu
     persona = episode_persona(item)
     namespace = episode_namespace(item)
     turns = {t.id: t for s in dialogue.sessions for t in s.turns}
-    gold = [GoldFact(q.id, frag, _locate(q, n, frag, turns)) for q in item.queries for n, frag in enumerate(q.gold.facts)]
-    return Episode(dialogue.id, persona, namespace, chunk_sessions(list(dialogue.sessions), namespace, chunk_tokens), list(item.queries), gold)
+    gold = [
+        GoldFact(q.id, frag, _locate(q, n, frag, turns)) for q in item.queries for n, frag in enumerate(q.gold.facts)
+    ]
+    return Episode(
+        dialogue.id,
+        persona,
+        namespace,
+        chunk_sessions(list(dialogue.sessions), namespace, chunk_tokens),
+        list(item.queries),
+        gold,
+    )
 
 
 # --------------------------------------------------------------------------- gold walk-through
@@ -146,7 +155,9 @@ class GoldStep:
     index: int
 
 
-def write_target(memory: EpisodeMemory, chunk: Chunk, view: View, target: MemoryUpdate, notes: Counter[str] | None = None) -> tuple[MemoryUpdate, ChunkRow]:
+def write_target(
+    memory: EpisodeMemory, chunk: Chunk, view: View, target: MemoryUpdate, notes: Counter[str] | None = None
+) -> tuple[MemoryUpdate, ChunkRow]:
     """Write a gold target through the writer's rules; return it less every operation they reject, and the chunk's row.
 
     The returned target is one the writer's plan accepts as it is (each rejection is counted in ``notes``).
@@ -203,7 +214,12 @@ def gold_steps(episode: Episode, ctx: Context | None = None, notes: Counter[str]
         new = list(dict.fromkeys(g.text for g in here if g.text not in written))
         labels = {text: f"N{i}" for i, text in enumerate(new, 1)}
         facts = [
-            FactOp(op="ADD", id=labels[t], text=about_user(t), turn_ids=sorted({g.turn_id for g in here if g.text == t and g.turn_id}))
+            FactOp(
+                op="ADD",
+                id=labels[t],
+                text=about_user(t),
+                turn_ids=sorted({g.turn_id for g in here if g.text == t and g.turn_id}),
+            )
             for t in new
         ]
         shown = {e["id"]: e["label"] for e in view["facts"]}
@@ -217,7 +233,9 @@ def gold_steps(episode: Episode, ctx: Context | None = None, notes: Counter[str]
                 continue
             if any(c is None for c in cites):
                 notes["insight cites part of its facts (the others are not in the view)"] += 1
-            insights.append(InsightOp(op="ADD", id=f"M{len(insights) + 1}", text=q.gold.insight or "", fact_ids=citable))
+            insights.append(
+                InsightOp(op="ADD", id=f"M{len(insights) + 1}", text=q.gold.insight or "", fact_ids=citable)
+            )
         target, row = write_target(memory, chunk, view, MemoryUpdate(facts=facts, insights=insights), notes)
         steps.append(GoldStep(chunk, messages, view, target, n))
         text_of = {labels[t]: t for t in new}

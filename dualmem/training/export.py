@@ -50,7 +50,12 @@ VIEW_ID = re.compile(r"\b([FI]\d+)\b")
 
 
 def gold_records(
-    dataset: Dataset, *, chunk_tokens: int | None = None, keep_empty: float = 0.2, progress: bool = False, ctx: Context | None = None,
+    dataset: Dataset,
+    *,
+    chunk_tokens: int | None = None,
+    keep_empty: float = 0.2,
+    progress: bool = False,
+    ctx: Context | None = None,
     notes: Counter[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Return SFT records whose targets come from RoleMemo gold (no teacher model).
@@ -71,7 +76,13 @@ def gold_records(
                 continue
             messages = [*step.messages, {"role": "assistant", "content": step.target.model_dump_json()}]
             records.append(
-                {"messages": messages, "persona_id": episode.persona.id, "episode_id": episode.id, "chunk_id": step.chunk["id"], "source": "gold"}
+                {
+                    "messages": messages,
+                    "persona_id": episode.persona.id,
+                    "episode_id": episode.id,
+                    "chunk_id": step.chunk["id"],
+                    "source": "gold",
+                }
             )
     return records
 
@@ -86,7 +97,9 @@ def load_traces(path: str | Path) -> list[dict[str, Any]]:
             try:
                 trace = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetError(str(path), f"line {n}", "a JSON object", f"invalid JSON ({exc.msg} at col {exc.colno})") from exc
+                raise DatasetError(
+                    str(path), f"line {n}", "a JSON object", f"invalid JSON ({exc.msg} at col {exc.colno})"
+                ) from exc
             for key in ("messages", "output"):
                 if key not in trace:
                     raise DatasetError(str(path), f"line {n}.{key}", f"key {key!r}", "missing")
@@ -114,7 +127,9 @@ def validate_record(record: dict[str, Any]) -> list[str]:
         update = MemoryUpdate.model_validate_json(messages[-1]["content"])
     except ValidationError as exc:
         return [f"target is not a MemoryUpdate: {exc.errors()[0]['msg']}"]
-    view_ids = {m for msg in messages[:-1] if msg.get("role") == "user" for m in VIEW_ID.findall(msg.get("content", ""))}
+    view_ids = {
+        m for msg in messages[:-1] if msg.get("role") == "user" for m in VIEW_ID.findall(msg.get("content", ""))
+    }
     new = {op.id for op in update.facts if op.op == "ADD"}
     errors = []
     for op in update.facts:
@@ -126,11 +141,15 @@ def validate_record(record: dict[str, Any]) -> list[str]:
         if ins.op != "DELETE":
             if not ins.fact_ids:
                 errors.append(f"insight {ins.id}: cites no fact")
-            errors += [f"insight {ins.id}: cites missing fact {f}" for f in ins.fact_ids if f not in new and f not in view_ids]
+            errors += [
+                f"insight {ins.id}: cites missing fact {f}" for f in ins.fact_ids if f not in new and f not in view_ids
+            ]
     return errors
 
 
-def split_by_persona(records: list[dict[str, Any]], eval_ratio: float = 0.1, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_by_persona(
+    records: list[dict[str, Any]], eval_ratio: float = 0.1, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split records so that no persona is in both parts; with >= 2 personas each part gets one."""
     personas = sorted({r["persona_id"] for r in records})
     held = {p for p in personas if fraction(seed, p) < eval_ratio}
@@ -158,9 +177,20 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 def llamafactory_info(name: str = LLAMAFACTORY_NAME, files: dict[str, str] | None = None) -> dict[str, Any]:
     """Return LLaMA-Factory ``dataset_info.json`` entries (sharegpt layout, OpenAI-style role/content tags)."""
     files = files or {"train": "train.jsonl", "eval": "eval.jsonl"}
-    tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}
+    tags = {
+        "role_tag": "role",
+        "content_tag": "content",
+        "user_tag": "user",
+        "assistant_tag": "assistant",
+        "system_tag": "system",
+    }
     return {
-        f"{name}_{part}": {"file_name": file, "formatting": "sharegpt", "columns": {"messages": "messages"}, "tags": tags}
+        f"{name}_{part}": {
+            "file_name": file,
+            "formatting": "sharegpt",
+            "columns": {"messages": "messages"},
+            "tags": tags,
+        }
         for part, file in files.items()
     }
 
@@ -209,7 +239,9 @@ def export_sft(
     ctx = writer_context(embedder=embedder, view_k=view_k, view_recent=view_recent, chunk_tokens=chunk_tokens)
     records = gold_records(dataset, ctx=ctx, keep_empty=keep_empty, progress=progress, notes=notes) if dataset else []
     if realmem:
-        records += realmem_records(realmem, ctx=ctx, keep_empty=keep_empty, max_chunks=max_chunks, progress=progress, notes=notes)
+        records += realmem_records(
+            realmem, ctx=ctx, keep_empty=keep_empty, max_chunks=max_chunks, progress=progress, notes=notes
+        )
     for path in traces:
         records += load_traces(path)
     report = ExportReport(str(out_dir), gold_notes=dict(sorted(notes.items())))
@@ -221,7 +253,9 @@ def export_sft(
         else:
             good.append(rec)
     if strict and report.invalid:
-        raise DatasetError("sft export", report.invalid[0].split(":")[1], "a valid MemoryUpdate target", report.invalid[0])
+        raise DatasetError(
+            "sft export", report.invalid[0].split(":")[1], "a valid MemoryUpdate target", report.invalid[0]
+        )
     train, held = split_by_persona(good, eval_ratio=eval_ratio, seed=seed)
     out = Path(out_dir)
     report.train = write_jsonl(out / "train.jsonl", train)

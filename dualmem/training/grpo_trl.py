@@ -80,7 +80,11 @@ class EpisodeRunner:
 
     def rows(self) -> list[dict[str, str]]:
         """Return the dataset rows: one per (episode, turn), in order."""
-        return [{"prompt": json.dumps({"episode": e.id, "turn": t})} for e in self.episodes.values() for t in range(len(e.chunks))]
+        return [
+            {"prompt": json.dumps({"episode": e.id, "turn": t})}
+            for e in self.episodes.values()
+            for t in range(len(e.chunks))
+        ]
 
     def processors(self, model: Any, tokenizer: Any) -> list[Any]:
         """Return the logits processors of one batched generation: the writer's JSON grammar with ``cfg.grammar``."""
@@ -111,17 +115,28 @@ class EpisodeRunner:
         device = next(model.parameters()).device
         for chunk in episode.chunks:
             drafts = [t.draft(chunk) for t in trajectories]
-            prompts = [_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)) for messages, _ in drafts]
+            prompts = [
+                _ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+                for messages, _ in drafts
+            ]
             width = max(map(len, prompts))
             input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
             with torch.no_grad():
                 out = model.generate(
-                    input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=self.cfg.temperature,
-                    max_new_tokens=self.cfg.max_completion_length, pad_token_id=pad, eos_token_id=stops,
-                    logits_processor=self.processors(model, tokenizer), **_shared_prefill(model, prompts, input_ids),
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=self.cfg.temperature,
+                    max_new_tokens=self.cfg.max_completion_length,
+                    pad_token_id=pad,
+                    eos_token_id=stops,
+                    logits_processor=self.processors(model, tokenizer),
+                    **_shared_prefill(model, prompts, input_ids),
                 )
-            for traj, (_, view), prompt, row in zip(trajectories, drafts, prompts, out[:, width:].tolist(), strict=True):
+            for traj, (_, view), prompt, row in zip(
+                trajectories, drafts, prompts, out[:, width:].tolist(), strict=True
+            ):
                 end = next((n for n, tid in enumerate(row) if tid in stops), None)
                 completion = (row if end is None else row[: end + 1]) or [tokenizer.eos_token_id]
                 traj.record(chunk, view, prompt, completion, tokenizer.decode(completion, skip_special_tokens=True))
@@ -136,10 +151,14 @@ class EpisodeRunner:
         terms = [t.metrics() for t in trajectories]
         wrote = [[i.kind for i in episode.new_items(t.memory)] for t in trajectories]
         return {
-            "episode": episode.id, "chunks": len(episode.chunks), "gold_facts": len(episode.gold_facts),
+            "episode": episode.id,
+            "chunks": len(episode.chunks),
+            "gold_facts": len(episode.gold_facts),
             **{k: [round(m[k], 4) for m in terms] for k in ("score", "fact_recall", "similarity", "parsed_share")},
-            "facts": [w.count("fact") for w in wrote], "insights": [w.count("insight") for w in wrote],
-            "wall_s": round(time.time() - clock[0], 2), "cpu_s": round(time.process_time() - clock[1], 2),
+            "facts": [w.count("fact") for w in wrote],
+            "insights": [w.count("insight") for w in wrote],
+            "wall_s": round(time.time() - clock[0], 2),
+            "cpu_s": round(time.process_time() - clock[1], 2),
             "texts": [t.texts for t in trajectories],
         }
 
@@ -159,7 +178,9 @@ class EpisodeRunner:
         for eid, new in fresh.items():  # play the new trajectories of an episode in one batch
             for claim, traj in zip(new, self.play(self.episodes[eid], model, tokenizer, len(new)), strict=True):
                 claim.value = traj
-        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "episode_reward", "fact_recall", "insight_recall")}
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "episode_reward", "fact_recall", "insight_recall")
+        }
         for claim, turn in claims:
             traj, terms = claim.value, claim.value.metrics()
             out["prompt_ids"].append(traj.prompt_ids[turn])
@@ -204,17 +225,29 @@ def training_episodes(dataset: Dataset, cfg: GRPORunConfig, tokenizer: Any = Non
     if cfg.max_prompt_tokens and tokenizer is not None:
         episodes = [e for e in episodes if _prompt_tokens(e, ctx, tokenizer) <= cfg.max_prompt_tokens]
     if not episodes:
-        raise ConfigurationError("no RealMem episode holds a memory point within the limits: check --data, --max_chunks, --skip_chunks, --max_prompt_tokens")
+        raise ConfigurationError(
+            "no RealMem episode holds a memory point within the limits: check --data, --max_chunks, --skip_chunks, --max_prompt_tokens"
+        )
     return sorted(episodes, key=lambda e: fraction("grpo-order", cfg.seed, e.id))
 
 
 def _prompt_tokens(episode: Episode, ctx: Context, tokenizer: Any) -> int:
     """Return the longest prompt of the episode's chunks, each drafted on the episode's starting memory."""
     memory = episode.memory(ctx)
-    return max(len(_ids(tokenizer.apply_chat_template(memory.draft(c)[0], add_generation_prompt=True, tokenize=True))) for c in episode.chunks)
+    return max(
+        len(_ids(tokenizer.apply_chat_template(memory.draft(c)[0], add_generation_prompt=True, tokenize=True)))
+        for c in episode.chunks
+    )
 
 
-def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any = None, tokenizer: Any = None, embed: Any = None, judge: Any = None) -> Any:
+def build_trainer(
+    cfg: GRPORunConfig,
+    dataset: Dataset | None = None,
+    model: Any = None,
+    tokenizer: Any = None,
+    embed: Any = None,
+    judge: Any = None,
+) -> Any:
     """Return a TRL ``GRPOTrainer`` wired to :class:`EpisodeRunner` (objects may be passed in, e.g. in tests)."""
     import os
 
@@ -234,11 +267,17 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
         from dualmem.training.sft import SFTRunConfig, load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(
-            SFTRunConfig(model_name_or_path=cfg.model_name_or_path, tokenizer_gguf_file=cfg.tokenizer_gguf_file, use_lora=cfg.use_lora)
+            SFTRunConfig(
+                model_name_or_path=cfg.model_name_or_path,
+                tokenizer_gguf_file=cfg.tokenizer_gguf_file,
+                use_lora=cfg.use_lora,
+            )
         )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    adapter = hasattr(model, "peft_config")  # a peft model (local:ADAPTER with --use_lora): its own adapter goes on training
+    adapter = hasattr(
+        model, "peft_config"
+    )  # a peft model (local:ADAPTER with --use_lora): its own adapter goes on training
     if cfg.beta > 0 and not adapter and not Path(getattr(model.config, "_name_or_path", "") or "/nonexistent").is_dir():
         # TRL builds the KL reference model from the policy's path: give an in-memory model one
         init = Path(cfg.output_dir) / "initial_policy"
@@ -247,19 +286,34 @@ def build_trainer(cfg: GRPORunConfig, dataset: Dataset | None = None, model: Any
     runner = EpisodeRunner(training_episodes(dataset, cfg, tokenizer), cfg, embed=embed, judge=judge)
     rows = cfg.episodes_per_step * cfg.num_generations  # one generation batch (played at once) and one optimizer step
     args = GRPOConfig(  # trained one sequence per micro-step: a padded batch makes CPU attention materialise (B, H, L, L) weights
-        **cfg.trainer_args(), beta=cfg.beta, num_generations=cfg.num_generations,
-        per_device_train_batch_size=1, gradient_accumulation_steps=rows, max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature, shuffle_dataset=False, disable_dropout=True,
-        reward_weights=[1.0, 0.0, 0.0], loss_type="grpo", gradient_checkpointing=False,
+        **cfg.trainer_args(),
+        beta=cfg.beta,
+        num_generations=cfg.num_generations,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=rows,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        shuffle_dataset=False,
+        disable_dropout=True,
+        reward_weights=[1.0, 0.0, 0.0],
+        loss_type="grpo",
+        gradient_checkpointing=False,
     )
     peft_config = None
     if cfg.use_lora and not adapter:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[episode_reward_func, fact_recall, insight_recall], args=args,  # type: ignore[list-item]
-        train_dataset=HFDataset.from_list(runner.rows()), processing_class=tokenizer, rollout_func=runner, peft_config=peft_config,
+        model=model,
+        reward_funcs=[episode_reward_func, fact_recall, insight_recall],
+        args=args,  # type: ignore[list-item]
+        train_dataset=HFDataset.from_list(runner.rows()),
+        processing_class=tokenizer,
+        rollout_func=runner,
+        peft_config=peft_config,
     )
     trainer.dualmem_runner = runner  # type: ignore[attr-defined]
     return trainer
@@ -275,7 +329,13 @@ def train_grpo(cfg: GRPORunConfig, **objects: Any) -> dict[str, Any]:
 
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            steps.append({"step": state.global_step, "wall_s": round(time.time() - clock[0], 2), "cpu_s": round(time.process_time() - clock[1], 2)})
+            steps.append(
+                {
+                    "step": state.global_step,
+                    "wall_s": round(time.time() - clock[0], 2),
+                    "cpu_s": round(time.process_time() - clock[1], 2),
+                }
+            )
 
     trainer.add_callback(Clock())
     trainer.train()

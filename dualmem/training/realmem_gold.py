@@ -89,13 +89,18 @@ def gold_walk(
     chunks = chunk_sessions(sessions, namespace, ctx.settings.chunk_tokens)
     memory = EpisodeMemory(ctx, namespace, persona)
     for n, chunk in enumerate(chunks[:max_chunks]):
-        points: dict[str, tuple[str, list[str]]] = {}  # text -> (point id, turn ids); a point said twice is written once
+        points: dict[
+            str, tuple[str, list[str]]
+        ] = {}  # text -> (point id, turn ids); a point said twice is written once
         for turn_id in chunk["turn_ids"]:
             for pid, text in at.get(turn_id, []):
                 points.setdefault(text, (pid, []))[1].append(turn_id)
         before = memory.seed() if keep_start(n) else None
         messages, view = memory.draft(chunk)
-        facts = [FactOp(op="ADD", id=f"N{i}", text=text[:300], turn_ids=turns) for i, (text, (_, turns)) in enumerate(points.items(), 1)]
+        facts = [
+            FactOp(op="ADD", id=f"N{i}", text=text[:300], turn_ids=turns)
+            for i, (text, (_, turns)) in enumerate(points.items(), 1)
+        ]
         target, _ = write_target(memory, chunk, view, MemoryUpdate(facts=facts, insights=[]), notes)
         kept = {f.id for f in target.facts}
         wrote = [(pid, text, turns[0]) for i, (text, (pid, turns)) in enumerate(points.items(), 1) if f"N{i}" in kept]
@@ -110,10 +115,17 @@ def item_records(item: DatasetItem, *, keep_empty: float = 0.2, **walk: Any) -> 
         if not step.target.facts and fraction("empty", step.chunk["id"]) >= keep_empty:
             continue
         messages = [*step.messages, {"role": "assistant", "content": step.target.model_dump_json()}]
-        records.append({
-            "messages": messages, "persona_id": persona.id, "episode_id": item.dialogue.id, "chunk_id": step.chunk["id"],
-            "source": "realmem-gold", "loss_scope": LOSS_SCOPE, "points": [pid for pid, _, _ in step.points],
-        })
+        records.append(
+            {
+                "messages": messages,
+                "persona_id": persona.id,
+                "episode_id": item.dialogue.id,
+                "chunk_id": step.chunk["id"],
+                "source": "realmem-gold",
+                "loss_scope": LOSS_SCOPE,
+                "points": [pid for pid, _, _ in step.points],
+            }
+        )
     return records
 
 
@@ -141,7 +153,11 @@ def realmem_records(dataset: Dataset, *, progress: bool = False, **kwargs: Any) 
     """Return the SFT records of every history of a RealMem dataset (keyword arguments: :func:`item_records`)."""
     from tqdm.auto import tqdm
 
-    return [r for item in tqdm(dataset.items, desc="export RealMem", unit="persona", disable=not progress) for r in item_records(item, **kwargs)]
+    return [
+        r
+        for item in tqdm(dataset.items, desc="export RealMem", unit="persona", disable=not progress)
+        for r in item_records(item, **kwargs)
+    ]
 
 
 def facts_prefix(target: str) -> int:

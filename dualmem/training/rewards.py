@@ -53,10 +53,16 @@ class RewardConfig:
     fact_threshold: float = _f(FACT_THRESHOLD, "cosine at which a gold fact counts as recalled (RoleMemo Recall@10)")
     insight_threshold: float = _f(INSIGHT_THRESHOLD, "cosine at which the gold insight counts as recalled")
     fact_share: float = _f(0.5, "share of fact recall in the recall term (the rest is insight recall)")
-    similarity_weight: float = _f(0.3, "weight of graded similarity credit (best cosine / threshold, capped at 1) in the quality term")
-    format_weight: float = _f(0.1, "weight of the share of writing turns that parsed in the quality term (when the turns are known)")
+    similarity_weight: float = _f(
+        0.3, "weight of graded similarity credit (best cosine / threshold, capped at 1) in the quality term"
+    )
+    format_weight: float = _f(
+        0.1, "weight of the share of writing turns that parsed in the quality term (when the turns are known)"
+    )
     unparseable_penalty: float = _f(0.5, "penalty times the share of writing turns whose answer is not a MemoryUpdate")
-    invalid_penalty: float = _f(0.05, "penalty per operation the writer's plan rejects (unknown id, empty text, guard, over the op cap)")
+    invalid_penalty: float = _f(
+        0.05, "penalty per operation the writer's plan rejects (unknown id, empty text, guard, over the op cap)"
+    )
     dangling_penalty: float = _f(0.1, "extra penalty per insight rejected for citing a fact id that does not exist")
     memory_budget: int = _f(64, "items the memory may hold before the bloat penalty applies")
     bloat_penalty: float = _f(0.01, "penalty per item beyond memory_budget")
@@ -135,8 +141,15 @@ class EpisodeCounts(TypedDict, total=False):
 
 
 def dense_reward(
-    memory: list[str], ground_truth: dict[str, Any], *, unparseable: int = 0, invalid: int = 0, dangling: int = 0, turns: int = 0,
-    cfg: RewardConfig | None = None, embed: Embeddings | None = None,
+    memory: list[str],
+    ground_truth: dict[str, Any],
+    *,
+    unparseable: int = 0,
+    invalid: int = 0,
+    dangling: int = 0,
+    turns: int = 0,
+    cfg: RewardConfig | None = None,
+    embed: Embeddings | None = None,
 ) -> RewardBreakdown:
     """Score a written memory against the gold facts and insights: quality in [0, 1] minus penalties, in [-1, 1].
 
@@ -164,8 +177,16 @@ def dense_reward(
         + cfg.bloat_penalty * max(0, len(memory) - cfg.memory_budget)
     )
     dense = min(1.0, max(-1.0, quality - penalty))
-    return RewardBreakdown(score=dense, dense=dense, fact_recall=fact, insight_recall=insight, penalty=penalty,
-                           similarity=similarity, parsed_share=parsed, items=len(memory))
+    return RewardBreakdown(
+        score=dense,
+        dense=dense,
+        fact_recall=fact,
+        insight_recall=insight,
+        penalty=penalty,
+        similarity=similarity,
+        parsed_share=parsed,
+        items=len(memory),
+    )
 
 
 # --------------------------------------------------------------------------- persona judge
@@ -212,21 +233,34 @@ def top_memory(query: str, memory: list[str], embed: Embeddings | None, k: int =
     return [memory[i] for i in order[:k]]
 
 
-def answer_from_memory(persona: Persona, query: str, memory: list[str], model: Any, k: int = 10, embed: Embeddings | None = None) -> str:
+def answer_from_memory(
+    persona: Persona, query: str, memory: list[str], model: Any, k: int = 10, embed: Embeddings | None = None
+) -> str:
     """Return the persona's in-character answer to ``query`` from the ``k`` memory items most similar to it."""
     text = "\n".join(f"- {m}" for m in top_memory(query, memory, embed, k)) or "(nothing)"
-    messages = [SystemMessage(ANSWER_SYSTEM.format(name=persona.name, persona=persona.render(), memory=text)), HumanMessage(query)]
+    messages = [
+        SystemMessage(ANSWER_SYSTEM.format(name=persona.name, persona=persona.render(), memory=text)),
+        HumanMessage(query),
+    ]
     return str(invoke_with_retry(model, messages).content)
 
 
 def persona_judge(
-    persona: Persona, query: dict[str, Any], memory: list[str], model: Any, *, retries: int = setting_default("max_retries"), embed: Embeddings | None = None
+    persona: Persona,
+    query: dict[str, Any],
+    memory: list[str],
+    model: Any,
+    *,
+    retries: int = setting_default("max_retries"),
+    embed: Embeddings | None = None,
 ) -> tuple[float | None, str | None]:
     """Answer ``query`` from ``memory`` in character and judge it; return (score in [0,1], error)."""
     answer = answer_from_memory(persona, query["text"], memory, model, embed=embed)
     messages = [
         SystemMessage(
-            JUDGE_SYSTEM.format(facts="; ".join(query.get("facts") or []), insight=query.get("insight") or "", persona=persona.render())
+            JUDGE_SYSTEM.format(
+                facts="; ".join(query.get("facts") or []), insight=query.get("insight") or "", persona=persona.render()
+            )
         ),
         HumanMessage(JUDGE_USER.format(query=query["text"], answer=answer)),
     ]
@@ -236,7 +270,9 @@ def persona_judge(
     return judge_weighted(out.value), None
 
 
-def episode_reward(memory: list[str], ground_truth: dict[str, Any], *, judge: Any = None, **counts: Unpack[EpisodeCounts]) -> RewardBreakdown:
+def episode_reward(
+    memory: list[str], ground_truth: dict[str, Any], *, judge: Any = None, **counts: Unpack[EpisodeCounts]
+) -> RewardBreakdown:
     """Return the weighted episode reward: dense terms plus (when weighted) the persona judge."""
     cfg = counts["cfg"] = counts.get("cfg") or RewardConfig()
     embed = counts.get("embed")
@@ -265,7 +301,9 @@ def episode_reward(memory: list[str], ground_truth: dict[str, Any], *, judge: An
 # --------------------------------------------------------------------------- VeRL
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None) -> dict[str, Any]:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Score one episode for VeRL: ``{"score": float, ...terms}``.
 
     ``extra_info["memory"]`` (the texts the episode wrote, set by the agent loop)
@@ -294,7 +332,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
             counts["dangling"] += turn.dangling
         memory = [i.text for i in written.items()]
     out = episode_reward(
-        memory, gt, cfg=cfg, unparseable=counts["unparseable"], invalid=counts["invalid"], dangling=counts["dangling"], turns=counts["turns"]
+        memory,
+        gt,
+        cfg=cfg,
+        unparseable=counts["unparseable"],
+        invalid=counts["invalid"],
+        dangling=counts["dangling"],
+        turns=counts["turns"],
     ).as_dict()
     # VeRL averages every returned key into metrics: keep numbers only (a missing judge stays absent, not 0)
     return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}

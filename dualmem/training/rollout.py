@@ -40,7 +40,15 @@ class Trajectory:
         """Return the writer's prompt for ``chunk`` and the product's working view of this trajectory's memory."""
         return self.memory.draft(chunk)
 
-    def record(self, chunk: Chunk, view: View, prompt_ids: list[int], completion_ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
+    def record(
+        self,
+        chunk: Chunk,
+        view: View,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        text: str,
+        logprobs: list[float] | None = None,
+    ) -> None:
         """Store one writing turn and write its answer through the writer's core (bad output is counted, never dropped silently)."""
         self.prompt_ids.append(list(prompt_ids))
         self.completion_ids.append(list(completion_ids))
@@ -52,7 +60,15 @@ class Trajectory:
 
     def finish(self, episode: Episode, cfg: RewardConfig, embed: Any = None, judge: Any = None) -> dict[str, Any]:
         """Score what the trajectory wrote (:meth:`Episode.written`); return and keep the reward breakdown."""
-        out = episode_reward(episode.written(self.memory), episode.ground_truth(), cfg=cfg, embed=embed, judge=judge, turns=len(self.texts), **self.counts)
+        out = episode_reward(
+            episode.written(self.memory),
+            episode.ground_truth(),
+            cfg=cfg,
+            embed=embed,
+            judge=judge,
+            turns=len(self.texts),
+            **self.counts,
+        )
         self.reward = out.as_dict()
         return self.reward
 

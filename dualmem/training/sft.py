@@ -31,11 +31,15 @@ class SFTRunConfig(TrainerFields):
     eval_file: str = help_field("", "held-out JSONL (personas unseen in training); empty = no evaluation")
     lora_alpha: int = help_field(32, "LoRA alpha")
     lora_dropout: float = help_field(0.05, "LoRA dropout")
-    lora_target_modules: list[str] = help_field(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "modules LoRA adapts")
+    lora_target_modules: list[str] = help_field(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "modules LoRA adapts"
+    )
     lr_scheduler_type: str = help_field("cosine", "learning-rate schedule (paper: cosine)")
     warmup_ratio: float = help_field(0.05, "share of steps used for linear warm-up (paper: 5%)")
     per_device_train_batch_size: int = help_field(1, "sequences per device per micro-step")
-    gradient_accumulation_steps: int = help_field(32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)")
+    gradient_accumulation_steps: int = help_field(
+        32, "micro-steps per optimizer step; effective batch = this x batch x devices (paper: 32)"
+    )
     max_length: int = help_field(6144, "cutoff length in tokens, prompt + target (paper: 6,144)")
     gradient_checkpointing: bool = help_field(False, "trade compute for memory on long sequences")
 
@@ -59,8 +63,12 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
                 messages = record["messages"]
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ConfigurationError(f"{path} line {n}: not an SFT record with `messages` ({exc}); re-run `dualmem train export-sft`") from None
-            rows.append({"prompt": messages[:-1], "completion": messages[-1:], "loss_scope": record.get("loss_scope") or "all"})
+                raise ConfigurationError(
+                    f"{path} line {n}: not an SFT record with `messages` ({exc}); re-run `dualmem train export-sft`"
+                ) from None
+            rows.append(
+                {"prompt": messages[:-1], "completion": messages[-1:], "loss_scope": record.get("loss_scope") or "all"}
+            )
     if not rows:
         raise ConfigurationError(f"SFT data {path} is empty; check the export report")
     return rows
@@ -79,20 +87,26 @@ def tokenize_pairs(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) 
         prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
         full = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
         if not full.startswith(prompt):
-            raise ConfigurationError("the tokenizer's chat template renders the prompt differently inside the conversation; use loss_scope 'all'")
-        completion = full[len(prompt):]
+            raise ConfigurationError(
+                "the tokenizer's chat template renders the prompt differently inside the conversation; use loss_scope 'all'"
+            )
+        completion = full[len(prompt) :]
         content = row["completion"][-1]["content"]
         start = completion.find(content)
         cut = start + facts_prefix(content) if row["loss_scope"] == "facts" and start >= 0 else len(completion)
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         c = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
-        labels = [tid if end <= cut else -100 for tid, (_, end) in zip(c["input_ids"], c["offset_mapping"], strict=True)]
+        labels = [
+            tid if end <= cut else -100 for tid, (_, end) in zip(c["input_ids"], c["offset_mapping"], strict=True)
+        ]
         if len(p_ids) + len(labels) > max_length:  # cutting would drop the target: the record is left out
             long += 1
             continue
         out.append({"input_ids": p_ids + c["input_ids"], "labels": [-100] * len(p_ids) + labels})
     if long:
-        logger.warning("%d of %d SFT records are longer than max_length %d and were left out", long, len(rows), max_length)
+        logger.warning(
+            "%d of %d SFT records are longer than max_length %d and were left out", long, len(rows), max_length
+        )
     if not out:
         raise ConfigurationError(f"every SFT record is longer than --max_length {max_length}; raise it")
     return out
@@ -109,7 +123,9 @@ def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
 
     if not cfg.model_name_or_path:
         raise ConfigurationError("no model: pass --model_name_or_path (a hub id, a local folder or local:smollm2)")
-    if cfg.model_name_or_path.startswith("local:"):  # the bundled model (de-quantised from its GGUF, no hub) or a LoRA adapter of it
+    if cfg.model_name_or_path.startswith(
+        "local:"
+    ):  # the bundled model (de-quantised from its GGUF, no hub) or a LoRA adapter of it
         from dualmem.local.bundled import adapter_dir, check_name, load_local
 
         name = cfg.model_name_or_path.removeprefix("local:")
@@ -118,8 +134,12 @@ def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
         except ConfigurationError as exc:
             raise ConfigurationError(f"--model_name_or_path {cfg.model_name_or_path}: {exc}") from None
         adapter = adapter_dir(name) is not None
-        model, tokenizer = load_local(name, merge=not (adapter and cfg.use_lora))  # --use_lora trains the adapter itself further
-        if adapter and not cfg.use_lora:  # merged: a KL reference must be built from these weights, not from the base's folder
+        model, tokenizer = load_local(
+            name, merge=not (adapter and cfg.use_lora)
+        )  # --use_lora trains the adapter itself further
+        if (
+            adapter and not cfg.use_lora
+        ):  # merged: a KL reference must be built from these weights, not from the base's folder
             model.config._name_or_path = cfg.model_name_or_path
         return model, tokenizer
     kw = {"gguf_file": cfg.tokenizer_gguf_file} if cfg.tokenizer_gguf_file else {}
@@ -128,7 +148,9 @@ def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, callbacks: list[Any] | None = None) -> Any:
+def build_trainer(
+    cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, callbacks: list[Any] | None = None
+) -> Any:
     """Return a ready TRL ``SFTTrainer`` (model/tokenizer objects may be passed in, e.g. in tests)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -138,11 +160,17 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     peft_config = None
-    if cfg.use_lora and not hasattr(model, "peft_config"):  # a peft model (local:ADAPTER) goes on training its own adapter
+    if cfg.use_lora and not hasattr(
+        model, "peft_config"
+    ):  # a peft model (local:ADAPTER) goes on training its own adapter
         from peft import LoraConfig
 
         peft_config = LoraConfig(
-            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules,
+            task_type="CAUSAL_LM",
         )
     args = SFTConfig(
         **cfg.trainer_args(),
@@ -163,9 +191,17 @@ def build_trainer(cfg: SFTRunConfig, model: Any = None, tokenizer: Any = None, c
         evals = Dataset.from_list(tokenize_pairs(eval_rows, tokenizer, cfg.max_length)) if eval_rows else None
     else:
         train = Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in train_rows])
-        evals = Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in eval_rows]) if eval_rows else None
+        evals = (
+            Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in eval_rows]) if eval_rows else None
+        )
     return SFTTrainer(
-        model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evals,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
     )
 
 

@@ -72,7 +72,10 @@ def to_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
 
 
 def writer_context(
-    settings: Context | Settings | dict[str, Any] | None = None, *, embedder: str | Embeddings | None = None, **changes: Any
+    settings: Context | Settings | dict[str, Any] | None = None,
+    *,
+    embedder: str | Embeddings | None = None,
+    **changes: Any,
 ) -> Context:
     """Return the writer's context for training: ``settings`` (a context, settings, or default: the environment's) with
     ``changes`` (``view_k``, ``view_recent``…), the store's embedder ``embedder`` (empty: the context's, else the
@@ -123,7 +126,11 @@ class Seed:
 
     def to_json(self) -> dict[str, Any]:
         """Return the seed as plain JSON."""
-        return {"items": [i.model_dump(mode="json") for i in self.items], "vectors": [list(v) for v in self.vectors], "applied": list(self.applied)}
+        return {
+            "items": [i.model_dump(mode="json") for i in self.items],
+            "vectors": [list(v) for v in self.vectors],
+            "applied": list(self.applied),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Seed:
@@ -170,9 +177,13 @@ class EpisodeMemory:
         messages, view = draft(self.ctx, self.store, self.namespace, self.persona, chunk, self.snapshots)
         return to_dicts(messages), view
 
-    def decide(self, chunk: Chunk, view: View, update: MemoryUpdate | None, error: str = "", raw: str = "") -> tuple[ChunkRow, Plan | None]:
+    def decide(
+        self, chunk: Chunk, view: View, update: MemoryUpdate | None, error: str = "", raw: str = ""
+    ) -> tuple[ChunkRow, Plan | None]:
         """Validate ``update`` (None: no usable answer) against ``view`` into a plan, without writing it."""
-        out: Structured[MemoryUpdate] = Structured(value=update, error=None if update is not None else error or "no MemoryUpdate", attempts=1, raw=[raw])
+        out: Structured[MemoryUpdate] = Structured(
+            value=update, error=None if update is not None else error or "no MemoryUpdate", attempts=1, raw=[raw]
+        )
         return decide(self.ctx, self.store, self.namespace, chunk, view, 0, out, self.applied())
 
     def commit(self, chunk: Chunk, row: ChunkRow, plan: Plan) -> None:
@@ -195,7 +206,9 @@ class EpisodeMemory:
         if plan is None:
             return TurnResult(row, None, unparseable=bad)
         self.commit(chunk, row, plan)
-        return TurnResult(row, plan, invalid=len(plan["rejected"]), dangling=sum(is_dangling(r) for r in plan["rejected"]))
+        return TurnResult(
+            row, plan, invalid=len(plan["rejected"]), dangling=sum(is_dangling(r) for r in plan["rejected"])
+        )
 
     def applied(self) -> int:
         """Return how many chunks this memory applied (the next chunk's ``seq``)."""
@@ -210,7 +223,11 @@ class EpisodeMemory:
         table = self.store.scan(self.namespace, status=None, columns="vectors")
         ids = table.column("id").to_pylist()
         vectors = tuple(tuple(float(x) for x in v) for v in table.column("vector").to_pylist())
-        return Seed(tuple(self.store.get(self.namespace, ids)), vectors, tuple(sorted(self.store.ledger.applied_ids(self.namespace))))
+        return Seed(
+            tuple(self.store.get(self.namespace, ids)),
+            vectors,
+            tuple(sorted(self.store.ledger.applied_ids(self.namespace))),
+        )
 
 
 def is_dangling(record: dict[str, Any]) -> bool:

@@ -91,8 +91,11 @@ def recall_view(
     snap = (snapshots or Snapshots()).get(store, namespace)
     vector = None if mode == "fts" or k <= 0 else store.embeddings.embed_query(text)
     if snap is None:  # a namespace too large for RAM: the store's search, and its newest items
-        streams = {kind: [h.item for h in store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector)]  # type: ignore[arg-type]
-                   + newest(store.list(namespace, kind=kind), recent) for kind in ("fact", "insight")}  # type: ignore[arg-type]
+        streams = {
+            kind: [h.item for h in store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector)]  # type: ignore[arg-type]
+            + newest(store.list(namespace, kind=kind), recent)
+            for kind in ("fact", "insight")
+        }  # type: ignore[arg-type]
         return build_view(streams["fact"], streams["insight"])
     if not len(snap):
         return empty_view()
@@ -112,7 +115,15 @@ def recall_view(
 def draft(ctx: Context, store: DualStore, namespace: Namespace, persona: Persona, chunk: Chunk,
           snapshots: Snapshots | None = None) -> tuple[list[BaseMessage], View]:  # fmt: skip
     """Recall the view for ``chunk`` and return the writer's messages with it."""
-    view = recall_view(store, namespace, chunk["text"], k=ctx.settings.view_k, recent=ctx.settings.view_recent, mode=ctx.settings.search_mode, snapshots=snapshots)
+    view = recall_view(
+        store,
+        namespace,
+        chunk["text"],
+        k=ctx.settings.view_k,
+        recent=ctx.settings.view_recent,
+        mode=ctx.settings.search_mode,
+        snapshots=snapshots,
+    )
     return render_writer_messages(persona, view_text(view), chunk["text"]), view
 
 
@@ -170,7 +181,9 @@ def apply_plan(store: DualStore, plan: Plan) -> None:
     store.upsert([MemoryItem.model_validate(r) for r in rows], [vectors.get(r["id"]) or next(fresh) for r in rows])
 
 
-def flush_pending(store: DualStore, namespace: Namespace, pending: Sequence[tuple[str, str]], lease: Any) -> dict[str, Any]:
+def flush_pending(
+    store: DualStore, namespace: Namespace, pending: Sequence[tuple[str, str]], lease: Any
+) -> dict[str, Any]:
     """Apply the namespace's pending plans (this writer's or a dead one's); return chunk id -> its record.
 
     Call it while holding the namespace's write lease; ``lease.check()`` fences each commit.
@@ -203,12 +216,27 @@ def write_chunk(
         recovered = flush_pending(store, namespace, pending, lease)
         if chunk["id"] in recovered:
             plan = recovered[chunk["id"]]["plan"]
-            return _row(chunk, "applied", attempts=0, applied=plan["applied"], rejected=plan["rejected"], merged=plan["merged"], recovered=True)
+            return _row(
+                chunk,
+                "applied",
+                attempts=0,
+                applied=plan["applied"],
+                rejected=plan["rejected"],
+                merged=plan["merged"],
+                recovered=True,
+            )
         if state is not None and state[0] == "applied":
             return _row(chunk, "skipped", attempts=0)
         seq = len(store.ledger.applied_ids(namespace))  # commit order: chunks this namespace applied before
         messages, view = draft(ctx, store, namespace, persona, chunk, snapshots)
-        out = invoke_structured(ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.max_retries, config=config, policy=ctx.settings)
+        out = invoke_structured(
+            ctx.llm("writer"),
+            messages,
+            MemoryUpdate,
+            retries=ctx.settings.max_retries,
+            config=config,
+            policy=ctx.settings,
+        )
         row, plan = decide(ctx, store, namespace, chunk, view, prompt_tokens(messages), out, seq)
         if plan is None:
             return row

@@ -76,12 +76,16 @@ def emotion_messages(text: str) -> list:
     return [SystemMessage(content=EMOTION_SYSTEM), HumanMessage(content=EMOTION_SCORE.format(text=text))]
 
 
-def score_emotion(model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None) -> Structured[EmotionScores]:
+def score_emotion(
+    model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None
+) -> Structured[EmotionScores]:
     """Ask ``model`` for the eight emotion scores of ``text`` (never raises on bad output or a failed call)."""
     return invoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
 
 
-async def ascore_emotion(model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None) -> Structured[EmotionScores]:
+async def ascore_emotion(
+    model: BaseChatModel, text: str, retries: int = setting_default("max_retries"), policy: Any = None
+) -> Structured[EmotionScores]:
     """Async twin of :func:`score_emotion`."""
     return await ainvoke_structured(model, emotion_messages(text), EmotionScores, retries=retries, policy=policy)
 

@@ -56,30 +56,40 @@ def _persona(history: Any, persona: Persona | dict[str, Any] | None) -> Persona:
     if persona is None and isinstance(history, Dialogue):
         persona = history.persona
     if persona is None:
-        raise ConfigurationError("write_history needs a persona: pass persona=Persona(...) (the writer writes through it)")
+        raise ConfigurationError(
+            "write_history needs a persona: pass persona=Persona(...) (the writer writes through it)"
+        )
     return persona if isinstance(persona, Persona) else Persona.model_validate(persona)
 
 
 def write_history(
-    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, **options: Unpack[WriteOptions]
+    history: Dialogue | Session | Iterable[Session],
+    persona: Persona | dict[str, Any] | None = None,
+    **options: Unpack[WriteOptions],
 ) -> WriteReport:
     """Write a history into memory through ``persona``, chunk by chunk, exactly once; re-running it resumes a killed
     run and retries failed chunks (see :class:`WriteOptions`). Returns one report row per chunk."""
     who = _persona(history, persona)
     ctx = _context(options.get("settings"), options.get("model"), options.get("embeddings"))
     own_user = history.user_id if isinstance(history, Dialogue) and history.user_id not in ("", "user") else None
-    user = own_user or ctx.settings.user_id  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
+    user = (
+        own_user or ctx.settings.user_id
+    )  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
     ns = tuple(options.get("namespace") or (who.id, user))
     chunks = chunk_sessions(as_sessions(history), ns, ctx.settings.chunk_tokens)
     given = options.get("store")
     store: DualStore = dual_of(given) if given is not None else open_store(ctx.settings, options.get("embeddings"))
-    if needs_check(ctx.settings.writer if options.get("model") is None else ctx.llm("writer")):  # one cheap call, not a failure per chunk
+    if needs_check(
+        ctx.settings.writer if options.get("model") is None else ctx.llm("writer")
+    ):  # one cheap call, not a failure per chunk
         check_model(ctx.llm("writer"), ctx.settings)
     rows = _write(ctx, store, ns, who, chunks, options.get("progress", True))
     return WriteReport(ns, chunks=rows, failed_chunks=failed_rows(rows))
 
 
-def _write(ctx: Context, store: DualStore, ns: tuple[str, ...], persona: Persona, chunks: list[Chunk], progress: bool) -> list[dict[str, Any]]:
+def _write(
+    ctx: Context, store: DualStore, ns: tuple[str, ...], persona: Persona, chunks: list[Chunk], progress: bool
+) -> list[dict[str, Any]]:
     """Write each chunk the ledger has not seen applied, showing progress; return a row per chunk in order."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -100,7 +110,9 @@ def _write(ctx: Context, store: DualStore, ns: tuple[str, ...], persona: Persona
 
 
 async def awrite_history(
-    history: Dialogue | Session | Iterable[Session], persona: Persona | dict[str, Any] | None = None, **options: Unpack[WriteOptions]
+    history: Dialogue | Session | Iterable[Session],
+    persona: Persona | dict[str, Any] | None = None,
+    **options: Unpack[WriteOptions],
 ) -> WriteReport:
     """Async :func:`write_history` (the same loop, in a worker thread)."""
     return await asyncio.to_thread(write_history, history, persona, **options)

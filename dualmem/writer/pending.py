@@ -68,7 +68,16 @@ def turn_id(thread: str, message_id: str | None, role: str, text: str) -> str:
     return stable_id(thread, message_id or "", role, "" if message_id else text, prefix="t-")
 
 
-def new_turn(tid: str, role: str, text: str, *, speaker: str = "", earlier: Sequence[str] = (), at: float | None = None, seq: int = 0) -> PendingTurn:
+def new_turn(
+    tid: str,
+    role: str,
+    text: str,
+    *,
+    speaker: str = "",
+    earlier: Sequence[str] = (),
+    at: float | None = None,
+    seq: int = 0,
+) -> PendingTurn:
     """Return a pending turn (its tokens counted now, off the writer's path)."""
     return PendingTurn(
         id=tid, role=role, speaker=speaker, text=text, at=time.time() if at is None else at, seq=seq,
@@ -116,7 +125,11 @@ def read_op(ns: tuple[str, ...]) -> SearchOp:
 
 
 def append_ops(
-    ns: tuple[str, ...], current: Snapshot, turns: Sequence[PendingTurn], persona: dict[str, Any], namespace: Sequence[str]
+    ns: tuple[str, ...],
+    current: Snapshot,
+    turns: Sequence[PendingTurn],
+    persona: dict[str, Any],
+    namespace: Sequence[str],
 ) -> tuple[list[PutOp], Snapshot]:
     """Plan the hand-over of ``turns``: the ones neither pending nor written yet, and the thread record."""
     known = {t["id"] for t in current.turns} | set(current.written)
@@ -130,7 +143,11 @@ def append_ops(
 
 def seal_ops(ns: tuple[str, ...], current: Snapshot, seals: dict[str, str]) -> list[PutOp]:
     """Plan the sealing of turns into chunks (turn id -> chunk id)."""
-    return [PutOp(ns, t["id"], {**t, "seal": seals[t["id"]]}, index=False) for t in current.turns if t["id"] in seals and t["seal"] != seals[t["id"]]]
+    return [
+        PutOp(ns, t["id"], {**t, "seal": seals[t["id"]]}, index=False)
+        for t in current.turns
+        if t["id"] in seals and t["seal"] != seals[t["id"]]
+    ]
 
 
 def settle_ops(ns: tuple[str, ...], current: Snapshot, done: Sequence[str]) -> list[PutOp]:

@@ -41,7 +41,9 @@ def graph_store(store: Any) -> BaseStore:
         return langgraph_view(store)
     if isinstance(store, BaseStore):
         return store
-    raise ConfigurationError("chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()")
+    raise ConfigurationError(
+        "chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()"
+    )
 
 
 def is_quiet(snap: Snapshot, idle_s: float, now: float | None = None) -> bool:
@@ -53,12 +55,18 @@ def is_quiet(snap: Snapshot, idle_s: float, now: float | None = None) -> bool:
 def _session(thread: str, turns: Sequence[PendingTurn]) -> tuple[Session, list[Turn]]:
     """Return turns as one session of the thread (dated by its first turn) and the guard's earlier context."""
     day = datetime.fromtimestamp(turns[0]["at"], UTC).date().isoformat()
-    session = Session(id=thread, time=day, turns=[Turn(id=t["id"], role=t["role"], speaker=t["speaker"], text=t["text"]) for t in turns])  # type: ignore[arg-type]
+    session = Session(
+        id=thread,
+        time=day,
+        turns=[Turn(id=t["id"], role=t["role"], speaker=t["speaker"], text=t["text"]) for t in turns],
+    )  # type: ignore[arg-type]
     context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
     return session, context
 
 
-def plan_chunks(snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tokens: int, *, write_tail: bool) -> tuple[list[Chunk], dict[str, str]]:
+def plan_chunks(
+    snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tokens: int, *, write_tail: bool
+) -> tuple[list[Chunk], dict[str, str]]:
     """Return the chunks to write now (sealed ones first, in order) and the new seals (turn id → chunk id).
 
     Unsealed turns are cut like any history (:func:`~dualmem.memory.chunking.chunk_sessions`);
@@ -71,7 +79,9 @@ def plan_chunks(snap: Snapshot, namespace: Sequence[str], thread: str, chunk_tok
             groups.setdefault(turn["seal"], []).append(turn)
     for seal, group in groups.items():
         session, context = _session(thread, group)
-        (chunk,) = chunk_sessions([session], namespace, 10**9, context=context)  # a sealed group is one chunk, as sealed
+        (chunk,) = chunk_sessions(
+            [session], namespace, 10**9, context=context
+        )  # a sealed group is one chunk, as sealed
         chunks.append(Chunk(**{**chunk, "id": seal}))  # type: ignore[typeddict-item]
     seals: dict[str, str] = {}
     unsealed = [t for t in snap.turns if not t["seal"]]
@@ -104,12 +114,19 @@ def take_pending(
             thread.write(seal_ops(thread.ns, snap, seals))
     persona = persona or snap.persona
     if chunks and not persona:
-        raise ConfigurationError(f"thread {thread_id!r} has pending turns but no persona: pass `persona` in the write graph's input")
+        raise ConfigurationError(
+            f"thread {thread_id!r} has pending turns but no persona: pass `persona` in the write graph's input"
+        )
     return chunks, persona
 
 
 def settle_pending(
-    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, chunks: list[Chunk], rows: list[dict[str, Any]]
+    ctx: Context,
+    store: Any,
+    namespace: tuple[str, ...],
+    thread_id: str,
+    chunks: list[Chunk],
+    rows: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Delete the pending turns whose chunks are applied; return what the thread still has pending."""
     db = ctx.dual(store)
@@ -139,7 +156,9 @@ def form_pending(
 
     chunks, who = take_pending(ctx, store, namespace, thread_id, flush=flush, persona=persona)
     db = ctx.dual(store)
-    rows = [dict(write_chunk(ctx, db, namespace, Persona.model_validate(who), chunk)) for chunk in chunks] if chunks else []
+    rows = (
+        [dict(write_chunk(ctx, db, namespace, Persona.model_validate(who), chunk)) for chunk in chunks]
+        if chunks
+        else []
+    )
     return rows, settle_pending(ctx, store, namespace, thread_id, chunks, rows)
-
-

@@ -66,7 +66,9 @@ class DualMemWriterAgentLoop(AgentLoopBase):
     ) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
         if not episodes_path:
-            raise ValueError("agent loop config needs episodes_path (written by `dualmem train rl --engine verl --prepare`)")
+            raise ValueError(
+                "agent loop config needs episodes_path (written by `dualmem train rl --engine verl --prepare`)"
+            )
         self.episodes_path = str(episodes_path)
         self.view_k, self.view_recent = int(view_k), int(view_recent)
         self.ctx = writer_context(embedder=str(memory_embedder or ""), view_k=self.view_k, view_recent=self.view_recent)
@@ -83,7 +85,9 @@ class DualMemWriterAgentLoop(AgentLoopBase):
         for chunk in episode.chunks:
             messages, view = traj.draft(chunk)
             prompt_ids = await self._tokens(messages)
-            out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
+            out = await self.server_manager.generate(
+                request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
             ids = list(out.token_ids)[: self.response_length]
             logprobs = list(out.log_probs)[: self.response_length] if out.log_probs else None
             text = self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -33,7 +33,10 @@ class VerlRunConfig(JudgeFields):
     """Settings of a VeRL GRPO run of the writer (paper defaults; the judge fields come from :class:`JudgeFields`)."""
 
     model_path: str = help_field("", "policy checkpoint (usually the SFT output), local folder or hub id")
-    data_dir: str = help_field("runs/verl/data", "folder with train.parquet, val.parquet, episodes.jsonl (`dualmem train rl --engine verl --prepare`)")
+    data_dir: str = help_field(
+        "runs/verl/data",
+        "folder with train.parquet, val.parquet, episodes.jsonl (`dualmem train rl --engine verl --prepare`)",
+    )
     output_dir: str = help_field("runs/verl", "checkpoints and logs")
     rollout_n: int = help_field(8, "rollouts per group (paper: 8)")
     train_batch_size: int = help_field(16, "prompts (writing turns) per step (paper: 16)")
@@ -43,7 +46,10 @@ class VerlRunConfig(JudgeFields):
     kl_loss_coef: float = help_field(0.001, "KL loss coefficient (paper: 0.001)")
     kl_loss_type: str = help_field("low_var_kl", "KL estimator (paper: low_var_kl)")
     chunk_tokens: int = help_field(4000, "history chunk size in tokens (paper: 4,000)")
-    memory_embedder: str = help_field("", "embedder of each rollout's memory store (its working view's search, dedup), written to agent_loop.yaml by --prepare; empty: the embedder setting's, as the product writes")
+    memory_embedder: str = help_field(
+        "",
+        "embedder of each rollout's memory store (its working view's search, dedup), written to agent_loop.yaml by --prepare; empty: the embedder setting's, as the product writes",
+    )
     max_prompt_length: int = help_field(6144, "prompt budget: persona + working view + a 4,000-token chunk")
     max_response_length: int = help_field(1024, "max tokens of one MemoryUpdate (paper: 1,024)")
     total_training_steps: int = help_field(200, "optimizer steps")
@@ -51,7 +57,10 @@ class VerlRunConfig(JudgeFields):
     nnodes: int = help_field(1, "nodes")
     tensor_parallel_size: int = help_field(1, "vLLM tensor parallel size of rollouts")
     gpu_memory_utilization: float = help_field(0.5, "share of GPU memory vLLM may use")
-    rollout_engine: str = help_field("vllm", "rollout backend: vllm, sglang, or hf (transformers on the trainer's GPU, dualmem.training.verl.hf_rollout)")
+    rollout_engine: str = help_field(
+        "vllm",
+        "rollout backend: vllm, sglang, or hf (transformers on the trainer's GPU, dualmem.training.verl.hf_rollout)",
+    )
     device: str = help_field("cuda", "cuda, or cpu for the smoke run (gloo, no NCCL)")
     project_name: str = help_field("dualmem", "tracker project")
     experiment_name: str = help_field("writer-grpo", "tracker run name")
@@ -127,7 +136,9 @@ def _verl_config_dir() -> str:
     try:
         import verl
     except ImportError as exc:
-        raise ConfigurationError("VeRL is not installed: `pip install verl==0.9.1` (or use the .venv-verl venv, see docs/training.md)") from exc
+        raise ConfigurationError(
+            "VeRL is not installed: `pip install verl==0.9.1` (or use the .venv-verl venv, see docs/training.md)"
+        ) from exc
     return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
 
@@ -166,8 +177,15 @@ def write_agent_loop_yaml(data_dir: str | Path, view_k: int = setting_default("v
     (``memory_embedder``: the embedder of each rollout's memory store; empty: the embedder setting's)."""
     data = Path(data_dir).resolve()
     path = data / "agent_loop.yaml"
-    path.write_text(AGENT_LOOP_YAML.format(name=AGENT_NAME, episodes=data / "episodes.jsonl", view_k=view_k, view_recent=view_recent,
-                                           memory_embedder=json.dumps(memory_embedder)))
+    path.write_text(
+        AGENT_LOOP_YAML.format(
+            name=AGENT_NAME,
+            episodes=data / "episodes.jsonl",
+            view_k=view_k,
+            view_recent=view_recent,
+            memory_embedder=json.dumps(memory_embedder),
+        )
+    )
     return path
 
 

@@ -116,7 +116,9 @@ def write_verl_dataset(
         rows: list[dict[str, Any]] = []
         for k in part:
             rows += episode_rows(k["episode"], start=len(rows), split=name)
-        pd.DataFrame(rows).to_parquet(out / f"{name}.parquet") if rows else pd.DataFrame(columns=["data_source", "prompt"]).to_parquet(out / f"{name}.parquet")
+        pd.DataFrame(rows).to_parquet(out / f"{name}.parquet") if rows else pd.DataFrame(
+            columns=["data_source", "prompt"]
+        ).to_parquet(out / f"{name}.parquet")
         counts[name] = len(rows)
     write_agent_loop_yaml(out, view_k=view_k, view_recent=view_recent, memory_embedder=memory_embedder)
     return {"episodes": len(episodes), **counts, "dir": str(out)}

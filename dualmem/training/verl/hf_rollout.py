@@ -74,7 +74,9 @@ class HFServer:
         self.config = config
         path = getattr(model_config, "local_path", None) or model_config.path
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = getattr(torch, str(getattr(config, "dtype", "bfloat16"))) if self.device.type == "cuda" else torch.float32
+        dtype = (
+            getattr(torch, str(getattr(config, "dtype", "bfloat16"))) if self.device.type == "cuda" else torch.float32
+        )
         trust = bool(getattr(model_config, "trust_remote_code", False))
         model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
         self.model = model.to(self.device).eval()
@@ -82,7 +84,9 @@ class HFServer:
         self.eos_ids = _eos_ids(self.model.generation_config.eos_token_id, tok.eos_token_id)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
         self.response_length = int(config.response_length)
-        self.max_model_len = int(getattr(config, "max_model_len", None) or getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.max_model_len = int(
+            getattr(config, "max_model_len", None) or getattr(model.config, "max_position_embeddings", 0) or 0
+        )
         self.max_batch = int(getattr(config, "max_num_seqs", 0) or 256)
         self.raw_logprobs = str(getattr(config, "logprobs_mode", "processed_logprobs")).startswith("raw")
         self.free_cache_engine = bool(getattr(config, "free_cache_engine", True))
@@ -95,7 +99,9 @@ class HFServer:
         self.generated_tokens = 0
 
     # -- generation ---------------------------------------------------------------------------------
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str = "", **_: Any) -> TokenOutput:
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str = "", **_: Any
+    ) -> TokenOutput:
         """Sample a response to ``prompt_ids`` (VeRL's server contract); the response ends with EOS when it completed."""
         loop = asyncio.get_running_loop()
         if self.worker is None or self.worker.done() or self.worker.get_loop() is not loop:
@@ -104,13 +110,19 @@ class HFServer:
         room = self.max_model_len - len(prompt_ids) if self.max_model_len else self.response_length
         max_tokens = min(int(sampling_params.get("max_tokens") or self.response_length), self.response_length, room)
         if max_tokens <= 0:
-            return TokenOutput(token_ids=[], log_probs=[], stop_reason="length", extra_fields={"global_steps": self.global_steps})
+            return TokenOutput(
+                token_ids=[], log_probs=[], stop_reason="length", extra_fields={"global_steps": self.global_steps}
+            )
         future = loop.create_future()
-        self.queues.setdefault((*_sampling_key(sampling_params), max_tokens), []).append(_Request(list(prompt_ids), future))
+        self.queues.setdefault((*_sampling_key(sampling_params), max_tokens), []).append(
+            _Request(list(prompt_ids), future)
+        )
         self.wake.set()  # type: ignore[union-attr]
         ids, logprobs, finished = await future
         return TokenOutput(
-            token_ids=ids, log_probs=logprobs, stop_reason="completed" if finished else "length",
+            token_ids=ids,
+            log_probs=logprobs,
+            stop_reason="completed" if finished else "length",
             extra_fields={"global_steps": self.global_steps},
         )
 
@@ -126,7 +138,7 @@ class HFServer:
                 if key is None:
                     continue
                 queue = self.queues[key]
-                taken, rest = queue[: self.max_batch], queue[self.max_batch:]
+                taken, rest = queue[: self.max_batch], queue[self.max_batch :]
                 if rest:
                     self.queues[key] = rest
                 else:
@@ -161,15 +173,23 @@ class HFServer:
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every row's next token sits at the same position
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         sample = temperature > 0
         with self.lock:
             out = self.model.generate(
-                input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=max_tokens,
-                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
-                top_k=top_k if sample else None, repetition_penalty=repetition_penalty, pad_token_id=self.pad_id,
-                eos_token_id=self.eos_ids, return_dict_in_generate=True, output_logits=want_logprobs and self.raw_logprobs,
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                max_new_tokens=max_tokens,
+                do_sample=sample,
+                temperature=temperature if sample else None,
+                top_p=top_p if sample else None,
+                top_k=top_k if sample else None,
+                repetition_penalty=repetition_penalty,
+                pad_token_id=self.pad_id,
+                eos_token_id=self.eos_ids,
+                return_dict_in_generate=True,
+                output_logits=want_logprobs and self.raw_logprobs,
                 output_scores=want_logprobs and not self.raw_logprobs,
             )
         new = out.sequences[:, width:]
@@ -178,7 +198,9 @@ class HFServer:
             # VeRL's default logprobs_mode, processed_logprobs: the distribution sampled from (temperature, top-k, top-p
             # applied), as vLLM reports it; raw_logprobs: the model's own. One step at a time: no batch x steps x vocab copy.
             steps = out.logits if self.raw_logprobs else out.scores
-            logprobs = torch.stack([s.float().log_softmax(-1).gather(-1, new[:, t, None]).squeeze(-1) for t, s in enumerate(steps)], 1).tolist()
+            logprobs = torch.stack(
+                [s.float().log_softmax(-1).gather(-1, new[:, t, None]).squeeze(-1) for t, s in enumerate(steps)], 1
+            ).tolist()
         results = []
         for i, row in enumerate(new.tolist()):
             end = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), None)
@@ -193,7 +215,9 @@ class HFServer:
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:
-            raise ValueError(f"hf rollout: the trainer sent weights the rollout model lacks ({', '.join(unknown[:3])}…): same model path on both sides?")
+            raise ValueError(
+                f"hf rollout: the trainer sent weights the rollout model lacks ({', '.join(unknown[:3])}…): same model path on both sides?"
+            )
         with self.lock, torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor.to(own[name].device))
@@ -222,7 +246,11 @@ class HFServer:
         self.global_steps = global_steps
 
     def stats(self) -> dict[str, Any]:
-        info = {"device": str(self.device), "generated_tokens": self.generated_tokens, "global_steps": self.global_steps}
+        info = {
+            "device": str(self.device),
+            "generated_tokens": self.generated_tokens,
+            "global_steps": self.global_steps,
+        }
         if self.device.type == "cuda":
             info["gpu_uuid"] = str(torch.cuda.get_device_properties(self.device).uuid)
         return info
@@ -243,7 +271,7 @@ class HFServer:
 def _eos_ids(*sources: Any) -> list[int]:
     ids: list[int] = []
     for s in sources:
-        for t in (s if isinstance(s, (list, tuple)) else [s]):
+        for t in s if isinstance(s, (list, tuple)) else [s]:
             if t is not None and int(t) not in ids:
                 ids.append(int(t))
     if not ids:
@@ -256,7 +284,11 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
         super().__init__(config, model_config, device_mesh)
-        world = self.config.tensor_model_parallel_size * self.config.data_parallel_size * self.config.pipeline_model_parallel_size
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         rank = int(os.environ.get("RANK", "0"))
         self.replica_rank = rank // world if replica_rank == -1 else replica_rank
         self.rollout_rank = rank % world
@@ -277,13 +309,23 @@ class HFServerAdapter(BaseRollout):
             await self._server().sleep.remote()
 
     @torch.no_grad()
-    async def update_weights(self, weights: Any, global_steps: int | None = None, wire_format: str = "named_tensors",
-                             peft_config: Any = None, **_: Any) -> None:
+    async def update_weights(
+        self,
+        weights: Any,
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        peft_config: Any = None,
+        **_: Any,
+    ) -> None:
         """Send the full weights (every rank walks the generator: gathering a sharded tensor is collective)."""
         if wire_format != "named_tensors":
-            raise NotImplementedError(f"hf rollout takes full weights (checkpoint_engine.backend=naive), not {wire_format!r}")
+            raise NotImplementedError(
+                f"hf rollout takes full weights (checkpoint_engine.backend=naive), not {wire_format!r}"
+            )
         if peft_config is not None:
-            raise NotImplementedError("hf rollout takes merged weights: set actor_rollout_ref.model.lora.merge=true for LoRA training")
+            raise NotImplementedError(
+                "hf rollout takes merged weights: set actor_rollout_ref.model.lora.merge=true for LoRA training"
+            )
         state = {}
         for name, tensor in weights:
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
@@ -293,7 +335,9 @@ class HFServerAdapter(BaseRollout):
             await self._server().update_weights.remote(state, global_steps)
 
     def generate_sequences(self, prompts: Any) -> Any:
-        raise NotImplementedError("hf rollout serves VeRL's agent loop (rollout.mode=async); there is no synchronous generate_sequences")
+        raise NotImplementedError(
+            "hf rollout serves VeRL's agent loop (rollout.mode=async); there is no synchronous generate_sequences"
+        )
 
 
 class HFReplica(RolloutReplica):
@@ -306,20 +350,29 @@ class HFReplica(RolloutReplica):
             )
         worker = self.workers[0]
         node_id, gpu = await worker.__ray_call__.remote(
-            lambda self: (ray.get_runtime_context().get_node_id(), next(iter(ray.get_runtime_context().get_accelerator_ids().get("GPU") or []), None))
+            lambda self: (
+                ray.get_runtime_context().get_node_id(),
+                next(iter(ray.get_runtime_context().get_accelerator_ids().get("GPU") or []), None),
+            )
         )
         suffix = "_reward" if self.is_reward_model else "_teacher" if self.is_teacher_model else ""
         name = server_name(self.replica_rank, 0, f"{suffix}{self.name_suffix}")
         env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}  # the worker's GPU, set before the process starts
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        server = cast(Any, ray.remote(HFServer)).options(
-            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-            runtime_env={"env_vars": env},
-            name=name,
-            max_concurrency=self.max_concurrency,
-            num_cpus=0,
-        ).remote(config=self.config, model_config=self.model_config)
+        server = (
+            cast(Any, ray.remote(HFServer))
+            .options(
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=node_id, soft=False
+                ),
+                runtime_env={"env_vars": env},
+                name=name,
+                max_concurrency=self.max_concurrency,
+                num_cpus=0,
+            )
+            .remote(config=self.config, model_config=self.model_config)
+        )
         await server.stats.remote()  # the model is loaded: construction errors surface here
         self.servers = [server]
         self._server_handle = server

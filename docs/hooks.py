@@ -37,41 +37,66 @@ def render_store_bench(d: dict[str, Any]) -> str:
     """The retrieval paths of one persona inside the large shared table, and the load test."""
     rows = [[name, _ms(s), s["n"]] for name, s in d["latency"].items()]
     out = [
-        f"{d['rows']:,} rows in {d['namespaces']} namespaces of {d['ns_items']:,} items; p50 / p95 in ms.", "",
-        _table(["path", "p50 / p95 ms", "queries"], rows), "",
+        f"{d['rows']:,} rows in {d['namespaces']} namespaces of {d['ns_items']:,} items; p50 / p95 in ms.",
+        "",
+        _table(["path", "p50 / p95 ms", "queries"], rows),
+        "",
         f"Warm ranker / numpy p50: **{d['ratio_ranker_warm_to_numpy_p50']}×**; vector candidates / numpy: "
         f"**{d['ratio_candidates_warm_to_numpy_p50']}×** (target ≤ {d['targets']['ranker_warm_to_numpy_p50_max']}×); "
         f"a fresh worker's first search: **{d['fresh_worker_first_search_p50_ms']} ms** p50 "
         f"(target ≤ {d['targets']['fresh_worker_first_search_p50_ms_max']} ms).",
-    ]  # fmt: skip
+    ]
     load = d.get("load_test")
     if load:
-        out += ["", f"Load test: 1 writer and {load['reader_processes']} reader processes for {load['seconds']:g} s.", "",
-                _table(["errors", "stale reads", "commits seen", "staleness p50 / p95 / max ms", "reads/s", "writes/s"],
-                       [[load["errors"], load["stale_reads"], load["commits_seen"],
-                         f"{load['staleness_p50_ms']} / {load['staleness_p95_ms']} / {load['staleness_max_ms']}",
-                         load["reads_per_s"], load["writes_per_s"]]])]  # fmt: skip
+        out += [
+            "",
+            f"Load test: 1 writer and {load['reader_processes']} reader processes for {load['seconds']:g} s.",
+            "",
+            _table(
+                ["errors", "stale reads", "commits seen", "staleness p50 / p95 / max ms", "reads/s", "writes/s"],
+                [
+                    [
+                        load["errors"],
+                        load["stale_reads"],
+                        load["commits_seen"],
+                        f"{load['staleness_p50_ms']} / {load['staleness_p95_ms']} / {load['staleness_max_ms']}",
+                        load["reads_per_s"],
+                        load["writes_per_s"],
+                    ]
+                ],
+            ),
+        ]
     return "\n".join(out)
 
 
 def render_chat_latency(d: dict[str, Any]) -> str:
     """Time to first token of a create_agent reply with the middleware on and off."""
     rows = [[mode, _ms(m["ttft_off"]), _ms(m["ttft_on"]), _ms(m["ttft_added"])] for mode, m in d["modes"].items()]
-    return "\n".join([
-        f"Persona {d['persona']} ({d['namespace_items']['facts']:,} facts, {d['namespace_items']['insights']:,} insights), "
-        f"a model answering after {d['model']['ttft_s']} s; {d['queries']} queries; p50 / p95 in ms.", "",
-        _table(["agent", "TTFT off", "TTFT on", "added by memory"], rows), "",
-        f"Retrieval alone: {_ms(d['retrieval_alone'])} ms (target: memory adds ≤ {d['target']['ttft_added_p50_ms']:g} ms p50).",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"Persona {d['persona']} ({d['namespace_items']['facts']:,} facts, {d['namespace_items']['insights']:,} insights), "
+            f"a model answering after {d['model']['ttft_s']} s; {d['queries']} queries; p50 / p95 in ms.",
+            "",
+            _table(["agent", "TTFT off", "TTFT on", "added by memory"], rows),
+            "",
+            f"Retrieval alone: {_ms(d['retrieval_alone'])} ms (target: memory adds ≤ {d['target']['ttft_added_p50_ms']:g} ms p50).",
+        ]
+    )
 
 
 def render_writer_overhead(d: dict[str, Any]) -> str:
     """The writer's time per chunk outside the model call."""
     per = d["per_chunk_ms"]
-    return "\n".join([
-        f"{d['chunks']} chunks of RealMem {d['persona']} (first {d['sessions']} sessions), {d['items_written']} items written.", "",
-        _table(["per chunk p50 ms", "p95 ms", "mean ms", "target p50 ms"], [[per["p50"], per["p95"], per["mean"], d["target"]["per_chunk_p50_ms_max"]]]),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{d['chunks']} chunks of RealMem {d['persona']} (first {d['sessions']} sessions), {d['items_written']} items written.",
+            "",
+            _table(
+                ["per chunk p50 ms", "p95 ms", "mean ms", "target p50 ms"],
+                [[per["p50"], per["p95"], per["mean"], d["target"]["per_chunk_p50_ms_max"]]],
+            ),
+        ]
+    )
 
 
 def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:
@@ -82,57 +107,152 @@ def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:
 def render_eval_scale(d: dict[str, Any]) -> str:
     """`dualmem eval` of many small personas against a slow endpoint, in threads of one process and on a Ray cluster."""
     t, runs, g = d["targets"], d["runs"], d["driver_rss_growth"]
-    rows = [[r["mode"], r["personas"], r["limit"], r["units_in_flight"], r["calls"], r["calls_per_s"], r["utilisation"],
-             f"{r['bound_fraction']} ({r['bound_fraction_of_free_cores']})", r["cpu_s_per_call"],
-             f"{r['driver_peak_rss_mb']:g} / {r['worker_peak_rss_mb'] or '–'}", r["query_errors"] + r["failed_chunks"]] for r in runs]  # fmt: skip
-    return "\n".join([
-        f"Every model call answered after {d['latency_s']:g} s; {d['machine']['cpus']} CPU cores.", "",
-        _table(["mode", "personas", "endpoint limit", "units in flight", "calls", "calls/s", "utilisation",
-                "bound fraction (of free cores)", "CPU-s per call", "peak RSS MB driver / worker", "errors"], rows), "",
-        f"Targets: utilisation ≥ {t['utilisation_at_16']} at limit 16, "
-        f"{_verdict([r for r in runs if r['limit'] == 16], 'utilisation', t['utilisation_at_16'])}; "
-        f"bound fraction ≥ {t['bound_fraction']} in every run, {_verdict(runs, 'bound_fraction', t['bound_fraction'])}. "
-        f"The driver's peak memory from {g['personas'][0]} to {g['personas'][1]} personas on Ray: "
-        f"{g['driver_peak_rss_mb'][0]:g} → {g['driver_peak_rss_mb'][1]:g} MB (×{g['ratio']:g}).",
-    ])  # fmt: skip
+    rows = [
+        [
+            r["mode"],
+            r["personas"],
+            r["limit"],
+            r["units_in_flight"],
+            r["calls"],
+            r["calls_per_s"],
+            r["utilisation"],
+            f"{r['bound_fraction']} ({r['bound_fraction_of_free_cores']})",
+            r["cpu_s_per_call"],
+            f"{r['driver_peak_rss_mb']:g} / {r['worker_peak_rss_mb'] or '–'}",
+            r["query_errors"] + r["failed_chunks"],
+        ]
+        for r in runs
+    ]
+    return "\n".join(
+        [
+            f"Every model call answered after {d['latency_s']:g} s; {d['machine']['cpus']} CPU cores.",
+            "",
+            _table(
+                [
+                    "mode",
+                    "personas",
+                    "endpoint limit",
+                    "units in flight",
+                    "calls",
+                    "calls/s",
+                    "utilisation",
+                    "bound fraction (of free cores)",
+                    "CPU-s per call",
+                    "peak RSS MB driver / worker",
+                    "errors",
+                ],
+                rows,
+            ),
+            "",
+            f"Targets: utilisation ≥ {t['utilisation_at_16']} at limit 16, "
+            f"{_verdict([r for r in runs if r['limit'] == 16], 'utilisation', t['utilisation_at_16'])}; "
+            f"bound fraction ≥ {t['bound_fraction']} in every run, {_verdict(runs, 'bound_fraction', t['bound_fraction'])}. "
+            f"The driver's peak memory from {g['personas'][0]} to {g['personas'][1]} personas on Ray: "
+            f"{g['driver_peak_rss_mb'][0]:g} → {g['driver_peak_rss_mb'][1]:g} MB (×{g['ratio']:g}).",
+        ]
+    )
+
+
+def render_eval_cost(d: dict[str, Any]) -> str:
+    """Tokens and calls per phase of every framework on the bundled sample."""
+    phases = ("writing", "retrieval", "answering", "judging")
+    rows = [
+        [
+            name,
+            f"{r['tokens_per_query']:,.0f}",
+            r["calls_per_query"],
+            *(
+                f"{r['phases'][p]['calls']} / {r['phases'][p]['input_tokens'] + r['phases'][p]['output_tokens']:,}"
+                for p in phases
+            ),
+            "–" if not r["writer_input_per_history_token"] else f"{r['writer_input_per_history_token']:g}×",
+        ]
+        for name, r in sorted(d["frameworks"].items(), key=lambda kv: kv[1]["tokens_per_query"])
+    ]
+    log = d["endpoint_log"]
+    return "\n".join(
+        [
+            f"{d['dataset']}; {d['endpoint']}; judge repetitions {d['settings']['judge_repetitions']}, embedder "
+            f"{d['settings']['embedder']}. Cheapest first.",
+            "",
+            _table(
+                [
+                    "framework",
+                    "tokens per query",
+                    "calls per query",
+                    *(f"{p} calls / tokens" for p in phases),
+                    "writer input per history token",
+                ],
+                rows,
+            ),
+            "",
+            f"The summaries' totals {'agree' if d['agrees_with_endpoint'] else 'do **not** agree'} with the endpoint's own log: "
+            f"{log['calls']} calls, {log['input_tokens']:,} input and {log['output_tokens']:,} output tokens ({d['seconds']:g} s).",
+        ]
+    )
 
 
 def _grpo_curve_row(c: dict[str, Any]) -> list[Any]:
-    return [c["phase"], c["step"], f"{c['score']:+.4f} ± {c['score_se']:.4f}", c["parsed_share"], c["fact_recall"], c["insight_recall"]]  # fmt: skip
+    return [
+        c["phase"],
+        c["step"],
+        f"{c['score']:+.4f} ± {c['score_se']:.4f}",
+        c["parsed_share"],
+        c["fact_recall"],
+        c["insight_recall"],
+    ]
 
 
 def _paired(d: dict[str, Any]) -> str:
     p = d["paired_check"]
-    return (f"final − initial at {len(p['seeds'])} other evaluation seeds: {', '.join(f'{x:+}' for x in p['final_minus_initial'])} "
-            f"(mean **{p['mean_gain']:+}**); the initial model's own spread over seeds: sd {p['noise_initial_sd']}, "
-            f"range {p['noise_initial_range']}")  # fmt: skip
+    return (
+        f"final − initial at {len(p['seeds'])} other evaluation seeds: {', '.join(f'{x:+}' for x in p['final_minus_initial'])} "
+        f"(mean **{p['mean_gain']:+}**); the initial model's own spread over seeds: sd {p['noise_initial_sd']}, "
+        f"range {p['noise_initial_range']}"
+    )
 
 
 def render_grpo_tiny_cpu(d: dict[str, Any]) -> str:
     """Held-out reward of a tiny random Llama: random init, after a short SFT, then every few GRPO steps (TRL, CPU)."""
     s, sec = d["settings"], d["seconds"]
-    return "\n".join([
-        f"{s['train_personas']} training histories, held out: {', '.join(d['heldout_history'])}. SFT {s['sft_steps']} steps "
-        f"(final loss {d['sft_final_loss']}), then GRPO {s['grpo_steps']} steps of {s['num_generations']} rollouts, "
-        f"learning rate {s['lr']:g}. Held-out reward: the mean episode reward of {s['eval_rollouts']} rollouts "
-        f"(± its standard error), the same evaluation seed at every point.", "",
-        _table(["phase", "step", "held-out reward", "parsed share", "fact recall", "insight recall"],
-               [_grpo_curve_row(c) for c in d["heldout_curve"]]), "",
-        f"Paired check, {_paired(d)}. Time: {sec['total']:g} s ({sec['sft']:g} s SFT, {sec['grpo_incl_evals']:g} s GRPO "
-        f"with its evaluations).",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{s['train_personas']} training histories, held out: {', '.join(d['heldout_history'])}. SFT {s['sft_steps']} steps "
+            f"(final loss {d['sft_final_loss']}), then GRPO {s['grpo_steps']} steps of {s['num_generations']} rollouts, "
+            f"learning rate {s['lr']:g}. Held-out reward: the mean episode reward of {s['eval_rollouts']} rollouts "
+            f"(± its standard error), the same evaluation seed at every point.",
+            "",
+            _table(
+                ["phase", "step", "held-out reward", "parsed share", "fact recall", "insight recall"],
+                [_grpo_curve_row(c) for c in d["heldout_curve"]],
+            ),
+            "",
+            f"Paired check, {_paired(d)}. Time: {sec['total']:g} s ({sec['sft']:g} s SFT, {sec['grpo_incl_evals']:g} s GRPO "
+            f"with its evaluations).",
+        ]
+    )
 
 
 def _grpo_summary(d: dict[str, Any]) -> str:
     s, curve = d["settings"], d["heldout_curve"]
     start = next(c for c in curve if c["phase"] == "after SFT")
-    return "\n".join([
-        _table(["GRPO seed", "rewards", "held-out reward after SFT → last step", "parsed share"],
-               [[s["grpo_seed"], "shuffled within each group" if s["placebo"] else "as earned",
-                 f"{start['score']:+.4f} → {curve[-1]['score']:+.4f} (step {curve[-1]['step']})",
-                 f"{start['parsed_share']} → {curve[-1]['parsed_share']}"]]), "",
-        f"Paired check, {_paired(d)}.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            _table(
+                ["GRPO seed", "rewards", "held-out reward after SFT → last step", "parsed share"],
+                [
+                    [
+                        s["grpo_seed"],
+                        "shuffled within each group" if s["placebo"] else "as earned",
+                        f"{start['score']:+.4f} → {curve[-1]['score']:+.4f} (step {curve[-1]['step']})",
+                        f"{start['parsed_share']} → {curve[-1]['parsed_share']}",
+                    ]
+                ],
+            ),
+            "",
+            f"Paired check, {_paired(d)}.",
+        ]
+    )
 
 
 render_grpo_tiny_cpu_seed7 = render_grpo_tiny_cpu_placebo = _grpo_summary
@@ -142,25 +262,45 @@ def render_verl_gpu_h100(d: dict[str, Any]) -> str:
     """VeRL GRPO of the same tiny writer on one GPU: the held-out reward before and during training."""
     s, p, steps = d["settings"], d["prepared"], d["train_steps"]
     key = "dualmem/rolememo-writer/{}/{}@" + str(s["val_n"])
-    val = [[v["step"], f"{v[key.format('reward', 'mean')]:+.4f} ± {v[key.format('reward', 'std')]:.4f}",
-            *(round(v[key.format(k, "mean")], 4) for k in ("parsed_share", "fact_recall", "penalty"))]
-           for v in d["validation"]]  # fmt: skip
-    train = [[t["step"], f"{t['critic/score/mean']:+.4f} ({t['critic/score/min']:+.4f} … {t['critic/score/max']:+.4f})",
-              f"{t['response_length/mean']:.1f}", f"{t['timing_s/step']:.1f} ({t['timing_s/gen']:.1f} / {t['timing_s/update_actor']:.1f})"]
-             for t in steps]  # fmt: skip
-    stopped = (f"The run was stopped at its time limit ({d['seconds']:g} s) after {len(steps)} of {s['total_training_steps']} "
-               "planned steps; the validations shown had completed." if d["returncode"] == 124 else
-               f"Exit code {d['returncode']} after {d['seconds']:g} s.")  # fmt: skip
-    return "\n".join([
-        f"{d['device']}; VeRL {d['versions']['verl']}, transformers rollout (`rollout.name=hf`). The policy: the tiny Llama "
-        f"after {p['sft_steps']} SFT steps (final loss {p['sft_final_loss']}); {p['rows']['train']} training rows, "
-        f"{p['rows']['val']} held-out rows ({', '.join(p['heldout_histories'])}); {s['rollout_n']} rollouts per prompt, "
-        f"learning rate {s['learning_rate']:g}. {stopped}", "",
-        "Held-out validation, mean ± sd over " + str(s["val_n"]) + " samples:", "",
-        _table(["after step", "reward", "parsed share", "fact recall", "penalty"], val), "",
-        "Training steps:", "",
-        _table(["step", "score mean (min … max)", "response tokens", "step s (generation / actor update)"], train),
-    ])  # fmt: skip
+    val = [
+        [
+            v["step"],
+            f"{v[key.format('reward', 'mean')]:+.4f} ± {v[key.format('reward', 'std')]:.4f}",
+            *(round(v[key.format(k, "mean")], 4) for k in ("parsed_share", "fact_recall", "penalty")),
+        ]
+        for v in d["validation"]
+    ]
+    train = [
+        [
+            t["step"],
+            f"{t['critic/score/mean']:+.4f} ({t['critic/score/min']:+.4f} … {t['critic/score/max']:+.4f})",
+            f"{t['response_length/mean']:.1f}",
+            f"{t['timing_s/step']:.1f} ({t['timing_s/gen']:.1f} / {t['timing_s/update_actor']:.1f})",
+        ]
+        for t in steps
+    ]
+    stopped = (
+        f"The run was stopped at its time limit ({d['seconds']:g} s) after {len(steps)} of {s['total_training_steps']} "
+        "planned steps; the validations shown had completed."
+        if d["returncode"] == 124
+        else f"Exit code {d['returncode']} after {d['seconds']:g} s."
+    )
+    return "\n".join(
+        [
+            f"{d['device']}; VeRL {d['versions']['verl']}, transformers rollout (`rollout.name=hf`). The policy: the tiny Llama "
+            f"after {p['sft_steps']} SFT steps (final loss {p['sft_final_loss']}); {p['rows']['train']} training rows, "
+            f"{p['rows']['val']} held-out rows ({', '.join(p['heldout_histories'])}); {s['rollout_n']} rollouts per prompt, "
+            f"learning rate {s['learning_rate']:g}. {stopped}",
+            "",
+            "Held-out validation, mean ± sd over " + str(s["val_n"]) + " samples:",
+            "",
+            _table(["after step", "reward", "parsed share", "fact recall", "penalty"], val),
+            "",
+            "Training steps:",
+            "",
+            _table(["step", "score mean (min … max)", "response tokens", "step s (generation / actor update)"], train),
+        ]
+    )
 
 
 def render_bench(name: str) -> str:
@@ -181,8 +321,10 @@ def settings_table() -> str:
     """Return the table of every setting, from the code."""
     from dualmem.config import settings_table as rows
 
-    return _table(["setting", "environment variable", "default", "what it does"],
-                  [[f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")] for name, var, default, text in rows()])  # fmt: skip
+    return _table(
+        ["setting", "environment variable", "default", "what it does"],
+        [[f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")] for name, var, default, text in rows()],
+    )
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

@@ -59,21 +59,37 @@ class Settings:
     """Run settings for models, store, chunking and retrieval."""
 
     chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
-    writer_model: str = _setting("", "model of the memory writer; empty = chat_model (local:smollm2 writes with its SFT adapter local:smollm2-writer unless local_engine=llama.cpp)")
+    writer_model: str = _setting(
+        "",
+        "model of the memory writer; empty = chat_model (local:smollm2 writes with its SFT adapter "
+        "local:smollm2-writer unless local_engine=llama.cpp)",
+    )
     judge_model: str = _setting("", "model of the LLM judges; empty = chat_model")
-    judge_repetitions: int = _setting(3, "times each role-play judge scores an answer (averaged; RealMem and LoCoMo judges ask once)", int)
+    judge_repetitions: int = _setting(
+        3, "times each role-play judge scores an answer (averaged; RealMem and LoCoMo judges ask once)", int
+    )
     openai_base_url: str = _setting("", "base URL of an OpenAI-compatible endpoint (vLLM, DeepSeek…)")
     openai_api_key: str = _setting("", "API key for that endpoint")
     embedder: str = _setting(
         "bundled:all-MiniLM-L6-v2",
         "embedder: bundled:all-MiniLM-L6-v2, a sentence-transformers path, or provider:model",
     )
-    eval_embedder: str = _setting("", "embedder of similarity metrics (Recall@10); empty = embedder (paper: Qwen3-Embedding-0.6B)")
+    eval_embedder: str = _setting(
+        "", "embedder of similarity metrics (Recall@10); empty = embedder (paper: Qwen3-Embedding-0.6B)"
+    )
     store_uri: str = _setting(".dualmem/lancedb", "LanceDB directory or URI (s3://…, gs://…)")
-    store_options: str = _setting("", "LanceDB storage options as a JSON object (object stores: endpoint, region…); AWS_* variables work too")
-    memory_label: str = _setting("dualmem", "first namespace label under which the LangGraph store shows facts and insights")
-    lease_ttl_s: float = _setting(60.0, "seconds a writer's namespace lease lasts unrenewed (a killed writer's lease frees after it)", float)
-    lease_wait_s: float = _setting(900.0, "seconds a writer waits for another writer of the same namespace before failing", float)
+    store_options: str = _setting(
+        "", "LanceDB storage options as a JSON object (object stores: endpoint, region…); AWS_* variables work too"
+    )
+    memory_label: str = _setting(
+        "dualmem", "first namespace label under which the LangGraph store shows facts and insights"
+    )
+    lease_ttl_s: float = _setting(
+        60.0, "seconds a writer's namespace lease lasts unrenewed (a killed writer's lease frees after it)", float
+    )
+    lease_wait_s: float = _setting(
+        900.0, "seconds a writer waits for another writer of the same namespace before failing", float
+    )
     checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
     user_id: str = _setting("user", "user id: second part of every memory namespace")
     chunk_tokens: int = _setting(1024, "writer chunk size in tokens (cut at turn boundaries)", int)
@@ -81,50 +97,95 @@ class Settings:
     view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
     view_recent: int = _setting(4, "most recent items always shown in the working view", int)
     retrieval_k: int = _setting(10, "facts and insights retrieved per query", int)
-    retrieval_mode: str = _setting("dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)")
-    search_mode: str = _setting("hybrid", "store search of the writer's working view (what memory the writer sees beside a chunk): hybrid (vector + full text, RRF), vector or fts")
+    retrieval_mode: str = _setting(
+        "dual", "dual (ceil(k/2) facts + floor(k/2) insights) or merged (one top-k pool of both)"
+    )
+    search_mode: str = _setting(
+        "hybrid",
+        "store search of the writer's working view (what memory the writer sees beside a chunk): "
+        "hybrid (vector + full text, RRF), vector or fts",
+    )
     ranker: str = _setting(
         "learned",
         "retrieval ranker of raw-turns, dualmem, the retriever, respond and the tools: learned (features fused by the "
         "weights shipped with dualmem), vector, hybrid or fts (plain store search), or a weights file from dualmem.retrieval.fit",
     )
-    ranker_max_per_session: int = _setting(-1, "items of one session the ranked list holds before other sessions' (0: no cap; -1: the ranker's own)", int)
-    ranker_context_turns: int = _setting(8, "recent conversation turns the learned ranker reads as the query's context", int)
-    emotion_strategy: str = _setting("", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)")
-    framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
-    incharacter_dir: str = _setting("../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)")
-    judge_leniency_max: float = _setting(
-        0.2, "false-accept rate of a calibrated judge (dualmem eval --calibrate-judge) above which reports warn that its scores overstate quality", float
+    ranker_max_per_session: int = _setting(
+        -1, "items of one session the ranked list holds before other sessions' (0: no cap; -1: the ranker's own)", int
     )
-    calibration_queries: int = _setting(20, "gold answers per persona that judge calibration perturbs into wrong and faithful answers", int)
+    ranker_context_turns: int = _setting(
+        8, "recent conversation turns the learned ranker reads as the query's context", int
+    )
+    emotion_strategy: str = _setting(
+        "", "emotion-aware reranking: C-A, C-M, S-S, S-E or empty (dualmem: none; emotional-rag: C-A)"
+    )
+    framework: str = _setting("dualmem", "memory framework used by eval and the respond graph")
+    incharacter_dir: str = _setting(
+        "../shared/data/incharacter", "InCharacter questionnaires, characters and labels (eval personality)"
+    )
+    judge_leniency_max: float = _setting(
+        0.2,
+        "false-accept rate of a calibrated judge (dualmem eval --calibrate-judge) above which reports warn that its "
+        "scores overstate quality",
+        float,
+    )
+    calibration_queries: int = _setting(
+        20, "gold answers per persona that judge calibration perturbs into wrong and faithful answers", int
+    )
     prices: str = _setting(
-        "", "price table turning tokens into money in cost reports: MODEL=IN/OUT per million input/output tokens, comma-separated (* = any model); empty = tokens only"
+        "",
+        "price table turning tokens into money in cost reports: MODEL=IN/OUT per million input/output tokens, "
+        "comma-separated (* = any model); empty = tokens only",
     )
     max_retries: int = _setting(2, "repair retries for malformed structured output", int)
-    call_retries: int = _setting(4, "retries of a model call that failed transiently (429, 5xx, timeout, refused connection)", int)
-    retry_backoff: float = _setting(1.0, "first wait before retrying a model call, in seconds; doubles each retry (with jitter)", float)
+    call_retries: int = _setting(
+        4, "retries of a model call that failed transiently (429, 5xx, timeout, refused connection)", int
+    )
+    retry_backoff: float = _setting(
+        1.0, "first wait before retrying a model call, in seconds; doubles each retry (with jitter)", float
+    )
     retry_max_wait: float = _setting(
         120.0, "longest wait between model-call retries, in seconds; a longer Retry-After fails the call instead", float
     )
-    request_timeout: float = _setting(120.0, "seconds before a call to a remote model endpoint times out (a transient error; 0 = no limit)", float)
-    max_ops_per_chunk: int = _setting(40, "writer operations accepted per chunk; the rest are rejected with a reason", int)
+    request_timeout: float = _setting(
+        120.0, "seconds before a call to a remote model endpoint times out (a transient error; 0 = no limit)", float
+    )
+    max_ops_per_chunk: int = _setting(
+        40, "writer operations accepted per chunk; the rest are rejected with a reason", int
+    )
     temperature: float = _setting(0.0, "sampling temperature of chat models", float)
     max_new_tokens: int = _setting(512, "generation limit per call (local model and OpenAI-compatible endpoints)", int)
-    local_engine: str = _setting("auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers")
-    concurrency: int = _setting(4, "bounded fan-out of graph branches (dualmem eval: persona x framework units in flight, cluster-wide)", int)
-    ray_address: str = _setting(
-        "", "Ray cluster of dualmem eval and batch ingest (auto, local, HOST:PORT or ray://HOST:10001); empty = threads of this process"
+    local_engine: str = _setting(
+        "auto", "runtime of local: models: auto (llama.cpp when installed), llama.cpp, transformers"
     )
-    endpoint_concurrency: int = _setting(32, "model calls in flight per endpoint, shared by every node of a Ray run (0 = no limit)", int)
-    endpoint_rpm: int = _setting(0, "model calls started per minute per endpoint, shared by every node of a Ray run (0 = no limit)", int)
+    concurrency: int = _setting(
+        4, "bounded fan-out of graph branches (dualmem eval: persona x framework units in flight, cluster-wide)", int
+    )
+    ray_address: str = _setting(
+        "",
+        "Ray cluster of dualmem eval and batch ingest (auto, local, HOST:PORT or ray://HOST:10001); empty = threads of this process",
+    )
+    endpoint_concurrency: int = _setting(
+        32, "model calls in flight per endpoint, shared by every node of a Ray run (0 = no limit)", int
+    )
+    endpoint_rpm: int = _setting(
+        0, "model calls started per minute per endpoint, shared by every node of a Ray run (0 = no limit)", int
+    )
     dedup_threshold: float = _setting(0.92, "cosine above which a new fact merges into an old one", float)
     formation: str = _setting(
-        "auto", "where chat memory is formed: auto (scheduled write runs on the LangGraph server the chat runs on, else a background executor in this process), local or server"
+        "auto",
+        "where chat memory is formed: auto (scheduled write runs on the LangGraph server the chat runs on, "
+        "else a background executor in this process), local or server",
     )
     formation_idle_s: float = _setting(
-        300.0, "seconds a chat thread stays quiet before its pending turns shorter than a chunk are written (each new message postpones it)", float
+        300.0,
+        "seconds a chat thread stays quiet before its pending turns shorter than a chunk are written (each new message postpones it)",
+        float,
     )
-    formation_url: str = _setting("", "LangGraph server whose write graph forms chat memory (formation=server or auto); empty = the server the chat runs on")
+    formation_url: str = _setting(
+        "",
+        "LangGraph server whose write graph forms chat memory (formation=server or auto); empty = the server the chat runs on",
+    )
 
     def __post_init__(self) -> None:
         choices = {
@@ -140,11 +201,22 @@ class Settings:
                     f"setting {name}={getattr(self, name)!r} is not one of {allowed}; "
                     f"set {ENV_PREFIX}{name.upper()} or pass {name}= to one of them"
                 )
-        for name in ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk", "calibration_queries"):
+        positive = ("chunk_tokens", "view_k", "retrieval_k", "concurrency", "judge_repetitions", "max_ops_per_chunk")
+        for name in (*positive, "calibration_queries"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_retries", "call_retries", "retry_backoff", "retry_max_wait", "request_timeout", "formation_idle_s",
-                     "ranker_context_turns", "endpoint_concurrency", "endpoint_rpm", "judge_leniency_max"):
+        for name in (
+            "max_retries",
+            "call_retries",
+            "retry_backoff",
+            "retry_max_wait",
+            "request_timeout",
+            "formation_idle_s",
+            "ranker_context_turns",
+            "endpoint_concurrency",
+            "endpoint_rpm",
+            "judge_leniency_max",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.ranker_max_per_session < -1:
@@ -227,4 +299,3 @@ def settings_table() -> list[tuple[str, str, str, str]]:
         var = ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper())
         rows.append((f.name, var, repr(f.metadata["env_default"]), f.metadata["help"]))
     return rows
-

@@ -18,27 +18,27 @@ alone.
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from rich.console import Console
 
-from dualmem.config import ENV_ALIASES, ENV_PREFIX, Settings
+from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.datasets import KINDS, detect_kind
 from dualmem.errors import ConfigurationError
+from dualmem.evals import calibrate_run
 from dualmem.evals import langsmith_adapter as ls
+from dualmem.evals.calibration import calibrate
 from dualmem.evals.compare import compare_runs, write_comparison
+from dualmem.evals.cost import price_table
+from dualmem.evals.meta import operational_here, run_meta
 from dualmem.evals.progress import progress_bars
 from dualmem.evals.record import RunRecord, record_uri
 from dualmem.evals.reports import RECORDS, read_summary, write_report
-from dualmem.evals.runners import kept_queries, persona_text, realmem_plan
+from dualmem.evals.runners import kept_queries, realmem_plan
 from dualmem.evals.runspec import (
     OPERATIONAL,
     RunSpec,
@@ -46,6 +46,7 @@ from dualmem.evals.runspec import (
     data_stamp,
     implied_writer,
     ranker_stamp,
+    read_run,
     recorded_settings,
     run_store,
     settings_of,
@@ -53,9 +54,9 @@ from dualmem.evals.runspec import (
     write_run,
 )
 from dualmem.evals.summary import ragas_crosscheck
-from dualmem.evals.unit import EvalRun, InProcess, JudgePlan, Runner, UnitEnv
+from dualmem.evals.unit import EvalRun, InProcess, Runner, UnitEnv, cancel_on_interrupt, open_judge_plans
 from dualmem.graphs.evaluate import graph
-from dualmem.models import describe_embeddings, load_chat_model, model_name
+from dualmem.models import load_chat_model, model_name
 from dualmem.nodes.evaluate import EvalState, dataset
 
 
@@ -65,14 +66,11 @@ def _items(dataset_kind: str, path: str, personas: Sequence[str] | None) -> list
 
 def _replayed(dataset_kind: str, item: Any, limit: int | None) -> list[Any]:
     """Return the sessions a persona's run ingests (RealMem with a limit: replay stops before the session of the last query)."""
-    return realmem_plan(item, limit)[0][:-1] if dataset_kind == "realmem" and limit is not None else list(item.dialogue.sessions)
-
-
-def _example_records(items: Sequence[Any], dataset_kind: str, limit: int | None) -> list[dict[str, Any]]:
-    """Return record-like dicts of every query of the run (what LangSmith examples are made of)."""
-    return [{"persona": it.dialogue.id, "query_id": q.id, "query": q.text, "reference_answer": q.answer,
-             "gold": q.gold.model_dump(), "task_type": q.task_type, "category": q.category, "protocol": dataset_kind}
-            for it in items for q in kept_queries(it, limit)]
+    return (
+        realmem_plan(item, limit)[0][:-1]
+        if dataset_kind == "realmem" and limit is not None
+        else list(item.dialogue.sessions)
+    )
 
 
 def _name(model: Any) -> str | None:
@@ -85,7 +83,9 @@ def _frameworks(framework: str | Sequence[str]) -> list[str]:
     names = [f.strip() for f in framework.split(",")] if isinstance(framework, str) else [str(f) for f in framework]
     names = [n for n in names if n]
     if not names or len(set(names)) != len(names):
-        raise ConfigurationError(f"--framework {framework!r}: name one framework or several, comma-separated, each once")
+        raise ConfigurationError(
+            f"--framework {framework!r}: name one framework or several, comma-separated, each once"
+        )
     return names
 
 
@@ -112,11 +112,13 @@ def run_evals(
     progress: bool = True,
     ragas: bool = True,
     upload: bool | None = None,
+    calibrate_judge: bool = False,
 ) -> list[Path]:
     """Evaluate each of ``frameworks`` on a dataset, all units scheduled together; write records, summary and reports
     into each framework's run folder; return the folders.
 
-    ``dataset_kind`` is rolememo, realmem, locomo or auto (detected from the file). ``judge`` is a model spec or object (None: no LLM judges); ``model`` the
+    ``dataset_kind`` is rolememo, realmem, locomo or auto (detected from the file). ``judge``
+    is a model spec or object (None: no LLM judges); ``model`` the
     chat model shared by frameworks (None: from settings); ``similarity`` the
     embedder of similarity metrics (None: ``eval_embedder``, else the
     settings' embedder). ``limit`` keeps the first N queries of each history
@@ -129,11 +131,16 @@ def run_evals(
     shared folder). ``settings.ray_address`` runs the units on a Ray cluster;
     models, embedders and factories must then be given by name. Judges run
     through ``langsmith.evaluate``: offline, or uploaded when ``upload``
-    (default: a LangSmith key is set). ``ragas`` recomputes the ID-based context
-    recall/precision with ragas itself.
+    (default: a LangSmith key is set); ``calibrate_judge`` first measures the
+    judge's leniency on the dataset's gold answers (:mod:`dualmem.evals.calibration`),
+    shown beside every judged score. ``ragas`` recomputes the ID-based context
+    recall/precision with ragas itself. Each summary counts what the run's model
+    calls cost (:mod:`dualmem.evals.cost`) and records what re-running it needs.
     """
     if dataset_kind != "auto" and dataset_kind not in KINDS:
-        raise ConfigurationError(f"unknown dataset {dataset_kind!r}; use --dataset with auto or one of {', '.join(KINDS)}")
+        raise ConfigurationError(
+            f"unknown dataset {dataset_kind!r}; use --dataset with auto or one of {', '.join(KINDS)}"
+        )
     settings = Settings.resolve(settings)
     names = _frameworks(frameworks)
     path = str(Path(path).expanduser().resolve())
@@ -145,11 +152,23 @@ def run_evals(
     if cluster:
         from dualmem.evals.cluster import connect, settings_need_specs
 
-        given = {"model": model, "embeddings": embeddings, "similarity": similarity, "framework_factory": framework_factory}
-        settings_need_specs(settings, [k for k, v in given.items() if v is not None and not isinstance(v, str)]
-                            + (["judge"] if judge is not None and not isinstance(judge, str) else []))
+        given = {
+            "model": model,
+            "embeddings": embeddings,
+            "similarity": similarity,
+            "framework_factory": framework_factory,
+        }
+        settings_need_specs(
+            settings,
+            [k for k, v in given.items() if v is not None and not isinstance(v, str)]
+            + (["judge"] if judge is not None and not isinstance(judge, str) else []),
+        )
         owns = connect(cluster)  # a bad or unreachable address fails here, before anything slow
     respond_and_judge = respond and judge is not None
+    if calibrate_judge and not respond_and_judge:
+        raise ConfigurationError("--calibrate-judge measures the judge: pass --judge MODEL (and leave answering on)")
+    if settings.prices:
+        price_table(settings.prices)  # a malformed table is one line, before anything runs
     writes = {n: True for n in names}  # a framework given as a factory may write with the writer model
     if framework_factory is None:  # a wrong name or embedder fails before the run folder is claimed
         from dualmem.frameworks import framework_class
@@ -162,13 +181,27 @@ def run_evals(
     runs = []
     for name in names:
         mine = settings.replace(framework=name) if len(names) > 1 else settings
-        spec = RunSpec(dataset_kind=dataset_kind, path=path, framework=name, limit=limit, respond=respond,
-                       personas=sorted(personas or []), chat_model=_name(model) or settings.chat_model,
-                       judge_model=_name(judge) if respond_and_judge else None, settings=recorded_settings(mine),
-                       stamp=data_stamp(path), ranker_weights=ranker_stamp(settings),
-                       writer=implied_writer(settings, model) if writes[name] else None)
+        spec = RunSpec(
+            dataset_kind=dataset_kind,
+            path=path,
+            framework=name,
+            limit=limit,
+            respond=respond,
+            personas=sorted(personas or []),
+            chat_model=_name(model) or settings.chat_model,
+            judge_model=_name(judge) if respond_and_judge else None,
+            settings=recorded_settings(mine),
+            stamp=data_stamp(path),
+            ranker_weights=ranker_stamp(settings),
+            writer=implied_writer(settings, model) if writes[name] else None,
+        )
         run_dir = (Path(out) / name if len(names) > 1 else Path(out)) if out else spec.default_dir()
         run = claim(run_dir, spec)
+        if calibrate_judge and not run.get(
+            "calibrate_judge"
+        ):  # kept for --resume (not part of the spec: no result changes)
+            run["calibrate_judge"] = True
+            write_run(run_dir, run)
         store = run_store(settings, run_dir)
         record = RunRecord(record_uri(store, run["fingerprint"]), settings.store_options)
         record.write_spec(run)
@@ -182,41 +215,69 @@ def run_evals(
     judges: dict[str, Any] = {}
     if respond_and_judge:
         judge_model = judge if cluster else load_chat_model(judge, settings, role="judge")
-        upload = ls.upload_enabled() if upload is None else upload
-        for name, spec, run_dir, run, _store, _record in runs:
-            judging = ls.open_judging(
-                [], upload=upload, dataset_name=ls.dataset_name_for(dataset_kind, path),
-                example_records=_example_records(items, dataset_kind, limit) if upload else [],
-                persona_texts={it.dialogue.id: persona_text(it) for it in items},
-                experiment_name=f"dualmem-{run_dir.name}", experiment_id=run.get("langsmith_experiment"),
-                metadata={"framework": name, "dataset": dataset_kind, "path": path, "limit": limit,
-                          "chat_model": spec.chat_model, "judge_model": spec.judge_model, "run": run["fingerprint"]})
-            if judging.experiment is not None and not run.get("langsmith_experiment"):
-                run["langsmith_experiment"] = str(judging.experiment.id)
-                write_run(run_dir, run)
-            judges[name] = JudgePlan(judge_model, judging.dataset_name, judging.experiment_prefix, upload=judging.upload,
-                                     experiment_id=str(judging.experiment.id) if judging.experiment is not None else None)
-    env = UnitEnv(settings=settings, records={r[0]: r[5] for r in runs}, stores={r[0]: r[4] for r in runs}, chat=chat,
-                  embeddings=embeddings, similarity=similarity, judges=judges, framework_factory=framework_factory)
+        judges = open_judge_plans(
+            runs,
+            judge_model,
+            items,
+            dataset_kind=dataset_kind,
+            path=path,
+            limit=limit,
+            upload=ls.upload_enabled() if upload is None else upload,
+        )
+    calibration = (
+        {
+            **calibrate(
+                dataset_kind, items, judge_model, settings, journal=runs[0][5].steps("_calibration", str(_name(judge)))
+            ),
+            "judge_model": _name(judge),
+        }
+        if calibrate_judge
+        else None
+    )
+    env = UnitEnv(
+        settings=settings,
+        records={r[0]: r[5] for r in runs},
+        stores={r[0]: r[4] for r in runs},
+        chat=chat,
+        embeddings=embeddings,
+        similarity=similarity,
+        judges=judges,
+        framework_factory=framework_factory,
+    )
     finished = {(name, p): res for name, *_rest, record in runs for p, res in record.finished(name).items()}
-    inputs: EvalState = {"dataset_kind": dataset_kind, "path": path, "frameworks": names, "limit": limit, "respond": respond,
-                         "personas": list(personas or [])}
+    inputs: EvalState = {
+        "dataset_kind": dataset_kind,
+        "path": path,
+        "frameworks": names,
+        "limit": limit,
+        "respond": respond,
+        "personas": list(personas or []),
+    }
     config: RunnableConfig = {"max_concurrency": settings.concurrency, "recursion_limit": 100}
     console = Console(stderr=True)
     units = len(items) * len(names)
     if any(len(r[3]["segments"]) > 1 for r in runs):
-        console.print(f"resuming run {', '.join(str(r[2]) for r in runs)}: {len(finished)} of {units} units finished before "
-                      "(not redone); a unit cut short goes on from its recorded steps")
+        console.print(
+            f"resuming run {', '.join(str(r[2]) for r in runs)}: {len(finished)} of {units} units finished before "
+            "(not redone); a unit cut short goes on from its recorded steps"
+        )
     runner: Runner | None = None
     try:
         with progress_bars(console, enabled=progress) as (bar, advance):
             label = ",".join(names)
-            q_task = bar.add_task(f"{label} × {dataset_kind}: queries", total=len(names) * sum(len(kept_queries(it, limit)) for it in items))
-            s_task = bar.add_task("sessions ingested", total=len(names) * sum(len(_replayed(dataset_kind, it, limit)) for it in items))
+            q_task = bar.add_task(
+                f"{label} × {dataset_kind}: queries",
+                total=len(names) * sum(len(kept_queries(it, limit)) for it in items),
+            )
+            s_task = bar.add_task(
+                "sessions ingested", total=len(names) * sum(len(_replayed(dataset_kind, it, limit)) for it in items)
+            )
             env.on_record = lambda _rec: advance(q_task)
             env.on_ingest = lambda _s: advance(s_task)
             if judges:
-                j_task = bar.add_task("answers judged", total=len(names) * sum(len(kept_queries(it, limit)) for it in items))
+                j_task = bar.add_task(
+                    "answers judged", total=len(names) * sum(len(kept_queries(it, limit)) for it in items)
+                )
                 env.on_judged = lambda _rec: advance(j_task)
             if cluster and len(finished) < units:
                 from dualmem.evals.cluster import RayRunner
@@ -225,7 +286,7 @@ def run_evals(
             else:
                 runner = InProcess(env)
             context = context_of(settings, run=EvalRun(env=env, runner=runner, finished=finished))
-            with _cancel_on_interrupt(runner):
+            with cancel_on_interrupt(runner):
                 values = graph.invoke(inputs, config, context=context)
             where = runner.describe() if hasattr(runner, "describe") else "threads of one process"
             cluster_stats = runner.stats() if hasattr(runner, "stats") else None
@@ -247,68 +308,32 @@ def run_evals(
         raise
     for name, spec, run_dir, run, store, _record in runs:
         summary = dict(values["summaries"][name])
-        summary["meta"] = _meta(spec, run, env, store, settings, where)
+        summary["meta"] = run_meta(spec, run, env, store, settings, where)
         if cluster_stats is not None:
             summary["meta"]["cluster"] = cluster_stats
-        records = [rec for r in sorted(values["results"], key=lambda r: r["persona"]) if r["framework"] == name for rec in r["records"]]
+        if calibration is not None:
+            summary["judge_calibration"] = calibration
+        records = [
+            rec
+            for r in sorted(values["results"], key=lambda r: r["persona"])
+            if r["framework"] == name
+            for rec in r["records"]
+        ]
         if ragas:
             summary["ragas"] = ragas_crosscheck(records)
-        write_report(run_dir, summary, records)
+        write_report(run_dir, summary, records, peers=values["summaries"] if len(names) > 1 else None)
         console.print(f"wrote {run_dir / RECORDS}, summary.json, report.md, report.html")
     return [r[2] for r in runs]
 
 
-@contextmanager
-def _cancel_on_interrupt(runner: Any) -> Iterator[None]:
-    """While inside, Ctrl-C cancels a cluster run's units at once (the graph otherwise waits for branches in flight)."""
-    if not hasattr(runner, "close") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_interrupt(signum: int, frame: Any) -> None:
-        runner.close(cancel=True)
-        signal.default_int_handler(signum, frame)
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _meta(spec: RunSpec, run: dict[str, Any], env: UnitEnv, store: str, settings: Settings, where: str) -> dict[str, Any]:
-    """Return what the report says about the run: inputs, models, judges, LangSmith, settings, segments."""
-    plan = env.judges.get(spec.framework)
-    langsmith: dict[str, Any] = {"mode": "off (no judges)"}
-    if isinstance(plan, JudgePlan):
-        langsmith = {"mode": "uploaded" if plan.upload else "offline (upload_results=False)", "dataset": plan.dataset_name,
-                     "experiment": plan.experiment_prefix}
-    similarity = env.similarity
-    return {
-        "dataset": spec.dataset_kind,
-        "path": spec.path,
-        "framework": spec.framework,
-        "chat_model": spec.chat_model,
-        "judge_model": spec.judge_model or "none (pass --judge MODEL)",
-        "judge_repetitions": settings.judge_repetitions if spec.judge_model and spec.dataset_kind == "rolememo" else None,
-        "similarity_embedder": describe_embeddings(similarity) if similarity is not None and not isinstance(similarity, str)
-        else (settings.eval_embedder or settings.embedder),
-        "limit": spec.limit,
-        "respond": spec.respond,
-        "retrieval_k": settings.retrieval_k,
-        "retrieval_mode": settings.retrieval_mode,
-        "store": store,
-        "workers": where,
-        "langsmith": langsmith,
-        "run": {"fingerprint": run["fingerprint"], "created": run["created"], "segments": len(run["segments"]),
-                "dualmem_revision": run.get("dualmem_revision")},
-        "settings": dict(spec.settings),
-        "created": run["segments"][-1],
-    }
-
-
-def resume_eval(run: str | Path, *, settings: dict[str, Any] | None = None, progress: bool = True, upload: bool | None = None,
-                out: str | Path | None = None) -> Path:
+def resume_eval(
+    run: str | Path,
+    *,
+    settings: dict[str, Any] | None = None,
+    progress: bool = True,
+    upload: bool | None = None,
+    out: str | Path | None = None,
+) -> Path:
     """Continue (or re-report) a run from its folder's ``run.json``, or from its record's URI alone (reports then go to
     ``out``, default its usual folder); ``settings`` may change operational ones (``concurrency``, ``ray_address``…),
     and those this process's environment sets win over the recorded ones (the endpoint may have moved)."""
@@ -316,29 +341,39 @@ def resume_eval(run: str | Path, *, settings: dict[str, Any] | None = None, prog
     if "://" in text:
         recorded = RunRecord(text, Settings.resolve(settings).store_options).read_spec()
         if recorded is None:
-            raise ConfigurationError(f"{text} holds no run record: pass the record URI a `dualmem eval` printed, or a run folder")
+            raise ConfigurationError(
+                f"{text} holds no run record: pass the record URI a `dualmem eval` printed, or a run folder"
+            )
         spec = RunSpec(**recorded["spec"])
         run_dir = Path(out) if out else spec.default_dir()
     else:
-        spec, run_dir = spec_of(run), Path(run)
+        spec, run_dir, recorded = spec_of(run), Path(run), read_run(run) or {}
     changed = sorted(k for k in (settings or {}) if k not in OPERATIONAL)
     if changed:
-        raise ConfigurationError(f"--resume keeps the run's settings; {', '.join(changed)} would change its results "
-                                 "(start another run instead)")
-    resolved = settings_of(spec, **{**_operational_here(), **(settings or {})})
-    if spec.writer is None and implied_writer(resolved) is not None:  # begun when the chat model wrote: it goes on writing
+        raise ConfigurationError(
+            f"--resume keeps the run's settings; {', '.join(changed)} would change its results "
+            "(start another run instead)"
+        )
+    resolved = settings_of(spec, **{**operational_here(), **(settings or {})})
+    if (
+        spec.writer is None and implied_writer(resolved) is not None
+    ):  # begun when the chat model wrote: it goes on writing
         resolved = resolved.replace(writer_model=resolved.chat_model)
-    return run_eval(spec.dataset_kind, spec.path, spec.framework, judge=spec.judge_model, limit=spec.limit, out=run_dir,
-                    settings=resolved, model=None, respond=spec.respond, personas=spec.personas or None,
-                    progress=progress, upload=upload)
-
-
-def _operational_here() -> dict[str, Any]:
-    """Return the operational settings this process's environment sets (the endpoint, concurrency, the cluster…): a
-    resumed run follows them, not the ones it recorded; its store stays the run's."""
-    here = Settings()
-    return {k: getattr(here, k) for k in sorted(OPERATIONAL - {"store_uri"})
-            if k in Settings.field_names() and os.environ.get(ENV_ALIASES.get(k, ENV_PREFIX + k.upper()))}
+    return run_eval(
+        spec.dataset_kind,
+        spec.path,
+        spec.framework,
+        judge=spec.judge_model,
+        limit=spec.limit,
+        out=run_dir,
+        settings=resolved,
+        model=None,
+        respond=spec.respond,
+        personas=spec.personas or None,
+        progress=progress,
+        upload=upload,
+        calibrate_judge=bool(recorded.get("calibrate_judge")),
+    )
 
 
 def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *, console: Console | None = None) -> str:
@@ -352,3 +387,6 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *, co
     if out is not None:
         write_comparison(comparison, out)
     return comparison.markdown()
+
+
+calibrate_judge = calibrate_run.calibrate_judge  # the Python API of `dualmem eval calibrate-judge`, beside run_eval

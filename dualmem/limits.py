@@ -176,3 +176,53 @@ async def aslot(gate: Gate | None) -> AsyncIterator[None]:
     finally:
         _holding.reset(mark)
         gate.release(token)
+
+
+class SharedGate:
+    """The endpoint's limits for every node of a run: a Ray actor of :mod:`dualmem.evals.cluster`, one process
+    holding the counts. Async: waiters never hold a thread."""
+
+    def __init__(self, concurrency: int, rpm: int, lease_s: float) -> None:
+        self.concurrency, self.rpm, self.lease_s = concurrency, rpm, lease_s
+        self.leases: dict[int, float] = {}  # lease id -> when it ends
+        self.starts: deque[float] = deque()
+        self.next_id, self.peak, self.started = 0, 0, 0
+        self.cond = asyncio.Condition()
+
+    def _wait_s(self, now: float) -> float:
+        for lease, ends in list(self.leases.items()):
+            if ends <= now:  # its holder died mid-call
+                del self.leases[lease]
+        while self.starts and self.starts[0] <= now - WINDOW_S:
+            self.starts.popleft()
+        if self.concurrency and len(self.leases) >= self.concurrency:
+            return min(self.leases.values()) - now
+        if self.rpm and len(self.starts) >= self.rpm:
+            return self.starts[0] + WINDOW_S - now
+        return 0.0
+
+    async def acquire(self) -> int:
+        """Wait for a slot and the per-minute window; return the lease id."""
+        async with self.cond:
+            while (wait := self._wait_s(time.monotonic())) > 0:
+                try:
+                    await asyncio.wait_for(self.cond.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+            now = time.monotonic()
+            self.next_id += 1
+            self.leases[self.next_id] = now + self.lease_s
+            self.starts.append(now)
+            self.started += 1
+            self.peak = max(self.peak, len(self.leases))
+            return self.next_id
+
+    async def release(self, lease: int) -> None:
+        """Give a slot back."""
+        async with self.cond:
+            self.leases.pop(lease, None)
+            self.cond.notify()
+
+    async def stats(self) -> dict[str, int]:
+        """Return calls started, the most in flight at once, and in flight now."""
+        return {"started": self.started, "peak": self.peak, "in_flight": len(self.leases)}

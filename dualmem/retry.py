@@ -24,6 +24,9 @@ the one place every model call passes; a backoff between attempts holds none.
 
 Sync and async calls share :func:`next_wait`; only the sleeping differs.
 
+Every attempt is also reported to the call observer of the calling context,
+when one is set (:mod:`dualmem.usage`: tokens, requests, latency, failure).
+
 >>> policy = RetryPolicy(retries=2, backoff=0.0, max_wait=1.0)
 >>> invoke_with_retry(lambda x: x + 1, 1, policy=policy)
 2
@@ -46,6 +49,7 @@ from typing_extensions import TypedDict, Unpack
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DualMemError, ModelCallError
 from dualmem.limits import Gate, aslot, gate_for, slot
+from dualmem.usage import observing
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 CONFIG_STATUS = {
@@ -57,7 +61,9 @@ CONFIG_STATUS = {
 CONNECTION_ERRORS = frozenset({"APIConnectionError", "APITimeoutError", "ServiceUnavailableError", "OverloadedError"})
 log = logging.getLogger("dualmem.retry")
 OnRetry = Callable[[int, BaseException, float], None]  # (attempt that failed, its error, seconds until the next)
-KEY_FIX = "set the provider's API key (OPENAI_API_KEY / settings.openai_api_key, ANTHROPIC_API_KEY, …) and the model name"
+KEY_FIX = (
+    "set the provider's API key (OPENAI_API_KEY / settings.openai_api_key, ANTHROPIC_API_KEY, …) and the model name"
+)
 
 
 @dataclass(frozen=True)
@@ -157,19 +163,26 @@ def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
         raise exc
     status = status_of(exc)
     if status in CONFIG_STATUS:
-        raise ConfigurationError(f"model call refused: {CONFIG_STATUS[status]} ({describe_error(exc)}); {KEY_FIX}") from exc
+        raise ConfigurationError(
+            f"model call refused: {CONFIG_STATUS[status]} ({describe_error(exc)}); {KEY_FIX}"
+        ) from exc
     if not is_transient(exc):
         raise ModelCallError(f"model call failed: {describe_error(exc)}", attempts=attempt, status=status) from exc
     if attempt > policy.retries:
         raise ModelCallError(
-            f"model call failed after {attempt} attempts: {describe_error(exc)}", attempts=attempt, transient=True, status=status
+            f"model call failed after {attempt} attempts: {describe_error(exc)}",
+            attempts=attempt,
+            transient=True,
+            status=status,
         ) from exc
     asked = retry_after(exc)
     if asked is not None and asked > policy.max_wait:
         raise ModelCallError(
             f"model call failed: the server asked to wait {asked:.0f} s, more than retry_max_wait={policy.max_wait:g} s "
             f"({describe_error(exc)}); run again later",
-            attempts=attempt, transient=True, status=status,
+            attempts=attempt,
+            transient=True,
+            status=status,
         ) from exc
     backoff = min(policy.max_wait, policy.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
     return max(backoff, asked or 0.0)
@@ -180,7 +193,9 @@ class RetryOptions(TypedDict, total=False):
 
     policy: RetryPolicy | Settings | None  # a policy, or the settings it comes from (default: the environment's)
     config: Any  # the RunnableConfig passed to ``invoke``
-    passthrough: tuple[type[BaseException], ...]  # re-raised untouched (a caller's own handling, e.g. structured repair)
+    passthrough: tuple[
+        type[BaseException], ...
+    ]  # re-raised untouched (a caller's own handling, e.g. structured repair)
     on_retry: OnRetry | None  # hears of each retry (every retry is also logged on the ``dualmem.retry`` logger)
 
 
@@ -188,8 +203,12 @@ class _Attempts:
     """The attempts of one call: what to do after each failure (the core both shells share)."""
 
     def __init__(
-        self, *, policy: RetryPolicy | Settings | None = None, config: Any = None,
-        passthrough: tuple[type[BaseException], ...] = (), on_retry: OnRetry | None = None,
+        self,
+        *,
+        policy: RetryPolicy | Settings | None = None,
+        config: Any = None,
+        passthrough: tuple[type[BaseException], ...] = (),
+        on_retry: OnRetry | None = None,
     ) -> None:
         self.rules, self.config, self.passthrough, self.on_retry = as_policy(policy), config, passthrough, on_retry
         self.attempt = 0
@@ -200,32 +219,54 @@ class _Attempts:
             raise exc
         self.attempt += 1
         wait = next_wait(self.rules, self.attempt, exc)
-        log.warning("model call failed (%s); retry %d of %d in %.1f s", describe_error(exc), self.attempt, self.rules.retries, wait)
+        log.warning(
+            "model call failed (%s); retry %d of %d in %.1f s",
+            describe_error(exc),
+            self.attempt,
+            self.rules.retries,
+            wait,
+        )
         if self.on_retry is not None:
             self.on_retry(self.attempt, exc, wait)
         return wait
 
 
-def _call(runnable: Any, value: Any, config: Any, gate: Gate | None) -> Any:
-    with slot(gate):
-        if hasattr(runnable, "invoke"):
-            return runnable.invoke(value, config=config) if config is not None else runnable.invoke(value)
-        return runnable(value)
+def _call(runnable: Any, value: Any, config: Any, gate: Gate | None, attempt: int = 1) -> Any:
+    with slot(gate), observing(runnable, value, attempt) as seen:
+        config = seen.config(config) if seen is not None else config
+        result = (
+            (runnable.invoke(value, config=config) if config is not None else runnable.invoke(value))
+            if hasattr(runnable, "invoke")
+            else runnable(value)
+        )
+        if seen is not None:
+            seen.result = result
+        return result
 
 
-async def _acall(runnable: Any, value: Any, config: Any, gate: Gate | None) -> Any:
+async def _acall(runnable: Any, value: Any, config: Any, gate: Gate | None, attempt: int = 1) -> Any:
     async with aslot(gate):
-        if hasattr(runnable, "ainvoke"):
-            return await (runnable.ainvoke(value, config=config) if config is not None else runnable.ainvoke(value))
-        return await asyncio.to_thread(runnable, value)
+        with observing(runnable, value, attempt) as seen:
+            config = seen.config(config) if seen is not None else config
+            if hasattr(runnable, "ainvoke"):
+                result = await (
+                    runnable.ainvoke(value, config=config) if config is not None else runnable.ainvoke(value)
+                )
+            else:
+                result = await asyncio.to_thread(runnable, value)  # in a copy of this context
+            if seen is not None:
+                seen.result = result
+            return result
 
 
-def invoke_with_retry(runnable: Any, value: Any, *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[RetryOptions]) -> Any:
+def invoke_with_retry(
+    runnable: Any, value: Any, *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[RetryOptions]
+) -> Any:
     """Invoke a runnable (or call a function) with ``value``; retry transient errors (see the module and :class:`RetryOptions`)."""
     attempts = _Attempts(**options)
     while True:
         try:
-            return _call(runnable, value, attempts.config, attempts.rules.gate)
+            return _call(runnable, value, attempts.config, attempts.rules.gate, attempts.attempt + 1)
         except Exception as exc:  # noqa: BLE001 - passthrough re-raised; the rest classified by next_wait: retried, or raised as a DualMem error
             sleep(attempts.wait_after(exc))
 
@@ -235,6 +276,6 @@ async def ainvoke_with_retry(runnable: Any, value: Any, **options: Unpack[RetryO
     attempts = _Attempts(**options)
     while True:
         try:
-            return await _acall(runnable, value, attempts.config, attempts.rules.gate)
+            return await _acall(runnable, value, attempts.config, attempts.rules.gate, attempts.attempt + 1)
         except Exception as exc:  # noqa: BLE001 - as in invoke_with_retry
             await asyncio.sleep(attempts.wait_after(exc))

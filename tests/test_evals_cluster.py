@@ -39,7 +39,9 @@ TIMING = ("seconds",)
 def cluster():
     """A head (the driver's node, no CPU for workers) and two worker nodes of one CPU each; node loss noticed in ~2 s."""
     config = {"health_check_period_ms": 500, "health_check_failure_threshold": 4, "health_check_initial_delay_ms": 0}
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": config})
+    made = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": config}
+    )
     workers = [made.add_node(num_cpus=1) for _ in range(2)]
     made.wait_for_nodes()
     made.workers = workers  # type: ignore[attr-defined]
@@ -66,9 +68,19 @@ def data(tmp_path_factory):
 
 def _settings(s3, base_url: str, **more: object) -> Settings:
     store = f"s3://{s3['bucket']}/{uuid.uuid4().hex[:8]}"
-    return Settings(chat_model="openai-compatible:standin", openai_base_url=base_url, openai_api_key="x", embedder="hash:64",
-                    store_uri=store, store_options=s3["options_json"], judge_repetitions=1, concurrency=4,
-                    lease_ttl_s=2.0, retry_backoff=0.1, **more)  # type: ignore[arg-type]
+    return Settings(
+        chat_model="openai-compatible:standin",
+        openai_base_url=base_url,
+        openai_api_key="x",
+        embedder="hash:64",
+        store_uri=store,
+        store_options=s3["options_json"],
+        judge_repetitions=1,
+        concurrency=4,
+        lease_ttl_s=2.0,
+        retry_backoff=0.1,
+        **more,
+    )  # type: ignore[arg-type]
 
 
 def _stable(records: list[dict]) -> list[dict]:
@@ -79,7 +91,12 @@ def _summary(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     summary.pop("meta")
     summary["ingest"] = {k: v for k, v in summary["ingest"].items() if k not in TIMING}
+    summary["cost"] = _untimed(summary["cost"])  # the same calls and tokens, wherever the units ran
     return summary
+
+
+def _untimed(value: object) -> object:
+    return {k: _untimed(v) for k, v in value.items() if k != "seconds"} if isinstance(value, dict) else value
 
 
 def _peak(calls: list[dict]) -> int:
@@ -93,16 +110,31 @@ def _peak(calls: list[dict]) -> int:
 
 
 def _evaluate(data: Path, out: Path, settings: Settings) -> list[Path]:
-    return run_evals("rolememo", data, FRAMEWORKS, judge="openai-compatible:standin", limit=2, out=out, settings=settings,
-                     progress=False, ragas=False, upload=False)
+    return run_evals(
+        "rolememo",
+        data,
+        FRAMEWORKS,
+        judge="openai-compatible:standin",
+        limit=2,
+        out=out,
+        settings=settings,
+        progress=False,
+        ragas=False,
+        upload=False,
+    )
 
 
-def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endpoint_limit(cluster, data, s3_server, tmp_path):
+def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endpoint_limit(
+    cluster, data, s3_server, tmp_path
+):
     with OpenAIStandin(latency_s=0.05) as local:
         here = _evaluate(data, tmp_path / "threads", _settings(s3_server, local.base_url))
     with OpenAIStandin(latency_s=0.05) as remote:
-        there = _evaluate(data, tmp_path / "ray", _settings(s3_server, remote.base_url, ray_address=cluster.address,
-                                                               endpoint_concurrency=2))
+        there = _evaluate(
+            data,
+            tmp_path / "ray",
+            _settings(s3_server, remote.base_url, ray_address=cluster.address, endpoint_concurrency=2),
+        )
     assert [p.name for p in there] == FRAMEWORKS
     for a, b in zip(here, there, strict=True):
         assert _stable(read_records(a / "records.jsonl")) == _stable(read_records(b / "records.jsonl"))
@@ -148,7 +180,9 @@ def _kill_a_worker_process() -> None:
 
 
 @pytest.mark.parametrize("fault", ["node removed", "process killed"])
-def test_a_worker_lost_mid_run_applies_each_chunk_once_and_scores_each_query_once(fault, cluster, data, s3_server, tmp_path):
+def test_a_worker_lost_mid_run_applies_each_chunk_once_and_scores_each_query_once(
+    fault, cluster, data, s3_server, tmp_path
+):
     with OpenAIStandin(latency_s=0.05) as clean:
         reference = _settings(s3_server, clean.base_url)
         _evaluate(data, tmp_path / "clean", reference)
@@ -188,13 +222,36 @@ def test_a_worker_lost_mid_run_applies_each_chunk_once_and_scores_each_query_onc
 
 
 def _cli(data: Path, out: Path, base_url: str, settings: Settings, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "x", "DUALMEM_EMBEDDER": "hash:64",
-           "DUALMEM_STORE_OPTIONS": settings.store_options, "DUALMEM_LEASE_TTL_S": "2", "DUALMEM_CONCURRENCY": "4",
-           "DUALMEM_JUDGE_REPETITIONS": "1", "PYTHONPATH": str(REPO), "LANGSMITH_API_KEY": "", "LANGCHAIN_API_KEY": ""}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "x",
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_OPTIONS": settings.store_options,
+        "DUALMEM_LEASE_TTL_S": "2",
+        "DUALMEM_CONCURRENCY": "4",
+        "DUALMEM_JUDGE_REPETITIONS": "1",
+        "PYTHONPATH": str(REPO),
+        "LANGSMITH_API_KEY": "",
+        "LANGCHAIN_API_KEY": "",
+    }
     cmd = [sys.executable, "-m", "dualmem.cli", "eval", *extra, "--out", str(out), "--ray", settings.ray_address]
     if not extra:
-        cmd[4:4] = [str(data), "-d", "rolememo", "-f", "dualmem", "--limit", "2", "--model", "openai-compatible:standin",
-                    "--judge", "openai-compatible:standin", "--store", settings.store_uri]
+        cmd[4:4] = [
+            str(data),
+            "-d",
+            "rolememo",
+            "-f",
+            "dualmem",
+            "--limit",
+            "2",
+            "--model",
+            "openai-compatible:standin",
+            "--judge",
+            "openai-compatible:standin",
+            "--store",
+            settings.store_uri,
+        ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -204,9 +261,18 @@ def _finish(proc: subprocess.Popen[str]) -> str:
     return output
 
 
-def test_a_killed_driver_takes_its_workers_with_it_and_resume_from_a_new_driver_repeats_no_call(cluster, data, s3_server, tmp_path):
+def test_a_killed_driver_takes_its_workers_with_it_and_resume_from_a_new_driver_repeats_no_call(
+    cluster, data, s3_server, tmp_path
+):
     with OpenAIStandin(latency_s=0.0) as clean:
-        _finish(_cli(data, tmp_path / "clean", clean.base_url, _settings(s3_server, clean.base_url, ray_address=cluster.address)))
+        _finish(
+            _cli(
+                data,
+                tmp_path / "clean",
+                clean.base_url,
+                _settings(s3_server, clean.base_url, ray_address=cluster.address),
+            )
+        )
     total = len(clean.calls)
     settings = _settings(s3_server, "", ray_address=cluster.address)
     with OpenAIStandin(latency_s=0.0, hold_at=total // 2 + 1) as first:
@@ -226,18 +292,23 @@ def test_a_killed_driver_takes_its_workers_with_it_and_resume_from_a_new_driver_
         output = _finish(_cli(data, tmp_path / "run", second.base_url, settings, "--resume", str(tmp_path / "run")))
     assert "resuming run" in output or answered_before == 0
     assert answered_before + len(second.calls) == total  # no model call made twice across the two drivers
-    assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(read_records(tmp_path / "clean" / "records.jsonl"))
+    assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(
+        read_records(tmp_path / "clean" / "records.jsonl")
+    )
 
 
-@pytest.mark.parametrize(("address", "says"), [("nonsense", "is not a Ray address"), ("127.0.0.1:1", "no Ray cluster answers at")])
+@pytest.mark.parametrize(
+    ("address", "says"), [("nonsense", "is not a Ray address"), ("127.0.0.1:1", "no Ray cluster answers at")]
+)
 def test_a_bad_or_unreachable_address_is_one_line_and_exit_2(address, says, data, tmp_path):
     from typer.testing import CliRunner
 
     from dualmem.cli import app
 
     started = time.monotonic()
-    result = CliRunner().invoke(app, ["eval", str(data), "--ray", address, "--out", str(tmp_path / "run"),
-                                      "--model", "fake:memory"])
+    result = CliRunner().invoke(
+        app, ["eval", str(data), "--ray", address, "--out", str(tmp_path / "run"), "--model", "fake:memory"]
+    )
     assert result.exit_code == 2 and says in result.output and "--ray auto" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and time.monotonic() - started < 20
     assert not (tmp_path / "run").exists()  # nothing was done
@@ -258,13 +329,26 @@ def test_batch_ingest_on_the_cluster_writes_what_an_in_process_ingest_writes(clu
             histories = plan_histories(load_dataset("rolememo", data), settings, sessions=2)
             if mode == "threads":
                 seen: list[str] = []
-                reports = ingest_histories(histories, settings, progress=False, on_report=lambda _r, h, seen=seen: seen.append(h.label))
-                assert seen == [f"{p} / {histories[0].namespace[1]}" for p in PERSONAS] and not any(r.failed_chunks for r in reports)
+                reports = ingest_histories(
+                    histories, settings, progress=False, on_report=lambda _r, h, seen=seen: seen.append(h.label)
+                )
+                assert seen == [f"{p} / {histories[0].namespace[1]}" for p in PERSONAS] and not any(
+                    r.failed_chunks for r in reports
+                )
             else:
-                for name in ("chat_model", "openai_base_url", "openai_api_key", "embedder", "store_options", "concurrency"):
+                for name in (
+                    "chat_model",
+                    "openai_base_url",
+                    "openai_api_key",
+                    "embedder",
+                    "store_options",
+                    "concurrency",
+                ):
                     monkeypatch.setenv(ENV_ALIASES.get(name, f"DUALMEM_{name.upper()}"), str(getattr(settings, name)))
-                result = CliRunner().invoke(app, ["ingest", str(data), "--sessions", "2", "--store", settings.store_uri,
-                                                  "--ray", cluster.address])
+                result = CliRunner().invoke(
+                    app,
+                    ["ingest", str(data), "--sessions", "2", "--store", settings.store_uri, "--ray", cluster.address],
+                )
                 assert result.exit_code == 0, result.output
                 asks = [line for line in result.output.splitlines() if line.startswith("ask: dualmem ask")]
                 assert [a.split("--persona ")[1].split()[0] for a in asks] == list(PERSONAS), result.output  # in order
@@ -278,4 +362,8 @@ def _memory_texts(settings: Settings, namespace: tuple[str, str]) -> list[str]:
     from dualmem.stores._sql import ns_key
 
     db = connect(settings.store_uri, json.loads(settings.store_options))
-    return [r["text"] for r in query_rows(db.open_table("memory"), None, ["text", "namespace"]) if r["namespace"] == ns_key(namespace)]
+    return [
+        r["text"]
+        for r in query_rows(db.open_table("memory"), None, ["text", "namespace"])
+        if r["namespace"] == ns_key(namespace)
+    ]

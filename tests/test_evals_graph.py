@@ -37,8 +37,12 @@ def three_personas(tmp_path):
 
 def in_process(tmp_path, framework: str = "turn-log", **env) -> EvalRun:
     """Return the run resources of a graph invoked directly: units in this process, a record in ``tmp_path``."""
-    unit_env = UnitEnv(settings=Settings(embedder="hash:64"), records={framework: RunRecord(str(tmp_path / "record"))},
-                       stores={framework: str(tmp_path / "db")}, **env)
+    unit_env = UnitEnv(
+        settings=Settings(embedder="hash:64"),
+        records={framework: RunRecord(str(tmp_path / "record"))},
+        stores={framework: str(tmp_path / "db")},
+        **env,
+    )
     return EvalRun(env=unit_env, runner=InProcess(unit_env))
 
 
@@ -66,8 +70,15 @@ class Factory:
 def test_run_eval_resumes_after_a_crash_without_recomputing(three_personas, tmp_path):
     settings = Settings(embedder="hash:64", concurrency=1, judge_repetitions=1)
     factory = Factory(crash_on="b-crash")
-    kwargs = dict(out=tmp_path / "run", settings=settings, similarity=HashEmbeddings(64), framework_factory=factory,
-                  progress=False, judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True), ragas=False)
+    kwargs = dict(
+        out=tmp_path / "run",
+        settings=settings,
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        judge=FakeChatModel(responses=[{"reasoning": "", "score": 4}], cycle=True),
+        ragas=False,
+    )
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_eval("rolememo", three_personas, "turn-log", **kwargs)
     assert factory.built["a-first"] == 1 and factory.built["b-crash"] == 1
@@ -100,8 +111,14 @@ def test_realmem_graph_run_with_limit_and_comparison(tmp_path):
     item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
     path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
     factory = Factory()
-    common = dict(settings=Settings(embedder="hash:64"), similarity=HashEmbeddings(64), framework_factory=factory,
-                  progress=False, respond=False, limit=4)
+    common = dict(
+        settings=Settings(embedder="hash:64"),
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        respond=False,
+        limit=4,
+    )
     a = run_eval("realmem", path, "turn-log", out=tmp_path / "a", **common)
     b = run_eval("realmem", path, "turn-log", out=tmp_path / "b", **common)
     summary = read_summary(a)
@@ -127,8 +144,18 @@ def test_answers_are_ranked_with_the_same_context_as_the_scored_retrieval(tmp_pa
     item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
     path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
     factory = Factory()
-    run_eval("realmem", path, "turn-log", out=tmp_path / "run", settings=Settings(embedder="hash:64"),
-             similarity=HashEmbeddings(64), framework_factory=factory, progress=False, respond=True, limit=3)
+    run_eval(
+        "realmem",
+        path,
+        "turn-log",
+        out=tmp_path / "run",
+        settings=Settings(embedder="hash:64"),
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        respond=True,
+        limit=3,
+    )
     calls = [c for f in factory.made for c in f.contexts]
     assert len(calls) == 2 * 3  # retrieve, then respond's own retrieve, per query
     by_query: dict[str, list[list]] = {}
@@ -144,9 +171,19 @@ def test_answers_are_ranked_with_the_same_context_as_the_scored_retrieval(tmp_pa
 
 def test_graph_is_exported_and_runs_with_a_context(three_personas, tmp_path):
     assert graph is not None and builder is not None
-    ctx = context_of({"embedder": "hash:64"}, run=in_process(tmp_path, similarity=HashEmbeddings(64), framework_factory=Factory()))
-    out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log",
-                        "respond": False, "personas": ["c-last"]}, context=ctx)
+    ctx = context_of(
+        {"embedder": "hash:64"}, run=in_process(tmp_path, similarity=HashEmbeddings(64), framework_factory=Factory())
+    )
+    out = graph.invoke(
+        {
+            "dataset_kind": "rolememo",
+            "path": str(three_personas),
+            "framework": "turn-log",
+            "respond": False,
+            "personas": ["c-last"],
+        },
+        context=ctx,
+    )
     assert [r["persona"] for r in out["results"]] == ["c-last"]
     assert out["summary"]["n_queries"] == 3
     json.dumps(out["summary"])  # JSON-able
@@ -172,15 +209,32 @@ def test_fan_out_is_bounded_by_settings_concurrency(three_personas, tmp_path):
     def factory(name, item, ctx):
         return Slow(FrameworkContext(namespace=(item.dialogue.id, "u")))
 
-    run_eval("rolememo", three_personas, "slow", out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=2),
-             similarity=HashEmbeddings(64), framework_factory=factory, progress=False, respond=False, ragas=False)
+    run_eval(
+        "rolememo",
+        three_personas,
+        "slow",
+        out=tmp_path / "run",
+        settings=Settings(embedder="hash:64", concurrency=2),
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        respond=False,
+        ragas=False,
+    )
     assert state["peak"] == 2  # three personas, two at a time
 
 
 def test_graph_with_a_settings_dict_context_and_a_registered_framework(three_personas, tmp_path):
-    out = graph.invoke({"dataset_kind": "rolememo", "path": str(three_personas), "framework": "full-context",
-                        "respond": False, "personas": ["a-first"]},
-                       context={"options": {"embedder": "hash:64", "store_uri": str(tmp_path / "db")}})
+    out = graph.invoke(
+        {
+            "dataset_kind": "rolememo",
+            "path": str(three_personas),
+            "framework": "full-context",
+            "respond": False,
+            "personas": ["a-first"],
+        },
+        context={"options": {"embedder": "hash:64", "store_uri": str(tmp_path / "db")}},
+    )
     records = out["results"][0]["records"]
     assert len(records) == 3 and not any(r["errors"] for r in records)
     assert all(r["retrieved"] and r["retrieved"][0]["session"] == "s4" for r in records)  # full context: newest first
@@ -204,14 +258,24 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
         if calls["n"] == 2:
             raise RuntimeError("judge crashed")
 
-    run = in_process(tmp_path, similarity=HashEmbeddings(64), framework_factory=factory, on_judged=crash_once,
-                     judges={"turn-log": JudgePlan(judge, "dualmem-rolememo", "test")})
+    run = in_process(
+        tmp_path,
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        on_judged=crash_once,
+        judges={"turn-log": JudgePlan(judge, "dualmem-rolememo", "test")},
+    )
     run.env.settings = Settings(embedder="hash:64", concurrency=1, judge_repetitions=1)
     ctx = context_of({"embedder": "hash:64", "concurrency": 1, "judge_repetitions": 1}, run=run)
     runnable = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}, "max_concurrency": 1}
-    inputs = {"dataset_kind": "rolememo", "path": str(three_personas), "framework": "turn-log", "respond": True,
-              "personas": ["a-first", "c-last"]}
+    inputs = {
+        "dataset_kind": "rolememo",
+        "path": str(three_personas),
+        "framework": "turn-log",
+        "respond": True,
+        "personas": ["a-first", "c-last"],
+    }
     with pytest.raises(RuntimeError, match="judge crashed"):
         runnable.invoke(inputs, config, context=ctx)
     assert len(judge.calls) >= 2 * 4  # two answers judged (four dimensions, one repetition each) before the crash
@@ -225,12 +289,24 @@ def test_a_crash_while_judging_redoes_nothing_that_was_recorded(three_personas, 
 def test_progress_goes_to_a_log_as_plain_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
     item = load_realmem(need(REALMEM_SOPHIE), limit_sessions=8).items[0]
     path = dump_realmem(item, path=tmp_path / "Sophie_Dubois_dialogues_test.json")
-    run_eval("realmem", path, "turn-log", out=tmp_path / "run", settings=Settings(embedder="hash:64"),
-             similarity=HashEmbeddings(64), framework_factory=Factory(), respond=False, limit=4, ragas=False)
+    run_eval(
+        "realmem",
+        path,
+        "turn-log",
+        out=tmp_path / "run",
+        settings=Settings(embedder="hash:64"),
+        similarity=HashEmbeddings(64),
+        framework_factory=Factory(),
+        respond=False,
+        limit=4,
+        ragas=False,
+    )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if ": queries: " in line or "sessions ingested: " in line]
     assert any(line.endswith("queries: 4/4") for line in lines)  # the last step is always printed
-    assert any(line.split()[0].count(":") == 2 and "sessions ingested: 1/" in line for line in lines)  # the first too, timed
+    assert any(
+        line.split()[0].count(":") == 2 and "sessions ingested: 1/" in line for line in lines
+    )  # the first too, timed
 
 
 def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_personas, tmp_path):
@@ -254,9 +330,16 @@ def test_a_failed_call_is_asked_again_on_resume_and_a_finished_one_is_not(three_
             raise TimeoutError("judge endpoint timed out")
         return {"reasoning": "", "score": 3}
 
-    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1, call_retries=0),
-                  similarity=HashEmbeddings(64), framework_factory=factory, progress=False, ragas=False, personas=["a-first"],
-                  judge=FakeChatModel(responses=[verdict], cycle=True))
+    kwargs = dict(
+        out=tmp_path / "run",
+        settings=Settings(embedder="hash:64", concurrency=1, judge_repetitions=1, call_retries=0),
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        ragas=False,
+        personas=["a-first"],
+        judge=FakeChatModel(responses=[verdict], cycle=True),
+    )
     first = read_records(run_eval("rolememo", three_personas, "turn-log", **kwargs) / "records.jsonl")
     assert [bool(r["errors"]) for r in first] == [True, True, False]  # q1: a verdict timed out; q2: no answer
     assert "respond failed: ConnectionError: endpoint down" in first[1]["errors"]
@@ -278,8 +361,15 @@ def test_a_run_ranked_with_other_weights_is_another_run(three_personas, tmp_path
 
     weights = tmp_path / "weights.json"
     shutil.copy(shipped_path(), weights)
-    kwargs = dict(out=tmp_path / "run", settings=Settings(embedder="hash:64", ranker=str(weights)), similarity=HashEmbeddings(64),
-                  framework_factory=Factory(), progress=False, respond=False, ragas=False)
+    kwargs = dict(
+        out=tmp_path / "run",
+        settings=Settings(embedder="hash:64", ranker=str(weights)),
+        similarity=HashEmbeddings(64),
+        framework_factory=Factory(),
+        progress=False,
+        respond=False,
+        ragas=False,
+    )
     run_eval("rolememo", three_personas, "turn-log", **kwargs)
     run_eval("rolememo", three_personas, "turn-log", **kwargs)  # the same weights: the same run, continued
     data = json.loads(weights.read_text())

@@ -1,4 +1,5 @@
-"""Judges through `langsmith.evaluate`: offline by default, and uploaded (dataset, experiment, runs, feedback) to a stand-in endpoint — same scores."""
+"""Judges through `langsmith.evaluate`: offline by default, and uploaded (dataset, experiment, runs, feedback) to a
+stand-in endpoint — same scores."""
 
 from __future__ import annotations
 
@@ -38,13 +39,27 @@ def _run(data, out, **kwargs):
     def factory(name, item, ctx):
         return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
 
-    return run_eval("rolememo", data, "turn-log", out=out, settings=Settings(embedder="hash:64", judge_repetitions=2),
-                    similarity=HashEmbeddings(64), framework_factory=factory, progress=False, ragas=False,
-                    judge=FakeChatModel(responses=[_score], cycle=True), **kwargs)
+    return run_eval(
+        "rolememo",
+        data,
+        "turn-log",
+        out=out,
+        settings=Settings(embedder="hash:64", judge_repetitions=2),
+        similarity=HashEmbeddings(64),
+        framework_factory=factory,
+        progress=False,
+        ragas=False,
+        judge=FakeChatModel(responses=[_score], cycle=True),
+        **kwargs,
+    )
 
 
 def _scores(run_dir):
-    return {(r["persona"], r["query_id"], k): v["score"] for r in read_records(run_dir / "records.jsonl") for k, v in r["judges"].items()}
+    return {
+        (r["persona"], r["query_id"], k): v["score"]
+        for r in read_records(run_dir / "records.jsonl")
+        for k, v in r["judges"].items()
+    }
 
 
 def test_offline_and_uploaded_runs_give_the_same_scores_and_the_upload_holds_them(data, tmp_path, monkeypatch):

@@ -11,8 +11,7 @@ import pytest
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
-from dualmem.evals.cluster import SharedGate
-from dualmem.limits import LocalGate, RateWindow, gate_for, install, slot
+from dualmem.limits import LocalGate, RateWindow, SharedGate, gate_for, install, slot
 from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 

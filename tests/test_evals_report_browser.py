@@ -28,14 +28,29 @@ def locomo_run(tmp_path_factory):
         return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
 
     out = tmp_path_factory.mktemp("report") / "run"
-    judge = FakeChatModel(responses=[lambda m: {"reasoning": "scripted verdict", "score": len(str(m[-1].content)) % 2}], cycle=True)
-    return run_eval("locomo", need(LOCOMO), "turn-log", out=out, personas=["conv-26"], limit=16, judge=judge,
-                    settings=Settings(embedder="hash:64"), framework_factory=factory, progress=False, ragas=False)
+    judge = FakeChatModel(
+        responses=[lambda m: {"reasoning": "scripted verdict", "score": len(str(m[-1].content)) % 2}], cycle=True
+    )
+    return run_eval(
+        "locomo",
+        need(LOCOMO),
+        "turn-log",
+        out=out,
+        personas=["conv-26"],
+        limit=16,
+        judge=judge,
+        settings=Settings(embedder="hash:64"),
+        framework_factory=factory,
+        progress=False,
+        ragas=False,
+    )
 
 
 def _select(page, element_id: str, value: str) -> None:
-    page.eval(f"var s=document.getElementById({json.dumps(element_id)}); s.value={json.dumps(value)};"
-              "s.dispatchEvent(new Event('change'))")
+    page.eval(
+        f"var s=document.getElementById({json.dumps(element_id)}); s.value={json.dumps(value)};"
+        "s.dispatchEvent(new Event('change'))"
+    )
 
 
 def test_report_renders_in_chromium_and_its_filters_work(locomo_run):
@@ -49,11 +64,15 @@ def test_report_renders_in_chromium_and_its_filters_work(locomo_run):
     with Browser() as page:
         page.open(url)
         assert page.eval("document.querySelectorAll('details.query').length") == n
-        assert page.eval("document.getElementById('q-count').textContent") == f"showing {n} of {n} queries"  # the script ran
+        assert (
+            page.eval("document.getElementById('q-count').textContent") == f"showing {n} of {n} queries"
+        )  # the script ran
         assert page.eval("document.images.length") >= 2
         assert page.eval("[...document.images].every(i => i.complete && i.naturalWidth > 100)")  # figures decode
         assert page.eval("document.querySelectorAll('table').length") >= 3
-        assert sorted(page.eval("[...document.querySelectorAll('#f-group option')].map(o => o.value).filter(v => v)")) == sorted(groups)
+        assert sorted(
+            page.eval("[...document.querySelectorAll('#f-group option')].map(o => o.value).filter(v => v)")
+        ) == sorted(groups)
 
         group, count = min(groups.items(), key=lambda kv: kv[1])
         _select(page, "f-group", group)
@@ -67,13 +86,28 @@ def test_report_renders_in_chromium_and_its_filters_work(locomo_run):
         assert shown == misses
 
         _select(page, "f-hit", "")
-        texts = {r["query_id"]: " ".join([r["query"], r.get("answer") or "", str(r.get("reference_answer") or ""), r["persona"],
-                                          r["query_id"], *r["gold"]["facts"], r["gold"]["insight"] or "", *r["gold"]["memory_points"],
-                                          *(it["text"] for it in r["retrieved"])]).lower() for r in records}
+        texts = {
+            r["query_id"]: " ".join(
+                [
+                    r["query"],
+                    r.get("answer") or "",
+                    str(r.get("reference_answer") or ""),
+                    r["persona"],
+                    r["query_id"],
+                    *r["gold"]["facts"],
+                    r["gold"]["insight"] or "",
+                    *r["gold"]["memory_points"],
+                    *(it["text"] for it in r["retrieved"]),
+                ]
+            ).lower()
+            for r in records
+        }
         words = {w.strip("?.,!'\"").lower() for w in records[0]["query"].split() if len(w) > 4}
         word = min(sorted(words), key=lambda w: sum(w in t for t in texts.values()))  # the most selective word
         expected = [q for q, t in texts.items() if word in t]
-        page.eval(f"var q=document.getElementById('f-text'); q.value={json.dumps(word)}; q.dispatchEvent(new Event('input'))")
+        page.eval(
+            f"var q=document.getElementById('f-text'); q.value={json.dumps(word)}; q.dispatchEvent(new Event('input'))"
+        )
         assert 1 <= len(expected) < n
         assert page.eval(f"{VISIBLE}.map(d => d.querySelector('summary b').textContent.split(' · ')[1])") == expected
 
@@ -83,11 +117,15 @@ def test_report_renders_in_chromium_and_its_filters_work(locomo_run):
 
         page.eval("document.querySelector('details.query').open = true")  # the drill-down of one query
         first = records[0]
-        cells = page.eval("[...document.querySelector('details.query table.retrieved').rows].slice(1)"
-                          ".map(r => [r.cells[1].innerText.trim(), r.cells[3].innerText.trim()])")
+        cells = page.eval(
+            "[...document.querySelector('details.query table.retrieved').rows].slice(1)"
+            ".map(r => [r.cells[1].innerText.trim(), r.cells[3].innerText.trim()])"
+        )
         assert [text for _, text in cells] == [it["text"] for it in first["retrieved"]]
         assert [mark.startswith("✓") for mark, _ in cells] == [bool(it["hit"]) for it in first["retrieved"]]
-        judges = page.eval("[...document.querySelector('details.query table.judges').rows].slice(1).map(r => r.cells[0].innerText)")
+        judges = page.eval(
+            "[...document.querySelector('details.query table.judges').rows].slice(1).map(r => r.cells[0].innerText)"
+        )
         assert judges == list(first["judges"]) == ["locomo_correctness"]
 
         import matplotlib.image as mpimg

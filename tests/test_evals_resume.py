@@ -32,7 +32,6 @@ def _cli(data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
     return eval_cli(data, out, base_url, limit=3)
 
 
-
 def _stable(records: list[dict]) -> list[dict]:
     return [{k: r[k] for k in STABLE} for r in records]
 
@@ -58,15 +57,21 @@ def test_a_run_killed_mid_persona_resumes_without_repeating_a_model_call(sophie_
     answered_before = len(first.calls)
     assert answered_before == total // 2
     run = read_run(tmp_path / "run")
-    steps = RunRecord(record_uri(str(tmp_path / "run" / "lancedb"), run["fingerprint"])).steps("dualmem", "Sophie_Dubois")
+    steps = RunRecord(record_uri(str(tmp_path / "run" / "lancedb"), run["fingerprint"])).steps(
+        "dualmem", "Sophie_Dubois"
+    )
     ingested, answered = steps.count("ingest"), steps.count("record")
-    assert 1 <= ingested < 5 and answered >= 1 and not (tmp_path / "run" / "summary.json").exists()  # killed mid-persona
+    assert (
+        1 <= ingested < 5 and answered >= 1 and not (tmp_path / "run" / "summary.json").exists()
+    )  # killed mid-persona
 
     with OpenAIStandin(latency_s=0.0) as second:
         output = finish(_cli(sophie_prefix, tmp_path / "run", second.base_url))
     assert "resuming run" in output
     assert answered_before + len(second.calls) == total  # no model call made twice across the two runs
-    assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(read_records(tmp_path / "clean" / "records.jsonl"))
+    assert _stable(read_records(tmp_path / "run" / "records.jsonl")) == _stable(
+        read_records(tmp_path / "clean" / "records.jsonl")
+    )
     assert read_run(tmp_path / "run")["segments"].__len__() == 2
 
 
@@ -85,25 +90,41 @@ def _turn_log(name, item, ctx):
     return TurnLogFramework(FrameworkContext(namespace=(item.dialogue.id, "u")), ranking="lexical")
 
 
-def test_the_default_run_folder_is_deterministic_and_a_folder_of_another_run_is_refused(sample_data, tmp_path, monkeypatch):
+def test_the_default_run_folder_is_deterministic_and_a_folder_of_another_run_is_refused(
+    sample_data, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
-    common = dict(similarity=HashEmbeddings(64), framework_factory=_turn_log, progress=False, respond=False, ragas=False)
+    common = dict(
+        similarity=HashEmbeddings(64), framework_factory=_turn_log, progress=False, respond=False, ragas=False
+    )
     a = run_eval("rolememo", sample_data, "turn-log", settings=Settings(embedder="hash:64"), **common)
     b = run_eval("rolememo", sample_data, "turn-log", settings=Settings(embedder="hash:64", concurrency=1), **common)
-    assert a == b and a.parent.name == "runs" and a.name.startswith("rolememo-turn-log-")  # concurrency changes no result
+    assert (
+        a == b and a.parent.name == "runs" and a.name.startswith("rolememo-turn-log-")
+    )  # concurrency changes no result
     assert len(read_run(a)["segments"]) == 2
     c = run_eval("rolememo", sample_data, "turn-log", settings=Settings(embedder="hash:64", retrieval_k=5), **common)
     assert c != a  # another setting, another run
     with pytest.raises(ConfigurationError, match=r"retrieval_k: 10 -> 5.*--resume"):
-        run_eval("rolememo", sample_data, "turn-log", settings=Settings(embedder="hash:64", retrieval_k=5), out=a, **common)
+        run_eval(
+            "rolememo", sample_data, "turn-log", settings=Settings(embedder="hash:64", retrieval_k=5), out=a, **common
+        )
     summary = json.loads((a / "summary.json").read_text())
     assert summary["meta"]["settings"]["retrieval_k"] == 10 and "openai_api_key" not in summary["meta"]["settings"]
     assert "openai_api_key" not in (a / "run.json").read_text()
 
 
 def test_resume_reads_the_command_from_the_run_folder(sample_data, tmp_path):
-    run = run_eval("rolememo", sample_data, "full-context", out=tmp_path / "run", progress=False, respond=False, ragas=False,
-                   settings=Settings(embedder="hash:64", store_uri=str(tmp_path / "db"), context_tokens=500))
+    run = run_eval(
+        "rolememo",
+        sample_data,
+        "full-context",
+        out=tmp_path / "run",
+        progress=False,
+        respond=False,
+        ragas=False,
+        settings=Settings(embedder="hash:64", store_uri=str(tmp_path / "db"), context_tokens=500),
+    )
     first = read_records(run / "records.jsonl")
     again = resume_eval(run, settings={"concurrency": 1}, progress=False)
     assert again == run and read_records(run / "records.jsonl") == first
@@ -114,8 +135,16 @@ def test_resume_reads_the_command_from_the_run_folder(sample_data, tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "summary.json").write_text("{}")  # a folder of an older dualmem: memory without a journal
     with pytest.raises(ConfigurationError, match="not empty and holds no run.json"):
-        run_eval("rolememo", sample_data, "full-context", out=tmp_path / "old", progress=False, respond=False, ragas=False,
-                 settings=Settings(embedder="hash:64"))
+        run_eval(
+            "rolememo",
+            sample_data,
+            "full-context",
+            out=tmp_path / "old",
+            progress=False,
+            respond=False,
+            ragas=False,
+            settings=Settings(embedder="hash:64"),
+        )
 
 
 WRITERS: list[str] = []
@@ -166,7 +195,9 @@ def test_the_writer_of_a_framework_context():
     default = Settings(chat_model="local:smollm2", writer_model="", local_engine="transformers")
     assert FrameworkContext(namespace=("p", "u"), settings=default).writer().name_ == "smollm2-writer"
     chat = FakeChatModel()
-    assert FrameworkContext(namespace=("p", "u"), settings=default, chat_model=chat).writer() is chat  # a given chat model writes
+    assert (
+        FrameworkContext(namespace=("p", "u"), settings=default, chat_model=chat).writer() is chat
+    )  # a given chat model writes
     base = default.replace(writer_model="local:smollm2")
     assert FrameworkContext(namespace=("p", "u"), settings=base).writer().name_ == "smollm2"
     other = Settings(chat_model="fake:memory", writer_model="")

@@ -48,7 +48,9 @@ def test_realmem_replay_order_and_metrics(sophie):
     first = out["records"][0]  # asked in session 3, gold = session 2 -> ranked first
     assert order.index(first["session_id"]) == 3 and first["gold"]["session_ids"] == [order[2]]
     assert first["metrics"]["recall_any@5"] == 1.0 and first["metrics"]["ndcg_any@5"] == 1.0
-    assert first["metrics"]["id_context_recall"] == 1.0 and first["metrics"]["id_context_precision"] == 0.5  # top-10 turns: 6 of session 2, 4 of session 1
+    assert (
+        first["metrics"]["id_context_recall"] == 1.0 and first["metrics"]["id_context_precision"] == 0.5
+    )  # top-10 turns: 6 of session 2, 4 of session 1
     assert 0.0 <= first["metrics"]["memory_point_recall"] <= 1.0
 
 
@@ -114,7 +116,9 @@ def test_rolememo_runner_on_the_bundled_sample():
 
     from dualmem.frameworks.base import FrameworkContext
 
-    out = run_rolememo(item, GoldEcho(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False, embed=HashEmbeddings(64)))
+    out = run_rolememo(
+        item, GoldEcho(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False, embed=HashEmbeddings(64))
+    )
     for rec in out["records"]:
         assert rec["metrics"]["fact_recall"] == 1.0
         # the insight only came as grounding expansion, which recall excludes
@@ -133,12 +137,23 @@ def test_ingest_log_keeps_the_reason_of_each_failed_chunk(sophie):
         description = "test"
 
         def ingest(self, session):
-            return IngestReport(session_id=session.id, items_written=1, failed_chunks=[f"{session.id}:1", f"{session.id}:2"],
-                                meta={"errors": {f"{session.id}:1": "ValidationError: facts"}})
+            return IngestReport(
+                session_id=session.id,
+                items_written=1,
+                failed_chunks=[f"{session.id}:1", f"{session.id}:2"],
+                meta={"errors": {f"{session.id}:1": "ValidationError: facts"}},
+            )
 
         def retrieve(self, query, k=10, *, context=None):
             return []
 
-    out = run_realmem(sophie, HalfFailing(FrameworkContext(namespace=("p", "u"))), RunOptions(respond=False, embed=HashEmbeddings(64), limit=1))
+    out = run_realmem(
+        sophie,
+        HalfFailing(FrameworkContext(namespace=("p", "u"))),
+        RunOptions(respond=False, embed=HashEmbeddings(64), limit=1),
+    )
     first = out["ingest"][0]
-    assert first["chunk_errors"] == {f"{first['session']}:1": "ValidationError: facts", f"{first['session']}:2": "no reason recorded"}
+    assert first["chunk_errors"] == {
+        f"{first['session']}:1": "ValidationError: facts",
+        f"{first['session']}:2": "no reason recorded",
+    }

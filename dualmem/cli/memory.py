@@ -35,19 +35,30 @@ from dualmem.errors import ConfigurationError, ModelCallError
 @friendly
 def ingest(
     path: Path = typer.Argument(..., help="dataset file (or folder for rolememo)"),
-    dataset: str = typer.Option("auto", "--dataset", "-d", help=f"format: {', '.join(DATASETS)} (auto: detected from the file)"),
-    persona: Path | None = typer.Option(None, "--persona", "-p", help="persona .json to write through (else the dataset's)"),
+    dataset: str = typer.Option(
+        "auto", "--dataset", "-d", help=f"format: {', '.join(DATASETS)} (auto: detected from the file)"
+    ),
+    persona: Path | None = typer.Option(
+        None, "--persona", "-p", help="persona .json to write through (else the dataset's)"
+    ),
     sessions: int | None = typer.Option(None, "--sessions", help="ingest only the first N sessions"),
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
-    user: str | None = typer.Option(None, "--user", "-u", help="user id of every history (default: each dialogue's own user)"),
-    ray: str | None = typer.Option(None, "--ray", help="write the histories on a Ray cluster: auto, local, HOST:PORT or ray://HOST:10001 (setting ray_address)"),
+    user: str | None = typer.Option(
+        None, "--user", "-u", help="user id of every history (default: each dialogue's own user)"
+    ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        help="write the histories on a Ray cluster: auto, local, HOST:PORT or ray://HOST:10001 (setting ray_address)",
+    ),
 ) -> None:
     """Write facts and insights from dialogue histories into the store (resumable; several writers may run at once).
 
     The histories of a file or folder are written in parallel (up to the `concurrency` setting), or as tasks of a
     Ray cluster with `--ray`; each history's chunks are written in order, each exactly once."""
     from dualmem.datasets import load_dataset
+    from dualmem.evals.cost import describe, price_table
     from dualmem.evals.ingest import ingest_histories, plan_histories
     from dualmem.stores.personas import load_persona_file
 
@@ -60,7 +71,10 @@ def ingest(
 
         check_address(settings.ray_address)
     who = load_persona_file(persona) if persona else None
-    histories = plan_histories(load_dataset(dataset, path), settings, persona=who, sessions=sessions, user=user, source=path)
+    price_table(settings.prices)  # a malformed price table is one line, before anything is written
+    histories = plan_histories(
+        load_dataset(dataset, path), settings, persona=who, sessions=sessions, user=user, source=path
+    )
     _preflight(settings, ("writer", "chat") if settings.emotion_strategy else ("writer",), checkpoints=True)
     failed = 0
 
@@ -71,8 +85,14 @@ def ingest(
             console.print(f"[green]{label}[/]: all {len(done.chunks)} chunks were written before; nothing to do")
         else:
             _print_report(done, label)
+            if done.cost:
+                console.print(f"  cost: {escape(describe(done.cost))}", highlight=False, soft_wrap=True)
         failed += len(done.failed_chunks)
-        console.print(f'ask: dualmem ask "..." --persona {history.namespace[0]} --user {history.namespace[1]}', soft_wrap=True, highlight=False)
+        console.print(
+            f'ask: dualmem ask "..." --persona {history.namespace[0]} --user {history.namespace[1]}',
+            soft_wrap=True,
+            highlight=False,
+        )
 
     ingest_histories(histories, settings, on_report=report)
     console.print(f"memory stored in [bold]{settings.store_uri}[/]", soft_wrap=True)
@@ -83,7 +103,9 @@ def ingest(
 
 @app.command()
 @friendly
-def sample(path: Path = typer.Argument(Path("sample_dialogue.json"), help="where to write the bundled sample dialogue")) -> None:
+def sample(
+    path: Path = typer.Argument(Path("sample_dialogue.json"), help="where to write the bundled sample dialogue"),
+) -> None:
     """Write the bundled sample (persona Mara Okafor, user theo, four sessions, three queries) to a file to try DualMem on."""
     import shutil
 
@@ -128,7 +150,9 @@ def chat(
     persona: str = PersonaOpt,
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,
-    remember: bool = typer.Option(True, "--remember/--no-remember", help="form memory from the chat (in the background, a chunk at a time)"),
+    remember: bool = typer.Option(
+        True, "--remember/--no-remember", help="form memory from the chat (in the background, a chunk at a time)"
+    ),
     user: str | None = UserOpt,
 ) -> None:
     """Chat in character; memory is retrieved every turn and (by default) formed from the chat in the background."""
@@ -160,7 +184,16 @@ def chat(
         if not message.strip():
             break
         try:
-            reply = respond(message, who, settings=settings, store=db, history=history, remember=remember, thread_id=thread, formation=formation)
+            reply = respond(
+                message,
+                who,
+                settings=settings,
+                store=db,
+                history=history,
+                remember=remember,
+                thread_id=thread,
+                formation=formation,
+            )
         except ModelCallError as exc:  # one failed message does not end the chat
             unanswered += 1
             _error(f"{exc}; your message was not answered (send it again)")
@@ -168,8 +201,11 @@ def chat(
         history.append((message, reply.text))
         console.print(f"[bold]{escape(who.name)}>[/] {escape(reply.text)}", highlight=False)
         if reply.pending.get("flagged"):
-            console.print(f"[magenta](memory guard)[/] your message asks to change {who.name}'s memory or beliefs; "
-                          "it is kept only as a request, never as their insight", highlight=False)
+            console.print(
+                f"[magenta](memory guard)[/] your message asks to change {who.name}'s memory or beliefs; "
+                "it is kept only as a request, never as their insight",
+                highlight=False,
+            )
     failed = _form_rest(formation) if formation is not None else 0
     if unanswered or failed:
         raise typer.Exit(EXIT_FAILED)
@@ -186,13 +222,24 @@ def _form_rest(formation: Any) -> int:
 def _print_formed(formed: list[Any]) -> int:
     rows = [r for f in formed for r in f.rows]
     applied = [r for r in rows if r.get("status") == "applied"]
-    facts = sum(1 for r in applied for op in r.get("applied") or [] if op["stream"] == "fact" and op["op"] in ("ADD", "UPDATE"))
-    insights = sum(1 for r in applied for op in r.get("applied") or [] if op["stream"] == "insight" and op["op"] in ("ADD", "UPDATE"))
+    facts = sum(
+        1 for r in applied for op in r.get("applied") or [] if op["stream"] == "fact" and op["op"] in ("ADD", "UPDATE")
+    )
+    insights = sum(
+        1
+        for r in applied
+        for op in r.get("applied") or []
+        if op["stream"] == "insight" and op["op"] in ("ADD", "UPDATE")
+    )
     failed = [r for r in rows if r.get("status") == "failed"]
     if rows:
-        console.print(f"memory formed: {len(applied)} chunk(s), {facts} fact(s) and {insights} insight(s) written", soft_wrap=True)
+        console.print(
+            f"memory formed: {len(applied)} chunk(s), {facts} fact(s) and {insights} insight(s) written", soft_wrap=True
+        )
     for row in failed:
-        _error(f"chunk {row['chunk_id']} was not written (its turns stay pending; `dualmem flush` retries): {row.get('error')}")
+        _error(
+            f"chunk {row['chunk_id']} was not written (its turns stay pending; `dualmem flush` retries): {row.get('error')}"
+        )
     for f in formed:
         if f.error:
             _error(f"thread {f.thread} was not written (its turns stay pending; `dualmem flush` retries): {f.error}")
@@ -204,9 +251,13 @@ def _print_formed(formed: list[Any]) -> int:
 def flush(
     store: str | None = StoreOpt,
     model: str | None = ModelOpt,
-    persona: str | None = typer.Option(None, "--persona", "-p", help="only this persona's chats (default: every persona)"),
+    persona: str | None = typer.Option(
+        None, "--persona", "-p", help="only this persona's chats (default: every persona)"
+    ),
     user: str | None = typer.Option(None, "--user", "-u", help="only this user's chats (with --persona)"),
-    now: bool = typer.Option(False, "--now", help="also write the last, unfinished chunk of chats that are not quiet yet"),
+    now: bool = typer.Option(
+        False, "--now", help="also write the last, unfinished chunk of chats that are not quiet yet"
+    ),
 ) -> None:
     """Write chat turns left pending (after a crash, or an exit before they were written): full chunks, and quiet chats whole."""
     from dualmem.chat.formation import FormationRequest, run_formation
@@ -226,7 +277,10 @@ def flush(
             _error(f"thread {thread} of {namespace} has pending turns but no persona; skipped")
             continue
         result = run_formation(FormationRequest(snap.persona, namespace, thread, settings, store=lg), flush=now)
-        console.print(f"{namespace[0]} / {namespace[1]} / {thread}: {len(result.rows)} chunk(s); {result.pending_turns} turn(s) still pending", soft_wrap=True)
+        console.print(
+            f"{namespace[0]} / {namespace[1]} / {thread}: {len(result.rows)} chunk(s); {result.pending_turns} turn(s) still pending",
+            soft_wrap=True,
+        )
         formed.append(result)
     if _print_formed(formed):
         raise typer.Exit(EXIT_FAILED)
@@ -244,7 +298,9 @@ def inspect(
     store: str | None = StoreOpt,
     all_status: bool = typer.Option(False, "--all", help="include superseded items"),
     user: str | None = UserOpt,
-    history: str | None = typer.Option(None, "--history", help="show this item's ADD / UPDATE / DELETE history instead"),
+    history: str | None = typer.Option(
+        None, "--history", help="show this item's ADD / UPDATE / DELETE history instead"
+    ),
 ) -> None:
     """List or search a persona's facts and insights (of one user), or one item's history (--history ID)."""
     from dualmem.stores import open_store
@@ -266,15 +322,19 @@ def inspect(
         rows = [(h.item, f"{h.score:.3f}") for h in db.search(namespace, search, kind=kind, k=limit, status=status)]  # type: ignore[arg-type]
     else:
         rows = [(i, "") for i in db.list(namespace, kind=kind, status=status, limit=limit)]  # type: ignore[arg-type]
-    table = Table(title=f"{who.name} / {namespace[1]}: {db.count(namespace, 'fact')} facts, {db.count(namespace, 'insight')} insights in {settings.store_uri}")
+    table = Table(
+        title=f"{who.name} / {namespace[1]}: {db.count(namespace, 'fact')} facts, "
+        f"{db.count(namespace, 'insight')} insights in {settings.store_uri}"
+    )
     for col in ("kind", "id", "text", "source", "grounding", "status", "score"):
         table.add_column(col)
     for item, score in rows:
         source = f"{item.source.session_id or ''} {','.join(item.source.turn_ids)}".strip()
-        kind = f"{item.kind} (request)" if item.meta.get("guard") else item.kind  # what the user asked, not the persona's view
+        kind = (
+            f"{item.kind} (request)" if item.meta.get("guard") else item.kind
+        )  # what the user asked, not the persona's view
         table.add_row(kind, item.id, item.text, source, ",".join(item.grounding), item.status, score)
     console.print(table)
-
 
 
 @app.command()
@@ -293,7 +353,6 @@ def maintain(store: str | None = StoreOpt) -> None:
     done = lg.maintain()
     console.print(
         f"{swept} expired store item(s) deleted; {done.get('duplicates_removed', 0)} duplicate row(s) removed; "
-        f"tables compacted and indexed in {settings.store_uri}", soft_wrap=True,
+        f"tables compacted and indexed in {settings.store_uri}",
+        soft_wrap=True,
     )
-
-

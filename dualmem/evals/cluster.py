@@ -30,20 +30,18 @@ it (:meth:`RayRunner.close` ends them at once).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.evals.unit import Unit, UnitEnv, run_unit
-from dualmem.limits import WINDOW_S, endpoint_of, install
+from dualmem.limits import SharedGate, endpoint_of, install
 from dualmem.preflight import require_extra
 from dualmem.schema import DatasetItem
 
@@ -74,8 +72,10 @@ def check_address(address: str) -> str:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
             pass
     except OSError as exc:
-        raise ConfigurationError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start it (`ray start --head`, "
-                                 f"`ray up`, KubeRay) or {RAY_FIX}") from None
+        raise ConfigurationError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start it (`ray start --head`, "
+            f"`ray up`, KubeRay) or {RAY_FIX}"
+        ) from None
     return address
 
 
@@ -93,65 +93,19 @@ def connect(address: str) -> bool:
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     except ImportError:
-        raise ConfigurationError(f"--ray {address}: Ray Client needs its extra: pip install 'ray[client]==2.60.0'") from None
+        raise ConfigurationError(
+            f"--ray {address}: Ray Client needs its extra: pip install 'ray[client]==2.60.0'"
+        ) from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigurationError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:200]}; {RAY_FIX}") from None
+        raise ConfigurationError(
+            f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:200]}; {RAY_FIX}"
+        ) from None
     return True
 
 
 def disconnect() -> None:
     """Leave the Ray cluster (a local one started by :func:`connect` stops)."""
     _ray().shutdown()
-
-
-class SharedGate:
-    """The endpoint's limits for every node of a run (a Ray actor; see the module docstring). Async: waiters never
-    hold a thread."""
-
-    def __init__(self, concurrency: int, rpm: int, lease_s: float) -> None:
-        self.concurrency, self.rpm, self.lease_s = concurrency, rpm, lease_s
-        self.leases: dict[int, float] = {}  # lease id -> when it ends
-        self.starts: deque[float] = deque()
-        self.next_id, self.peak, self.started = 0, 0, 0
-        self.cond = asyncio.Condition()
-
-    def _wait_s(self, now: float) -> float:
-        for lease, ends in list(self.leases.items()):
-            if ends <= now:  # its holder died mid-call
-                del self.leases[lease]
-        while self.starts and self.starts[0] <= now - WINDOW_S:
-            self.starts.popleft()
-        if self.concurrency and len(self.leases) >= self.concurrency:
-            return min(self.leases.values()) - now
-        if self.rpm and len(self.starts) >= self.rpm:
-            return self.starts[0] + WINDOW_S - now
-        return 0.0
-
-    async def acquire(self) -> int:
-        """Wait for a slot and the per-minute window; return the lease id."""
-        async with self.cond:
-            while (wait := self._wait_s(time.monotonic())) > 0:
-                try:
-                    await asyncio.wait_for(self.cond.wait(), timeout=wait)
-                except TimeoutError:
-                    pass
-            now = time.monotonic()
-            self.next_id += 1
-            self.leases[self.next_id] = now + self.lease_s
-            self.starts.append(now)
-            self.started += 1
-            self.peak = max(self.peak, len(self.leases))
-            return self.next_id
-
-    async def release(self, lease: int) -> None:
-        """Give a slot back."""
-        async with self.cond:
-            self.leases.pop(lease, None)
-            self.cond.notify()
-
-    async def stats(self) -> dict[str, int]:
-        """Return calls started, the most in flight at once, and in flight now."""
-        return {"started": self.started, "peak": self.peak, "in_flight": len(self.leases)}
 
 
 class RayGate:
@@ -205,8 +159,12 @@ class UnitWorker:
         def hook(kind: str, key: Any) -> Any:
             return lambda payload: board.mark.remote(kind, f"{unit.name}\x1f{key(payload)}")
 
-        env = dataclasses.replace(self.env, on_record=hook("record", lambda r: r["query_id"]),
-                                  on_ingest=hook("ingest", lambda s: s.id), on_judged=hook("judged", lambda r: r["query_id"]))
+        env = dataclasses.replace(
+            self.env,
+            on_record=hook("record", lambda r: r["query_id"]),
+            on_ingest=hook("ingest", lambda s: s.id),
+            on_judged=hook("judged", lambda r: r["query_id"]),
+        )
         return run_unit(unit, item, env)
 
     def write(self, job: Any) -> Any:
@@ -228,14 +186,17 @@ class RayRunner:
 
     def __init__(self, env: UnitEnv, address: str, *, units: int, owns: bool = False) -> None:
         ray = _ray()
-        self._owns = owns or not ray.is_initialized()  # a connection made for this run is closed with it, not the caller's
+        self._owns = (
+            owns or not ray.is_initialized()
+        )  # a connection made for this run is closed with it, not the caller's
         connect(address)
         self.address, self.env, self.ray = address, env, ray
         s = env.settings
         here = _home(ray)
         lease = (s.request_timeout or 3600.0) + 60.0
         self.gate = ray.remote(num_cpus=0, max_concurrency=100_000, **here)(SharedGate).remote(
-            s.endpoint_concurrency, s.endpoint_rpm, lease)
+            s.endpoint_concurrency, s.endpoint_rpm, lease
+        )
         self.board = ray.remote(num_cpus=0, **here)(Board).remote()
         self._worker_class = ray.remote(num_cpus=1, max_concurrency=max(1, s.concurrency))(UnitWorker)
         self._env_ref = ray.put(env)
@@ -249,7 +210,9 @@ class RayRunner:
         cpus = int(ray.cluster_resources().get("CPU", 0))
         try:
             if cpus < 1:
-                raise ConfigurationError(f"the Ray cluster at {address} has no CPU to run workers on; add worker nodes (num-cpus >= 1)")
+                raise ConfigurationError(
+                    f"the Ray cluster at {address} has no CPU to run workers on; add worker nodes (num-cpus >= 1)"
+                )
             self._start(min(cpus, max(1, units)))
         except BaseException:
             self.close(cancel=True)
@@ -260,8 +223,10 @@ class RayRunner:
         try:
             self.ray.get([w.ready.remote() for w in workers], timeout=300)
         except Exception as exc:  # noqa: BLE001 - a worker that cannot start: dualmem missing there, say
-            raise ConfigurationError(f"the Ray workers did not start ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-                                     "install this dualmem on every node (`pip install dualmem[ray]`)") from None
+            raise ConfigurationError(
+                f"the Ray workers did not start ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                "install this dualmem on every node (`pip install dualmem[ray]`)"
+            ) from None
         with self._lock:
             self.busy.update({w: 0 for w in workers})
 
@@ -287,7 +252,9 @@ class RayRunner:
                 self._start(1)  # every worker was lost, but the cluster has room again
             with self._lock:
                 if not self.busy:
-                    raise RuntimeError("every Ray worker of the run died; the record keeps what finished: resume the run")
+                    raise RuntimeError(
+                        "every Ray worker of the run died; the record keeps what finished: resume the run"
+                    )
                 worker = min(self.busy, key=lambda w: self.busy[w])
                 self.busy[worker] += 1
             ref = getattr(worker, method).remote(*args)
@@ -300,10 +267,14 @@ class RayRunner:
             except ray.exceptions.ActorUnavailableError:  # unreachable for now (a network blip): ask it again
                 time.sleep(POLL_S)
             except ray.exceptions.RayActorError as exc:
-                log.warning("a Ray worker of the run was lost (%s); its unit runs again on another",
-                            " ".join(str(exc).split())[:300])
+                log.warning(
+                    "a Ray worker of the run was lost (%s); its unit runs again on another",
+                    " ".join(str(exc).split())[:300],
+                )
                 self._lose(worker)
-            except ray.exceptions.ObjectLostError:  # finished on a node that went away before the result came: run it again
+            except (
+                ray.exceptions.ObjectLostError
+            ):  # finished on a node that went away before the result came: run it again
                 pass
             finally:
                 with self._lock:
@@ -341,7 +312,11 @@ class RayRunner:
                 log.warning("progress is no longer shown: the run's progress board is gone (%s)", type(exc).__name__)
                 self._next_poll = float("inf")
                 return
-            for kind, hook in (("record", self.env.on_record), ("ingest", self.env.on_ingest), ("judged", self.env.on_judged)):
+            for kind, hook in (
+                ("record", self.env.on_record),
+                ("ingest", self.env.on_ingest),
+                ("judged", self.env.on_judged),
+            ):
                 for _ in range(counts.get(kind, 0) - self._seen.get(kind, 0)):
                     if hook is not None:
                         hook(None)
@@ -353,9 +328,14 @@ class RayRunner:
         """Return the gate's counts and the workers' CPU seconds (for benchmarks)."""
         workers = list(self.busy)
         usage = self.ray.get([w.usage.remote() for w in workers])
-        return {**self.ray.get(self.gate.stats.remote()), "worker_cpu_s": round(sum(u[0] for u in usage), 1),
-                "worker_peak_rss_mb": round(max((u[1] for u in usage), default=0.0)), "workers": len(workers),
-                "lost": self.lost, "cpus": int(self.ray.cluster_resources().get("CPU", 0))}
+        return {
+            **self.ray.get(self.gate.stats.remote()),
+            "worker_cpu_s": round(sum(u[0] for u in usage), 1),
+            "worker_peak_rss_mb": round(max((u[1] for u in usage), default=0.0)),
+            "workers": len(workers),
+            "lost": self.lost,
+            "cpus": int(self.ray.cluster_resources().get("CPU", 0)),
+        }
 
     def close(self, *, cancel: bool = False) -> None:
         """End the run's actors now (``cancel``: units in flight stop too); disconnect; idempotent."""
@@ -379,7 +359,11 @@ def _home(ray: Any) -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     try:
-        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)}
+        return {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(
+                node_id=ray.get_runtime_context().get_node_id(), soft=True
+            )
+        }
     except Exception:  # noqa: BLE001 - a client connection has no node of its own: anywhere will do
         return {}
 
@@ -387,5 +371,7 @@ def _home(ray: Any) -> dict[str, Any]:
 def settings_need_specs(settings: Settings, objects: list[str]) -> None:
     """Raise when a Ray run was given objects that cannot travel to other machines (models, embedders, factories)."""
     if objects:
-        raise ConfigurationError(f"a Ray run loads every model by name on each node; this run was given {', '.join(objects)} "
-                                 "as objects: pass specs instead (e.g. --model vllm:NAME), or run without --ray")
+        raise ConfigurationError(
+            f"a Ray run loads every model by name on each node; this run was given {', '.join(objects)} "
+            "as objects: pass specs instead (e.g. --model vllm:NAME), or run without --ray"
+        )

@@ -5,7 +5,9 @@ each headline metric and judge mean with its difference to the baseline, the
 task-type / category metric of its protocol per group (a bar in the terminal,
 grouped bars in ``comparison.html``), and, where both runs hold records of the
 same queries, how many queries turned from a miss into a hit in the top 10
-(and back).
+(and back). A judge calibrated in its run shows its false-accept rate beside
+its mean (``FA``); a last table sets quality against what it cost: tokens and
+calls per query, per phase, the writer's input per history token, money.
 """
 
 from __future__ import annotations
@@ -17,16 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from dualmem.evals import plots
+from dualmem.evals.calibration import leniency
 from dualmem.evals.drilldown import query_hit
 from dualmem.evals.plots import GROUP_METRICS, group_series
-from dualmem.evals.reports import HEADLINE, RECORDS, fmt, md_table, read_records, read_summary, render_html
+from dualmem.evals.reports import (
+    HEADLINE,
+    RECORDS,
+    fmt,
+    md_table,
+    quality_rows,
+    read_records,
+    read_summary,
+    render_html,
+)
 
 BAR_WIDTH = 20
 
 
 def delta(value: Any, base: Any) -> float | None:
     """Return ``value - base`` when both are finite numbers, else None."""
-    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(float(x)) for x in (value, base))
+    ok = all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(float(x)) for x in (value, base)
+    )
     return float(value) - float(base) if ok else None
 
 
@@ -75,9 +89,17 @@ class Comparison:
             cells: list[Any] = [label, s.get("meta", {}).get("framework"), s.get("protocol"), s.get("n_queries")]
             for key in keys:
                 value, d = self._value(label, key), delta(self._value(label, key), self._value(self.baseline, key))
-                cells.append(fmt(value) + (f" ({fmt_delta(d)})" if label != self.baseline and d is not None else ""))
+                cells.append(
+                    fmt(value)
+                    + (f" ({fmt_delta(d)})" if label != self.baseline and d is not None else "")
+                    + ("" if (fa := leniency(s.get("judge_calibration"), key)[0]) == "–" else f" [FA {fa}]")
+                )
             f = self.flips.get(label)
-            cells.append("baseline" if label == self.baseline else (f"+{f['gained']} / -{f['lost']} of {f['paired']}" if f else "–"))
+            cells.append(
+                "baseline"
+                if label == self.baseline
+                else (f"+{f['gained']} / -{f['lost']} of {f['paired']}" if f else "–")
+            )
             rows.append(cells)
         return headers, rows
 
@@ -100,6 +122,8 @@ class Comparison:
         for metric in self.groups:
             parts += ["", f"### {metric} by task type / category (delta to {self.baseline})", ""]
             parts.append(md_table(*self.group_rows(metric)))
+        if any(s.get("cost") for s in self.summaries.values()):
+            parts += ["", "### Quality versus tokens", "", md_table(*quality_rows(self.summaries))]
         return "\n".join(parts)
 
     def rich_tables(self) -> list[Any]:
@@ -126,6 +150,14 @@ class Comparison:
                     cells.append(f"{bar(per_run.get(label))} {fmt(per_run.get(label))}{extra}")
                 table.add_row(group, *cells)
             tables.append(table)
+        if any(s.get("cost") for s in self.summaries.values()):
+            headers, rows = quality_rows(self.summaries, quality=False)
+            cost = Table(title="What the runs cost, per query (tokens, and by phase)")
+            for h in headers:
+                cost.add_column(h, justify="left" if h == "run" else "right", overflow="fold")
+            for row in rows:
+                cost.add_row(*(fmt(c) for c in row))
+            tables.append(cost)
         return tables
 
 
@@ -161,16 +193,21 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
             for metric in GROUP_METRICS.get(protocol, ()):
                 groups.setdefault(metric, {}).setdefault(group, {})[label] = row.get(metric)
     flips = {label: f for label, d in zip(labels[1:], dirs[1:], strict=True) if (f := _flips(dirs[0], d)) is not None}
-    return Comparison(labels=labels, summaries=summaries, metric_keys=metric_keys, judge_keys=judge_keys, groups=groups, flips=flips)
+    return Comparison(
+        labels=labels, summaries=summaries, metric_keys=metric_keys, judge_keys=judge_keys, groups=groups, flips=flips
+    )
 
 
 def write_comparison(comparison: Comparison, out: str | Path) -> Path:
     """Write ``comparison.md`` and a self-contained ``comparison.html`` (per-category bars, radar, recall@k) into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    labels: Mapping[str, dict[str, Any]] = {f"{label} ({s.get('meta', {}).get('framework', '?')})": s
-                                            for label, s in comparison.summaries.items()}
+    labels: Mapping[str, dict[str, Any]] = {
+        f"{label} ({s.get('meta', {}).get('framework', '?')})": s for label, s in comparison.summaries.items()
+    }
     md = "# DualMem run comparison\n\n" + comparison.markdown() + "\n"
     (out / "comparison.md").write_text(md, encoding="utf-8")
-    (out / "comparison.html").write_text(render_html(md, plots.all_plots(labels), "DualMem run comparison"), encoding="utf-8")
+    (out / "comparison.html").write_text(
+        render_html(md, plots.all_plots(labels), "DualMem run comparison"), encoding="utf-8"
+    )
     return out

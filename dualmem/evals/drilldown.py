@@ -88,14 +88,24 @@ def _options(element_id: str, label: str, values: Sequence[str]) -> str:
 
 def _gold(record: Mapping[str, Any]) -> str:
     gold = record.get("gold") or {}
-    rows = [("reference answer", record.get("reference_answer")), ("facts", gold.get("facts")), ("insight", gold.get("insight")),
-            ("sessions", gold.get("session_ids")), ("turns", gold.get("turn_ids")), ("memory points", gold.get("memory_points"))]
+    rows = [
+        ("reference answer", record.get("reference_answer")),
+        ("facts", gold.get("facts")),
+        ("insight", gold.get("insight")),
+        ("sessions", gold.get("session_ids")),
+        ("turns", gold.get("turn_ids")),
+        ("memory points", gold.get("memory_points")),
+    ]
     out = []
     for name, value in rows:
         if not value:
             continue
         if isinstance(value, list):
-            body = "<ol>" + "".join(f"<li>{_e(v)}</li>" for v in value) + "</ol>" if name != "sessions" and name != "turns" else _e(", ".join(value))
+            body = (
+                "<ol>" + "".join(f"<li>{_e(v)}</li>" for v in value) + "</ol>"
+                if name != "sessions" and name != "turns"
+                else _e(", ".join(value))
+            )
         else:
             body = _e(value)
         out.append(f"<tr><th>{name}</th><td>{body}</td></tr>")
@@ -111,24 +121,36 @@ def _retrieved(record: Mapping[str, Any]) -> str:
         where = ", ".join(item.get("sessions") or ([item["session"]] if item.get("session") else []))
         turns = ", ".join(item.get("turn_ids") or [])
         kind = _e(item.get("kind")) + (" (cited by an insight)" if item.get("expanded") else "")
-        rows.append(f"<tr class='{cls}'><td>{rank}</td><td>{mark}</td><td>{kind}</td><td>{_e(item.get('text'))}</td>"
-                    f"<td>{_e(where)}{' · ' + _e(turns) if turns else ''}</td><td>{_fmt(item.get('score'))}</td></tr>")
+        rows.append(
+            f"<tr class='{cls}'><td>{rank}</td><td>{mark}</td><td>{kind}</td><td>{_e(item.get('text'))}</td>"
+            f"<td>{_e(where)}{' · ' + _e(turns) if turns else ''}</td><td>{_fmt(item.get('score'))}</td></tr>"
+        )
     if not rows:
         return "<p>(nothing retrieved)</p>"
-    return ("<table class='retrieved'><tr><th>#</th><th>hit</th><th>kind</th><th>text</th><th>source</th><th>score</th></tr>"
-            + "".join(rows) + "</table>")
+    return (
+        "<table class='retrieved'><tr><th>#</th><th>hit</th><th>kind</th><th>text</th><th>source</th><th>score</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def _judges(record: Mapping[str, Any]) -> str:
     judges = record.get("judges") or {}
     if not judges:
         return ""
-    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_fmt(v.get('score'))}</td><td>{_e(v.get('comment'))}</td></tr>" for k, v in judges.items())
+    rows = "".join(
+        f"<tr><td>{_e(k)}</td><td>{_fmt(v.get('score'))}</td><td>{_e(v.get('comment'))}</td></tr>"
+        for k, v in judges.items()
+    )
     return f"<h4>Judges</h4><table class='judges'><tr><th>judge</th><th>score</th><th>comment</th></tr>{rows}</table>"
 
 
 def _metrics(record: Mapping[str, Any]) -> str:
-    values = {k: v for k, v in (record.get("metrics") or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    values = {
+        k: v
+        for k, v in (record.get("metrics") or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     return " ".join(f"<span class='tag'>{_e(k)} {_fmt(v)}</span>" for k, v in values.items())
 
 
@@ -140,14 +162,28 @@ def render_query(record: Mapping[str, Any]) -> str:
     mark = "" if hit is None else ("<span class='hit'>hit</span>" if hit else "<span class='miss'>miss</span>")
     headline = HEADLINE_METRIC.get(str(record.get("protocol")), "")
     value = (record.get("metrics") or {}).get(headline)
-    judges = " ".join(f"<span class='tag'>{_e(k)} {_fmt(v.get('score'))}</span>" for k, v in (record.get("judges") or {}).items())
+    judges = " ".join(
+        f"<span class='tag'>{_e(k)} {_fmt(v.get('score'))}</span>" for k, v in (record.get("judges") or {}).items()
+    )
     errors = record.get("errors") or []
-    texts = [record.get("query"), record.get("answer"), record.get("reference_answer"), record.get("persona"), record.get("query_id"),
-             *((record.get("gold") or {}).get("facts") or []), (record.get("gold") or {}).get("insight"),
-             *((record.get("gold") or {}).get("memory_points") or []), *(r.get("text") for r in record.get("retrieved", []))]
+    texts = [
+        record.get("query"),
+        record.get("answer"),
+        record.get("reference_answer"),
+        record.get("persona"),
+        record.get("query_id"),
+        *((record.get("gold") or {}).get("facts") or []),
+        (record.get("gold") or {}).get("insight"),
+        *((record.get("gold") or {}).get("memory_points") or []),
+        *(r.get("text") for r in record.get("retrieved", [])),
+    ]
     search = " ".join(str(t) for t in texts if t).lower()
     answer = f"<h4>Answer</h4><p>{_e(record['answer'])}</p>" if record.get("answer") is not None else ""
-    error_html = ("<h4>Errors</h4><ul class='errors'>" + "".join(f"<li>{_e(x)}</li>" for x in errors) + "</ul>") if errors else ""
+    error_html = (
+        ("<h4>Errors</h4><ul class='errors'>" + "".join(f"<li>{_e(x)}</li>" for x in errors) + "</ul>")
+        if errors
+        else ""
+    )
     return (
         f'<details class="query" data-persona="{_e(record.get("persona"))}" data-group="{_e(group)}" data-hit="{hit_attr}" '
         f'data-errors="{"1" if errors else "0"}" data-text="{_e(search)}">'
@@ -165,11 +201,14 @@ def render_drilldown(records: Sequence[Mapping[str, Any]]) -> str:
     personas = sorted({str(r.get("persona")) for r in records})
     controls = (
         '<div class="controls"><input type="search" id="f-text" placeholder="filter: words in question, answer, gold, retrieved">'
-        + _options("f-group", "task type / category", groups) + _options("f-persona", "persona", personas)
+        + _options("f-group", "task type / category", groups)
+        + _options("f-persona", "persona", personas)
         + '<label>top-10 <select id="f-hit"><option value="">all</option><option value="1">hit</option>'
-          '<option value="0">miss</option></select></label>'
+        '<option value="0">miss</option></select></label>'
         + '<label><input type="checkbox" id="f-errors"> errors only</label> <span id="q-count"></span></div>'
     )
     blocks = "\n".join(render_query(r) for r in records)
-    return (f'<section id="queries"><h2>Queries ({len(records)})</h2>{controls}{blocks}</section>'
-            f"<style>{STYLE}</style><script>{SCRIPT}</script>")
+    return (
+        f'<section id="queries"><h2>Queries ({len(records)})</h2>{controls}{blocks}</section>'
+        f"<style>{STYLE}</style><script>{SCRIPT}</script>"
+    )

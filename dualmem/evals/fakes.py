@@ -62,8 +62,17 @@ class TurnLogFramework(MemoryFramework):
         self.queries.append((query, list(self.ingested)))
         self.contexts.append((query, list(context or [])))
         ranked = sorted(self.turns, key=lambda t: (-self._score(query, t), -t["order"]))[:k]
-        return [RetrievedItem(text=t["text"], kind="fact", score=self._score(query, t), source_session=t["session"],
-                              id=t["id"], meta={"turn_ids": [t["id"]]}) for t in ranked]
+        return [
+            RetrievedItem(
+                text=t["text"],
+                kind="fact",
+                score=self._score(query, t),
+                source_session=t["session"],
+                id=t["id"],
+                meta={"turn_ids": [t["id"]]},
+            )
+            for t in ranked
+        ]
 
     def respond(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> str:
         """Answer with the best turn's text (no model call)."""

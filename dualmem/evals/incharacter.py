@@ -27,8 +27,10 @@ from dualmem.errors import ConfigurationError
 
 T = TypeVar("T")
 NAMES = {"bfi": "BFI", "mbti": "16Personalities", "16personalities": "16Personalities"}
-DIMENSIONS = {"BFI": ("Extraversion", "Neuroticism", "Conscientiousness", "Agreeableness", "Openness"),
-              "16Personalities": ("E/I", "S/N", "T/F", "P/J")}
+DIMENSIONS = {
+    "BFI": ("Extraversion", "Neuroticism", "Conscientiousness", "Agreeableness", "Openness"),
+    "16Personalities": ("E/I", "S/N", "T/F", "P/J"),
+}
 LABEL_SOURCES = ("annotation", "pdb")
 
 
@@ -105,8 +107,11 @@ def load_questionnaire(folder: str | Path, name: str) -> Questionnaire:
     if not path.exists():
         raise ConfigurationError(f"{path} not found: pass the InCharacter data folder (../shared/data/incharacter)")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    items = tuple(Item(id=str(k), dimension=q["dimension"], question=q["rewritten_en"])
-                  for k, q in sorted(raw["questions"].items(), key=lambda kv: int(kv[0])) if q.get("dimension"))
+    items = tuple(
+        Item(id=str(k), dimension=q["dimension"], question=q["rewritten_en"])
+        for k, q in sorted(raw["questions"].items(), key=lambda kv: int(kv[0]))
+        if q.get("dimension")
+    )
     return Questionnaire(name=qname, items=items, dimensions=DIMENSIONS[qname], descriptions=raw["prompts"]["dim_desc"])
 
 
@@ -165,8 +170,15 @@ def load_characters(folder: str | Path) -> list[Character]:
     """Read ``characters.json`` of the InCharacter folder (English characters first, then the others, by index)."""
     raw = json.loads((Path(folder) / "characters.json").read_text(encoding="utf-8"))
     rows = sorted(raw.items(), key=lambda kv: kv[1].get("idx", 0))
-    return [Character(code=code, name=next((a for a in v["alias"] if a.isascii()), v["alias"][0]), aliases=tuple(v["alias"]),
-                      experimenter=v.get("experimenter", "")) for code, v in rows]
+    return [
+        Character(
+            code=code,
+            name=next((a for a in v["alias"] if a.isascii()), v["alias"][0]),
+            aliases=tuple(v["alias"]),
+            experimenter=v.get("experimenter", ""),
+        )
+        for code, v in rows
+    ]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -215,7 +227,9 @@ def fidelity(
     }
 
 
-def agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], scale: Scale) -> dict[str, Any]:
+def agreement(
+    a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], scale: Scale
+) -> dict[str, Any]:
     """Return how two conditions agree: share of dimensions of the same type, mean absolute normalised difference."""
     same: list[bool] = []
     diffs: list[float] = []

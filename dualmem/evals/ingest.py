@@ -43,14 +43,32 @@ class History:
         return f"{self.namespace[0]} / {self.namespace[1]}"
 
     def write(self, settings: Settings, *, progress: bool = False) -> Any:
-        """Write this history (in any process); return its :class:`~dualmem.writer.report.WriteReport`."""
+        """Write this history (in any process); return its :class:`~dualmem.writer.report.WriteReport`, whose ``cost``
+        counts the model calls made (:mod:`dualmem.evals.cost`) against the tokens of the turns written now."""
+        from dualmem.evals.cost import Meter, cost_summary
+        from dualmem.tokens import count_tokens_batch
         from dualmem.writer import write_history
 
-        return write_history(self.dialogue, self.persona, settings=settings, namespace=self.namespace, progress=progress)
+        with Meter().counting("writing") as meter:
+            report = write_history(
+                self.dialogue, self.persona, settings=settings, namespace=self.namespace, progress=progress
+            )
+        written = {t for row in report.chunks if row.get("status") != "skipped" for t in row.get("turn_ids") or []}
+        texts = [t.text for s in self.dialogue.sessions for t in s.turns if t.id in written]
+        read = sum(count_tokens_batch(texts)) if texts else 0
+        report.cost = cost_summary({self.label: {"phases": meter.phases(), "history_tokens": read}}, 0, settings.prices)
+        return report
 
 
-def plan_histories(data: Dataset, settings: Settings, *, persona: Persona | None = None, sessions: int | None = None,
-                   user: str | None = None, source: str | Path = "the dataset") -> list[History]:
+def plan_histories(
+    data: Dataset,
+    settings: Settings,
+    *,
+    persona: Persona | None = None,
+    sessions: int | None = None,
+    user: str | None = None,
+    source: str | Path = "the dataset",
+) -> list[History]:
     """Return the histories of ``data`` to write (``persona`` instead of each dialogue's; the first ``sessions`` only;
     ``user`` instead of each dialogue's user); a history without a persona is a one-line error naming the fix."""
     out = []
@@ -58,13 +76,21 @@ def plan_histories(data: Dataset, settings: Settings, *, persona: Persona | None
         who = persona or item.dialogue.persona
         if who is None:
             raise ConfigurationError(f"{source} has no persona; pass --persona FILE.json")
-        dialogue = item.dialogue.model_copy(update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions})
+        dialogue = item.dialogue.model_copy(
+            update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions}
+        )
         out.append(History(who, dialogue, (who.id, user or item.dialogue.user_id or settings.user_id)))
     return out
 
 
-def ingest_histories(histories: Sequence[History], settings: Settings, *, on_report: Callable[[Any, History], None] | None = None,
-                     progress: bool = True, console: Console | None = None) -> list[Any]:
+def ingest_histories(
+    histories: Sequence[History],
+    settings: Settings,
+    *,
+    on_report: Callable[[Any, History], None] | None = None,
+    progress: bool = True,
+    console: Console | None = None,
+) -> list[Any]:
     """Save the personas, write every history (threads, or the Ray cluster of ``ray_address``); return their reports in
     order, calling ``on_report(report, history)`` for each, in order, as soon as it and those before it are written."""
     from dualmem.stores.personas import save_persona
@@ -89,8 +115,11 @@ def ingest_histories(histories: Sequence[History], settings: Settings, *, on_rep
             from dualmem.evals.cluster import RayRunner
             from dualmem.evals.unit import UnitEnv
 
-            runner = RayRunner(UnitEnv(settings=settings, records={}, stores={}, on_ingest=lambda _h: advance(task)),
-                               settings.ray_address, units=len(histories))
+            runner = RayRunner(
+                UnitEnv(settings=settings, records={}, stores={}, on_ingest=lambda _h: advance(task)),
+                settings.ray_address,
+                units=len(histories),
+            )
 
             def write(history: History) -> Any:
                 return runner.write(history)

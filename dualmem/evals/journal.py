@@ -69,15 +69,19 @@ class Journal:
     def get(self, kind: str, persona: str, key: str) -> Any:
         """Return the value of a unit, or None when it has not finished."""
         with self._lock:
-            row = self._conn.execute("SELECT value FROM units WHERE kind=? AND persona=? AND key=?", (kind, persona, key)).fetchone()
+            row = self._conn.execute(
+                "SELECT value FROM units WHERE kind=? AND persona=? AND key=?", (kind, persona, key)
+            ).fetchone()
         return None if row is None else json.loads(row[0])
 
     def put(self, kind: str, persona: str, key: str, value: Any) -> None:
         """Record a finished unit (the first write wins: a unit is recorded once)."""
         text = json.dumps(value, ensure_ascii=False, default=str)
         with self._lock:  # one statement: its sequence number is taken under the write lock, also across processes
-            self._conn.execute("INSERT OR IGNORE INTO units SELECT ?, ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM units",
-                               (kind, persona, key, text))
+            self._conn.execute(
+                "INSERT OR IGNORE INTO units SELECT ?, ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM units",
+                (kind, persona, key, text),
+            )
 
     def items(self, kind: str, persona: str | None = None) -> list[tuple[str, str, Any]]:
         """Return (persona, key, value) of every unit of ``kind`` (of one persona if given), in write order."""

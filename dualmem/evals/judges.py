@@ -119,8 +119,12 @@ def _result(key: str, score: float | None, verdict: dict[str, Any], field: str =
         "key": key,
         "score": score,
         "comment": comment,
-        "extra": {"repetitions": scores, "errors": list(verdict["errors"]), "reasoning": reasons,
-                  "call_failed": bool(verdict.get("call_failed"))},
+        "extra": {
+            "repetitions": scores,
+            "errors": list(verdict["errors"]),
+            "reasoning": reasons,
+            "call_failed": bool(verdict.get("call_failed")),
+        },
     }
 
 
@@ -135,7 +139,10 @@ def _named(fn: Evaluator, name: str) -> Evaluator:
 
 
 def roleplay_judge(
-    dimension: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None,
+    dimension: str,
+    model: str | BaseChatModel | None = None,
+    *,
+    settings: Settings | None = None,
     repetitions: int | None = None,
 ) -> Evaluator:
     """Return the 0-5 judge of one role-play dimension (see ``ROLEPLAY_KEYS``), averaged over repetitions."""
@@ -178,7 +185,9 @@ def realmem_answer_judge(
     retries = (settings or Settings()).max_retries
     schema = verdict_schema("AnswerVerdict", 0, 3)
 
-    def realmem_answer(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+    def realmem_answer(
+        inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]
+    ) -> dict[str, Any]:
         """Score how correctly the answer uses the gold memory (0-3)."""
         ref = reference_outputs or {}
         prompt = REALMEM_ANSWER.format(
@@ -204,7 +213,9 @@ def realmem_memory_judge(
     chat = _model(model, settings)
     retries = (settings or Settings()).max_retries
 
-    def realmem_memory(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+    def realmem_memory(
+        inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]
+    ) -> dict[str, Any]:
         """Score recall (0-1) and helpfulness (0-2) of the retrieved memory."""
         gold = (reference_outputs or {}).get("memory_points") or []
         if not gold:  # RealMem skips queries without annotated memory
@@ -214,7 +225,15 @@ def realmem_memory_judge(
             memory="\n".join(gold),
             retrieved=_numbered(list((outputs or {}).get("retrieved") or [])[:top_k]),
         )
-        verdict = run_judge(chat, prompt, MemoryVerdict, repetitions=repetitions, retries=retries, fields=("recall", "score"), policy=settings)
+        verdict = run_judge(
+            chat,
+            prompt,
+            MemoryVerdict,
+            repetitions=repetitions,
+            retries=retries,
+            fields=("recall", "score"),
+            policy=settings,
+        )
         return {
             "results": [
                 _result("mem_recall", verdict["means"]["recall"], verdict, "recall"),
@@ -233,7 +252,9 @@ def locomo_correctness_judge(
     retries = (settings or Settings()).max_retries
     schema = verdict_schema("CorrectnessVerdict", 0, 1)
 
-    def locomo_correctness(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
+    def locomo_correctness(
+        inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]
+    ) -> dict[str, Any]:
         """Score the answer against the gold answer (1 correct, 0 wrong)."""
         prompt = LOCOMO_CORRECTNESS.format(
             question=inputs.get("question", ""),
@@ -247,7 +268,10 @@ def locomo_correctness_judge(
 
 
 def judges_for(
-    dataset_kind: str, model: str | BaseChatModel | None = None, *, settings: Settings | None = None,
+    dataset_kind: str,
+    model: str | BaseChatModel | None = None,
+    *,
+    settings: Settings | None = None,
     repetitions: int | None = None,
 ) -> list[Evaluator]:
     """Return the judges of a protocol: rolememo (4 dimensions), realmem (answer, memory), locomo (correctness)."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dualmem.evals.cost import carry
 from dualmem.evals.journal import StepLog
 from dualmem.evals.judges import Evaluator, flatten_result
 
@@ -46,26 +47,39 @@ def example_fields(record: Mapping[str, Any], persona_text: str = "") -> dict[st
     """Return the inputs, reference outputs and metadata of a record's example (a record or a query's fields)."""
     gold = record.get("gold") or {}
     return {
-        "inputs": {"question": record["query"], "persona": persona_text, "query_id": record["query_id"],
-                   "persona_id": record.get("persona")},
-        "outputs": {"answer": record.get("reference_answer"), "facts": gold.get("facts", []),
-                    "insight": gold.get("insight"), "memory_points": gold.get("memory_points", [])},
+        "inputs": {
+            "question": record["query"],
+            "persona": persona_text,
+            "query_id": record["query_id"],
+            "persona_id": record.get("persona"),
+        },
+        "outputs": {
+            "answer": record.get("reference_answer"),
+            "facts": gold.get("facts", []),
+            "insight": gold.get("insight"),
+            "memory_points": gold.get("memory_points", []),
+        },
         "metadata": {k: record.get(k) for k in ("persona", "task_type", "category", "category_name", "protocol")},
     }
 
 
 def _replay(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {"answer": record.get("answer"),
-            "retrieved": [r["text"] for r in record.get("retrieved", []) if not r.get("expanded")]}
+    return {
+        "answer": record.get("answer"),
+        "retrieved": [r["text"] for r in record.get("retrieved", []) if not r.get("expanded")],
+    }
 
 
 def journaled(judge: Evaluator, journal: StepLog | None) -> Evaluator:
     """Wrap a judge: a verdict recorded in ``journal`` is returned without a model call; a new one is recorded; never raises.
 
     A judge that raises (a failed call) gives an error result that is not
-    recorded, so a resumed run asks it again.
+    recorded, so a resumed run asks it again. Its calls are counted by the
+    wrapping context's meter (:func:`dualmem.evals.cost.carry`), in whichever
+    thread ``langsmith.evaluate`` runs it.
     """
     name = getattr(judge, "__name__", "judge")
+    counted = carry(judge)
 
     def evaluate(inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]) -> dict[str, Any]:
         """Return this judge's verdict on one example (recorded once)."""
@@ -73,10 +87,18 @@ def journaled(judge: Evaluator, journal: StepLog | None) -> Evaluator:
         if journal is not None and (done := journal.judgement(qid, name)) is not None:
             return dict(done)
         try:
-            result = {"results": flatten_result(judge(inputs, outputs, reference_outputs))}
+            result = {"results": flatten_result(counted(inputs, outputs, reference_outputs))}
         except Exception as exc:  # noqa: BLE001 - a failed call (network, quota): reported now, asked again on resume
-            return {"results": [{"key": name, "score": None, "comment": f"error: {exc}",
-                                 "extra": {"errors": [f"judge raised {type(exc).__name__}: {exc}"]}}]}
+            return {
+                "results": [
+                    {
+                        "key": name,
+                        "score": None,
+                        "comment": f"error: {exc}",
+                        "extra": {"errors": [f"judge raised {type(exc).__name__}: {exc}"]},
+                    }
+                ]
+            }
         failed_call = any((r.get("extra") or {}).get("call_failed") for r in result["results"])
         if journal is not None and not failed_call:  # a verdict, even an unparseable one, is recorded once;
             journal.put_judgement(qid, name, result)  # a call that failed (endpoint down) is asked again on resume
@@ -115,8 +137,14 @@ class Judging:
         """Return the LangSmith examples of ``records``."""
         from langsmith.schemas import Example
 
-        return [Example(id=example_id(self.dataset_name, str(r.get("persona")), r["query_id"]), dataset_id=self.dataset_id,
-                        **example_fields(r, persona_text)) for r in records]
+        return [
+            Example(
+                id=example_id(self.dataset_name, str(r.get("persona")), r["query_id"]),
+                dataset_id=self.dataset_id,
+                **example_fields(r, persona_text),
+            )
+            for r in records
+        ]
 
     def judge(
         self,
@@ -128,12 +156,17 @@ class Judging:
         """Return ``records`` with ``judges`` filled by ``langsmith.evaluate`` (answered records only)."""
         names = [getattr(j, "__name__", "judge") for j in self.judges]
         answered = [r for r in records if r.get("answer") is not None]
-        done = {r["query_id"] for r in answered
-                if journal is not None and all(journal.judgement(r["query_id"], n) is not None for n in names)}
+        done = {
+            r["query_id"]
+            for r in answered
+            if journal is not None and all(journal.judgement(r["query_id"], n) is not None for n in names)
+        }
         results: dict[str, list[dict[str, Any]]] = {}
         for rec in answered:
             if rec["query_id"] in done and journal is not None:
-                results[rec["query_id"]] = [res for n in names for res in journal.judgement(rec["query_id"], n)["results"]]
+                results[rec["query_id"]] = [
+                    res for n in names for res in journal.judgement(rec["query_id"], n)["results"]
+                ]
                 if on_judged:
                     on_judged(rec)
         todo = [r for r in answered if r["query_id"] not in done]
@@ -144,12 +177,22 @@ class Judging:
         for rec in records:
             rows = results.get(rec["query_id"], [])
             errors = [f"judge {r['key']}: {e}" for r in rows for e in (r.get("extra") or {}).get("errors", [])]
-            out.append({**rec, "judges": {**rec.get("judges", {}), **{r["key"]: r for r in rows}},
-                        "errors": [*rec.get("errors", []), *errors]})
+            out.append(
+                {
+                    **rec,
+                    "judges": {**rec.get("judges", {}), **{r["key"]: r for r in rows}},
+                    "errors": [*rec.get("errors", []), *errors],
+                }
+            )
         return out
 
-    def _evaluate(self, records: Sequence[Mapping[str, Any]], persona_text: str, journal: StepLog | None,
-                  on_judged: Callable[[Mapping[str, Any]], None] | None) -> dict[str, list[dict[str, Any]]]:
+    def _evaluate(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        persona_text: str,
+        journal: StepLog | None,
+        on_judged: Callable[[Mapping[str, Any]], None] | None,
+    ) -> dict[str, list[dict[str, Any]]]:
         import langsmith
         from langsmith.run_helpers import tracing_context
 
@@ -159,10 +202,14 @@ class Judging:
             """Replay the recorded answer and retrieved texts of one example."""
             return _replay(by_id[inputs["query_id"]])
 
-        kwargs: dict[str, Any] = {"data": self.examples(records, persona_text),
-                                  "evaluators": [journaled(j, journal) for j in self.judges],
-                                  "max_concurrency": 0, "upload_results": self.upload, "blocking": False,
-                                  "disable_evaluator_tracing": not self.upload}
+        kwargs: dict[str, Any] = {
+            "data": self.examples(records, persona_text),
+            "evaluators": [journaled(j, journal) for j in self.judges],
+            "max_concurrency": 0,
+            "upload_results": self.upload,
+            "blocking": False,
+            "disable_evaluator_tracing": not self.upload,
+        }
         out: dict[str, list[dict[str, Any]]] = {}
         with tracing_context(enabled=self.upload):
             if self.upload:
@@ -226,8 +273,14 @@ def open_judging(
         fields = example_fields(r, persona_texts.get(str(r["persona"]), ""))
         eid = str(example_id(dataset_name, str(r["persona"]), r["query_id"]))
         if eid not in have:
-            new.append({"id": eid, "inputs": fields["inputs"], "reference_outputs": fields["outputs"],
-                        "metadata": fields["metadata"]})
+            new.append(
+                {
+                    "id": eid,
+                    "inputs": fields["inputs"],
+                    "reference_outputs": fields["outputs"],
+                    "metadata": fields["metadata"],
+                }
+            )
     if new:
         client.create_examples(dataset_id=dataset.id, examples=new)
     if experiment_id:
@@ -236,9 +289,21 @@ def open_judging(
         from langsmith.utils import LangSmithConflictError
 
         try:
-            experiment = client.create_project(experiment_name, reference_dataset_id=dataset.id, metadata=dict(metadata or {}))
+            experiment = client.create_project(
+                experiment_name, reference_dataset_id=dataset.id, metadata=dict(metadata or {})
+            )
         except LangSmithConflictError:  # the name is taken (another run folder of the same name): keep both
-            experiment = client.create_project(f"{experiment_name}-{uuid.uuid4().hex[:6]}", reference_dataset_id=dataset.id,
-                                               metadata=dict(metadata or {}))
-    return Judging(judges, upload=True, client=client, experiment=experiment, dataset_id=dataset.id,
-                   dataset_name=dataset_name, experiment_prefix=experiment_name)
+            experiment = client.create_project(
+                f"{experiment_name}-{uuid.uuid4().hex[:6]}",
+                reference_dataset_id=dataset.id,
+                metadata=dict(metadata or {}),
+            )
+    return Judging(
+        judges,
+        upload=True,
+        client=client,
+        experiment=experiment,
+        dataset_id=dataset.id,
+        dataset_name=dataset_name,
+        experiment_prefix=experiment_name,
+    )

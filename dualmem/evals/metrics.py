@@ -98,8 +98,10 @@ def rolememo_recall(
     fact_sims = sims[: len(gold_facts)]
     labels = [f"fact {i + 1}" for i in range(len(gold_facts))] + (["insight"] if gold_insight else [])
     limits = [fact_threshold] * len(gold_facts) + ([insight_threshold] if gold_insight else [])
-    matches = [[lab for g, (lab, lim) in enumerate(zip(labels, limits, strict=True)) if matrix[g, j] >= lim]
-               for j in range(len(top))]
+    matches = [
+        [lab for g, (lab, lim) in enumerate(zip(labels, limits, strict=True)) if matrix[g, j] >= lim]
+        for j in range(len(top))
+    ]
     insight_sim = sims[len(gold_facts)] if gold_insight else None
     fact_hits = [s >= fact_threshold for s in fact_sims]
     return {
@@ -129,7 +131,9 @@ def _micro(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     }
 
 
-def aggregate_rolememo(records: Sequence[Mapping[str, Any]], task_types: Sequence[str | None] | None = None) -> dict[str, Any]:
+def aggregate_rolememo(
+    records: Sequence[Mapping[str, Any]], task_types: Sequence[str | None] | None = None
+) -> dict[str, Any]:
     """Micro-average :func:`rolememo_recall` results over gold items: overall and per task type.
 
     ``task_types`` gives each record's type (else ``record["task_type"]``).
@@ -211,7 +215,9 @@ def locomo_evidence_recall(retrieved_turn_ids: Sequence[str], gold_turn_ids: Seq
     return len(gold & top) / len(gold)
 
 
-def aggregate_by(records: Sequence[Mapping[str, Any]], key: str, metric_keys: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+def aggregate_by(
+    records: Sequence[Mapping[str, Any]], key: str, metric_keys: Sequence[str] | None = None
+) -> dict[str, dict[str, float]]:
     """Average each record's ``metrics`` grouped by ``record[key]`` (e.g. LoCoMo category)."""
     groups: dict[str, list[Mapping[str, float]]] = defaultdict(list)
     for rec in records:
@@ -311,12 +317,17 @@ def ragas_id_scores_batch(pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) 
     async def score_all() -> list[dict[str, float]]:
         out = []
         for retrieved, reference in pairs:
-            sample = sample_cls(retrieved_context_ids=[str(x) for x in retrieved],
-                                reference_context_ids=[str(x) for x in reference])
-            out.append({
-                "id_context_recall": float(await recall.single_turn_ascore(sample)) if reference else float("nan"),
-                "id_context_precision": float(await precision.single_turn_ascore(sample)) if retrieved else float("nan"),
-            })
+            sample = sample_cls(
+                retrieved_context_ids=[str(x) for x in retrieved], reference_context_ids=[str(x) for x in reference]
+            )
+            out.append(
+                {
+                    "id_context_recall": float(await recall.single_turn_ascore(sample)) if reference else float("nan"),
+                    "id_context_precision": float(await precision.single_turn_ascore(sample))
+                    if retrieved
+                    else float("nan"),
+                }
+            )
         return out
 
     return asyncio.run(score_all())

@@ -47,12 +47,18 @@ def assessment_schema(questionnaire: Questionnaire, dimension: str) -> type[Base
     """Return the structured answer of one rating: ``{analysis, result}`` (a score, or the two poles' percentages)."""
     if questionnaire.two_poles:
         first, second = dimension.split("/")
-        poles = create_model(f"Poles{first}{second}", __base__=_Poles,
-                             **{first: (float, Field(ge=0, le=100)), second: (float, Field(ge=0, le=100))})  # type: ignore[call-overload]
+        poles = create_model(
+            f"Poles{first}{second}",
+            __base__=_Poles,
+            **{first: (float, Field(ge=0, le=100)), second: (float, Field(ge=0, le=100))},
+        )  # type: ignore[call-overload]
         return create_model(f"Assessment{first}{second}", analysis=(str, Field(default="")), result=(poles, ...))
     low, high = questionnaire.scale.low, questionnaire.scale.high
-    return create_model(f"Assessment{dimension}", analysis=(str, Field(default="")),
-                        result=(float, Field(ge=low, le=high, description=f"the score, {low:g}-{high:g}")))
+    return create_model(
+        f"Assessment{dimension}",
+        analysis=(str, Field(default="")),
+        result=(float, Field(ge=low, le=high, description=f"the score, {low:g}-{high:g}")),
+    )
 
 
 def anonymise(text: str, names: tuple[str, ...]) -> str:
@@ -65,13 +71,17 @@ def anonymise(text: str, names: tuple[str, ...]) -> str:
 def rating_messages(questionnaire: Questionnaire, dimension: str, exchanges: list[tuple[str, str]]) -> list[Any]:
     """Return the judge's messages for one batch of (question, answer) exchanges on ``dimension``."""
     name = "16Personalities (highly similar to MBTI)" if questionnaire.two_poles else questionnaire.name
-    system = ASSESS_BACKGROUND.format(questionnaire=name, dimension=dimension, description=questionnaire.descriptions.get(dimension, ""))
+    system = ASSESS_BACKGROUND.format(
+        questionnaire=name, dimension=dimension, description=questionnaire.descriptions.get(dimension, "")
+    )
     if questionnaire.two_poles:
         first, second = dimension.split("/")
         system += TWO_SCORE_OUTPUT.format(first=first, second=second)
     else:
         scale = questionnaire.scale
-        system += ONE_SCORE_OUTPUT.format(dimension=dimension, low=f"{scale.low:g}", high=f"{scale.high:g}", neutral=f"{scale.midpoint:g}")
+        system += ONE_SCORE_OUTPUT.format(
+            dimension=dimension, low=f"{scale.low:g}", high=f"{scale.high:g}", neutral=f"{scale.midpoint:g}"
+        )
     body = "\n".join(EXCHANGE.format(index=i, question=q, answer=a) for i, (q, a) in enumerate(exchanges, start=1))
     return [SystemMessage(content=system), HumanMessage(content=CONVERSATIONS.format(conversations=body))]
 
@@ -119,7 +129,13 @@ def assess(
             key = f"{condition}/{questionnaire.name}/{dimension}/{index}"
             done = journal.get("assessment", key) if journal is not None else None
             if done is None:
-                done = _rate(judge, questionnaire, dimension, [(i.question, anonymise(answers[i.id], names)) for i in batch], retries)
+                done = _rate(
+                    judge,
+                    questionnaire,
+                    dimension,
+                    [(i.question, anonymise(answers[i.id], names)) for i in batch],
+                    retries,
+                )
                 done["items"] = [i.id for i in batch]
                 if journal is not None:
                     journal.put("assessment", key, done)
@@ -128,16 +144,30 @@ def assess(
                 on_rating()
         scores = [b["score"] for b in batches if b["score"] is not None]
         score = sum(scores) / len(scores) if scores else None
-        out[dimension] = {"score": score, "type": None if score is None else questionnaire.scale.type_of(score),
-                          "batches": batches, "errors": [b["error"] for b in batches if b.get("error")]}
+        out[dimension] = {
+            "score": score,
+            "type": None if score is None else questionnaire.scale.type_of(score),
+            "batches": batches,
+            "errors": [b["error"] for b in batches if b.get("error")],
+        }
     return out
 
 
-def _rate(judge: BaseChatModel, questionnaire: Questionnaire, dimension: str, exchanges: list[tuple[str, str]], retries: int) -> dict[str, Any]:
-    result = invoke_structured(judge, rating_messages(questionnaire, dimension, exchanges), assessment_schema(questionnaire, dimension),
-                               retries=retries)
+def _rate(
+    judge: BaseChatModel, questionnaire: Questionnaire, dimension: str, exchanges: list[tuple[str, str]], retries: int
+) -> dict[str, Any]:
+    result = invoke_structured(
+        judge,
+        rating_messages(questionnaire, dimension, exchanges),
+        assessment_schema(questionnaire, dimension),
+        retries=retries,
+    )
     if result.value is None:
-        return {"score": None, "analysis": "", "error": f"unusable rating after {result.attempts} attempts: {result.error}"}
+        return {
+            "score": None,
+            "analysis": "",
+            "error": f"unusable rating after {result.attempts} attempts: {result.error}",
+        }
     value = result.value.model_dump()
     raw = value["result"]
     score = float(raw[dimension.split("/")[0]]) if questionnaire.two_poles else float(raw)

@@ -108,7 +108,11 @@ def _subjects(spec: PersonalitySpec, labels_file: Path | None, out: Path) -> lis
         labels = ic.load_labels(folder / "characters_labels.json", spec.label_source)
         for c in ic.load_characters(folder):
             persona = Persona(id=c.code, name=c.name, description=f"{c.name} (also known as {', '.join(c.aliases)})")
-            subjects.append(Subject(c.code, persona, (*c.aliases, c.experimenter), {**labels.get(c.code, {}), **extra.get(c.code, {})}))
+            subjects.append(
+                Subject(
+                    c.code, persona, (*c.aliases, c.experimenter), {**labels.get(c.code, {}), **extra.get(c.code, {})}
+                )
+            )
     else:
         if spec.mode == "run":  # the memory that evaluation ingested, where it put it
             run = spec_of(spec.source)
@@ -121,11 +125,22 @@ def _subjects(spec: PersonalitySpec, labels_file: Path | None, out: Path) -> lis
             persona = item.dialogue.persona or Persona(id=item.dialogue.id, name=item.dialogue.id)
             history = item.dialogue.sessions[: spec.sessions] if spec.mode == "dataset" else []
             labels = {**ic.normalise_labels(persona.personality), **extra.get(item.dialogue.id, {})}
-            subjects.append(Subject(item.dialogue.id, persona, (persona.name, persona.id), labels, history, persona_store(base, item),
-                                    item.dialogue.user_id or None))
+            subjects.append(
+                Subject(
+                    item.dialogue.id,
+                    persona,
+                    (persona.name, persona.id),
+                    labels,
+                    history,
+                    persona_store(base, item),
+                    item.dialogue.user_id or None,
+                )
+            )
     missing = wanted - {s.id for s in subjects}
     if missing:
-        raise ConfigurationError(f"--personas {sorted(missing)} are not in {spec.source}; available: {[s.id for s in subjects][:10]}")
+        raise ConfigurationError(
+            f"--personas {sorted(missing)} are not in {spec.source}; available: {[s.id for s in subjects][:10]}"
+        )
     return [s for s in subjects if not wanted or s.id in wanted]
 
 
@@ -158,23 +173,44 @@ def run_personality(
     settings = Settings.resolve(settings)
     source = Path(source).expanduser().resolve()
     if not source.exists():
-        raise ConfigurationError(f"{source} does not exist: pass a dataset, a `dualmem eval` run folder or the InCharacter folder")
+        raise ConfigurationError(
+            f"{source} does not exist: pass a dataset, a `dualmem eval` run folder or the InCharacter folder"
+        )
     mode = _mode(source)
     if mode == "run":  # the run's framework and settings; where and how to run, and the judge, from this call
         run = spec_of(source)
-        here = {k: getattr(settings, k) for k in OPERATIONAL if k not in ("store_uri", "openai_api_key") and hasattr(settings, k)}
+        here = {
+            k: getattr(settings, k)
+            for k in OPERATIONAL
+            if k not in ("store_uri", "openai_api_key") and hasattr(settings, k)
+        }
         framework = run.framework
         settings = settings_of(run, **here, **({"judge_model": settings.judge_model} if settings.judge_model else {}))
     framework = framework or settings.framework
-    names = [ic.questionnaire_name(q) for q in (questionnaires.split(",") if isinstance(questionnaires, str) else questionnaires) if q.strip()]
+    names = [
+        ic.questionnaire_name(q)
+        for q in (questionnaires.split(",") if isinstance(questionnaires, str) else questionnaires)
+        if q.strip()
+    ]
     data_dir = source if mode == "incharacter" else Path(settings.incharacter_dir).expanduser()
     tests = [ic.load_questionnaire(data_dir, n) for n in names]
     chat = load_chat_model(model, settings)
     rater = load_chat_model(judge, settings, role="judge")
-    spec = PersonalitySpec(source=str(source), mode=mode, dataset_kind=dataset_kind, framework=framework, questionnaires=names,
-                           sessions=sessions, personas=sorted(personas or []), chat_model=model_name(chat), judge_model=model_name(rater),
-                           label_source=label_source, labels_file=str(labels) if labels else None,
-                           settings=recorded_settings(settings), stamp=data_stamp(source) if mode != "run" else "")
+    spec = PersonalitySpec(
+        source=str(source),
+        mode=mode,
+        dataset_kind=dataset_kind,
+        framework=framework,
+        questionnaires=names,
+        sessions=sessions,
+        personas=sorted(personas or []),
+        chat_model=model_name(chat),
+        judge_model=model_name(rater),
+        label_source=label_source,
+        labels_file=str(labels) if labels else None,
+        settings=recorded_settings(settings),
+        stamp=data_stamp(source) if mode != "run" else "",
+    )
     run_dir = Path(out) if out else Path("runs") / f"personality-{_safe(source.stem)}-{framework}-{fingerprint(spec)}"
     claim(run_dir, spec, resume_hint=False)
     subjects = _subjects(spec, Path(labels) if labels else None, run_dir)
@@ -183,33 +219,62 @@ def run_personality(
 
     def open_condition(subject: Subject, condition: str) -> MemoryFramework:
         store = subject.memory_store if condition == "memory" else str(run_dir / "no-memory" / _safe(subject.id))
-        return open_framework(framework, FrameworkContext(namespace=(subject.id, subject.user or settings.user_id), settings=settings,
-                                                          persona=subject.persona, chat_model=chat, embeddings=embeddings,
-                                                          store_uri=store))
+        return open_framework(
+            framework,
+            FrameworkContext(
+                namespace=(subject.id, subject.user or settings.user_id),
+                settings=settings,
+                persona=subject.persona,
+                chat_model=chat,
+                embeddings=embeddings,
+                store_uri=store,
+            ),
+        )
 
     console = Console(stderr=True)
     results: dict[str, dict[str, Any]] = {s.id: {"labels": s.labels, "conditions": {}} for s in subjects}
     try:
         with progress_bars(console, enabled=progress) as (bar, advance):
-            asked = bar.add_task("interview answers", total=len(subjects) * len(conditions) * sum(len(t.items) for t in tests))
-            rated = bar.add_task("ratings", total=len(subjects) * len(conditions) * sum(
-                len(ic.split_batches(t.items_of(d))) for t in tests for d in t.dimensions))
-            ingested = bar.add_task("sessions ingested", total=sum(len(s.history) for s in subjects)) if mode == "dataset" else None
+            asked = bar.add_task(
+                "interview answers", total=len(subjects) * len(conditions) * sum(len(t.items) for t in tests)
+            )
+            rated = bar.add_task(
+                "ratings",
+                total=len(subjects)
+                * len(conditions)
+                * sum(len(ic.split_batches(t.items_of(d))) for t in tests for d in t.dimensions),
+            )
+            ingested = (
+                bar.add_task("sessions ingested", total=sum(len(s.history) for s in subjects))
+                if mode == "dataset"
+                else None
+            )
 
             def test(subject: Subject, condition: str) -> None:
                 scope = journal.scope(subject.id)
                 agent = open_condition(subject, condition)
                 if condition == "memory" and subject.history:
                     log: list[dict[str, Any]] = []
-                    opts = RunOptions(journal=scope, on_ingest=(lambda _s: advance(ingested)) if ingested is not None else None)
+                    opts = RunOptions(
+                        journal=scope, on_ingest=(lambda _s: advance(ingested)) if ingested is not None else None
+                    )
                     for session in subject.history:
                         ingest_session(agent, session, opts, log)
                     results[subject.id]["ingest"] = log
                 for t in tests:
-                    answers = interview(agent, t, condition, scope, k=settings.retrieval_k, on_answer=lambda: advance(asked))
+                    answers = interview(
+                        agent, t, condition, scope, k=settings.retrieval_k, on_answer=lambda: advance(asked)
+                    )
                     results[subject.id]["conditions"].setdefault(condition, {})[t.name] = assess(
-                        rater, t, answers, condition, scope, names=subject.names, retries=settings.max_retries,
-                        on_rating=lambda: advance(rated))
+                        rater,
+                        t,
+                        answers,
+                        condition,
+                        scope,
+                        names=subject.names,
+                        retries=settings.max_retries,
+                        on_rating=lambda: advance(rated),
+                    )
 
             _parallel([functools.partial(test, s, c) for s in subjects for c in conditions], settings.concurrency)
         report = _report(spec, subjects, tests, conditions, results)
@@ -217,8 +282,13 @@ def run_personality(
         with (run_dir / INTERVIEWS).open("w", encoding="utf-8") as fh:
             for subject_id, key, value in journal.items("interview"):
                 condition, qname, item = key.split("/", 2)
-                fh.write(json.dumps({"subject": subject_id, "condition": condition, "questionnaire": qname, "item": item, **value},
-                                    ensure_ascii=False) + "\n")
+                fh.write(
+                    json.dumps(
+                        {"subject": subject_id, "condition": condition, "questionnaire": qname, "item": item, **value},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
         (run_dir / REPORT).write_text(render_markdown(report), encoding="utf-8")
     finally:
         journal.close()
@@ -232,44 +302,86 @@ def _parallel(jobs: list[Callable[[], None]], workers: int) -> None:
             future.result()  # the first failure is raised (the journal keeps everything finished)
 
 
-def _report(spec: PersonalitySpec, subjects: list[Subject], tests: list[ic.Questionnaire], conditions: list[str],
-            results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _report(
+    spec: PersonalitySpec,
+    subjects: list[Subject],
+    tests: list[ic.Questionnaire],
+    conditions: list[str],
+    results: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     fidelity: dict[str, dict[str, Any]] = {}
     agreement: dict[str, Any] = {}
     for t in tests:
         labels = {s.id: s.labels.get(t.name, {}) for s in subjects if s.labels.get(t.name)}
-        scores = {c: {s: {d: r["score"] for d, r in res["conditions"][c][t.name].items()} for s, res in results.items()}
-                  for c in conditions}
+        scores = {
+            c: {s: {d: r["score"] for d, r in res["conditions"][c][t.name].items()} for s, res in results.items()}
+            for c in conditions
+        }
         for c in conditions:
             fidelity.setdefault(c, {})[t.name] = ic.fidelity(scores[c], labels, t.scale) if labels else None
         if len(conditions) == 2:
             agreement[t.name] = ic.agreement(scores["memory"], scores["no-memory"], t.scale)
-    return {"meta": {k: v for k, v in vars(spec).items() if k != "settings"} | {"settings": spec.settings, "conditions": conditions},
-            "fidelity": fidelity, "agreement": agreement, "subjects": results}
+    return {
+        "meta": {k: v for k, v in vars(spec).items() if k != "settings"}
+        | {"settings": spec.settings, "conditions": conditions},
+        "fidelity": fidelity,
+        "agreement": agreement,
+        "subjects": results,
+    }
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """Return ``personality.md``: fidelity per condition and questionnaire, agreement of the conditions, per-subject types."""
     meta = report["meta"]
-    parts = [f"# Personality fidelity (InCharacter) — {meta['framework']} on {Path(meta['source']).name}", "",
-             f"- agent model: `{meta['chat_model']}`; judge model: `{meta['judge_model']}`; labels: `{meta['label_source']}`",
-             f"- conditions: {', '.join(meta['conditions'])}; questionnaires: {', '.join(meta['questionnaires'])}", ""]
-    rows = [[c, q, f.get("acc_dim"), f.get("acc_full"), f.get("mae"), f.get("mse"), f.get("n_dimensions"), f.get("n_subjects")]
-            for c, per in report["fidelity"].items() for q, f in per.items() if f]
+    parts = [
+        f"# Personality fidelity (InCharacter) — {meta['framework']} on {Path(meta['source']).name}",
+        "",
+        f"- agent model: `{meta['chat_model']}`; judge model: `{meta['judge_model']}`; labels: `{meta['label_source']}`",
+        f"- conditions: {', '.join(meta['conditions'])}; questionnaires: {', '.join(meta['questionnaires'])}",
+        "",
+    ]
+    rows = [
+        [
+            c,
+            q,
+            f.get("acc_dim"),
+            f.get("acc_full"),
+            f.get("mae"),
+            f.get("mse"),
+            f.get("n_dimensions"),
+            f.get("n_subjects"),
+        ]
+        for c, per in report["fidelity"].items()
+        for q, f in per.items()
+        if f
+    ]
     parts += ["## Fidelity to the labels", ""]
-    parts += [md_table(["condition", "questionnaire", "Acc_dim", "Acc_full", "MAE", "MSE", "dimensions", "subjects"], rows)
-              if rows else "(no subject has labels: pass --labels or add `personality` to the persona files)", ""]
+    parts += [
+        md_table(["condition", "questionnaire", "Acc_dim", "Acc_full", "MAE", "MSE", "dimensions", "subjects"], rows)
+        if rows
+        else "(no subject has labels: pass --labels or add `personality` to the persona files)",
+        "",
+    ]
     if report["agreement"]:
-        parts += ["## Memory vs no memory", "", md_table(["questionnaire", "same type", "mean |diff| (0-1)", "dimensions"],
-                  [[q, a["same_type"], a["mean_abs_diff"], a["n_dimensions"]] for q, a in report["agreement"].items()]), ""]
+        parts += [
+            "## Memory vs no memory",
+            "",
+            md_table(
+                ["questionnaire", "same type", "mean |diff| (0-1)", "dimensions"],
+                [[q, a["same_type"], a["mean_abs_diff"], a["n_dimensions"]] for q, a in report["agreement"].items()],
+            ),
+            "",
+        ]
     parts += ["## Per subject", ""]
     table = []
     for sid, res in report["subjects"].items():
         for c, per in res["conditions"].items():
             for q, dims in per.items():
                 label = res["labels"].get(q, {})
-                cells = " ".join(f"{d}={fmt(r['score'])}{r['type'] or '?'}"
-                                 f"{'/' + label[d]['type'] if d in label else ''}" for d, r in dims.items())
+                cells = " ".join(
+                    f"{d}={fmt(r['score'])}{r['type'] or '?'}{'/' + label[d]['type'] if d in label else ''}"
+                    for d, r in dims.items()
+                )
                 table.append([sid, c, q, cells])
     parts += [md_table(["subject", "condition", "questionnaire", "dimension=score type / label"], table), ""]
     return "\n".join(parts)

@@ -1,4 +1,5 @@
-"""Report figures (matplotlib, Agg backend): recall by task type / category, per persona, judge radar, recall@k curves.
+"""Report figures (matplotlib, Agg backend): recall by task type / category, per persona, judge radar, recall@k curves,
+quality versus tokens.
 
 Every function takes ``{label: summary}`` (one summary per framework/run) and
 returns PNG bytes, or None when the summaries hold nothing to draw.
@@ -40,8 +41,11 @@ def _finite(x: Any) -> bool:
 
 
 MAX_BARS = 40  # more groups than this are drawn as a sorted curve: a figure's size never grows with the personas
-GROUP_METRICS = {"rolememo": ("fact_recall@10", "insight_recall@10"), "realmem": ("recall_any@10",),
-                 "locomo": ("evidence_recall@10",)}
+GROUP_METRICS = {
+    "rolememo": ("fact_recall@10", "insight_recall@10"),
+    "realmem": ("recall_any@10",),
+    "locomo": ("evidence_recall@10",),
+}
 
 
 def group_series(summary: Mapping[str, Any], by: str = "category") -> tuple[str, dict[str, dict[str, float]]]:
@@ -136,10 +140,44 @@ def recall_at_k(summaries: Summaries) -> bytes | None:
     return _png(fig)
 
 
+def quality_vs_tokens(summaries: Summaries) -> bytes | None:
+    """Return each run's headline metric (and first judge's mean, on its right axis) against its tokens per query."""
+    points: dict[str, tuple[Any, Any, Any]] = {}
+    for label, s in summaries.items():
+        if (s.get("cost") or {}).get("tokens_per_query") is not None:
+            first_judge: Mapping[str, Any] = next(iter((s.get("judges") or {}).values()), {})
+            points[label] = (
+                s["cost"]["tokens_per_query"],
+                s.get("overall", {}).get(GROUP_METRICS.get(str(s.get("protocol")), ("",))[0]),
+                first_judge.get("mean"),
+            )
+    if not points:
+        return None
+    protocol = str(next(iter(summaries.values())).get("protocol"))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    judged = ax.twinx() if any(_finite(p[2]) for p in points.values()) else None
+    for label, (x, metric, judge) in points.items():
+        if _finite(metric):
+            ax.scatter([x], [metric], marker="o")
+            ax.annotate(label, (x, metric), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        if judged is not None and _finite(judge):
+            judged.scatter([x], [judge], marker="x", color="grey")
+    ax.set_xlabel("tokens per query (writing + retrieval + answering + judging)")
+    ax.set_ylabel(f"{GROUP_METRICS.get(protocol, ('quality',))[0]} (o)")
+    if judged is not None:
+        judged.set_ylabel(f"{next(iter(next(iter(summaries.values())).get('judges') or {'judge': 0}))} mean (x)")
+    ax.set_title("Quality versus tokens: what each framework's score costs")
+    return _png(fig)
+
+
 def all_plots(summaries: Summaries) -> dict[str, bytes]:
     """Return every drawable figure as ``{name: png}``."""
     several = any(len(s.get("per_persona") or {}) > 1 for s in summaries.values())
-    figures = {"recall_by_group": recall_by_group(summaries),
-               "recall_per_persona": recall_by_group(summaries, by="persona") if several else None,
-               "judge_radar": judge_radar(summaries), "recall_at_k": recall_at_k(summaries)}
+    figures = {
+        "recall_by_group": recall_by_group(summaries),
+        "recall_per_persona": recall_by_group(summaries, by="persona") if several else None,
+        "judge_radar": judge_radar(summaries),
+        "recall_at_k": recall_at_k(summaries),
+        "quality_vs_tokens": quality_vs_tokens(summaries),
+    }
     return {k: v for k, v in figures.items() if v is not None}

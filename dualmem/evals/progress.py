@@ -43,12 +43,20 @@ class Advance:
                 return
             self._last[task_id] = now
             total = "?" if task.total is None else int(task.total)
-            self.console.print(f"{time.strftime('%H:%M:%S')} {task.description}: {int(task.completed)}/{total}", highlight=False)
+            self.console.print(
+                f"{time.strftime('%H:%M:%S')} {task.description}: {int(task.completed)}/{total}", highlight=False
+            )
 
 
 @contextmanager
 def progress_bars(console: Console, *, enabled: bool = True) -> Iterator[tuple[Progress, Callable[[Any], None]]]:
     """Yield a rich ``Progress`` (disabled when not ``enabled``) and its thread-safe ``advance``."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not enabled) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not enabled,
+    ) as bar:
         yield bar, Advance(bar, console, logging=enabled and not console.is_terminal)

@@ -50,9 +50,17 @@ def realmem_examples(item: DatasetItem, namespace: Namespace) -> list[Example]:
         earlier = order[: position[q.session_id]]
         if not earlier:
             continue
-        out.append(Example(namespace=namespace, query=q.text, relevant_sessions=tuple(q.gold.session_ids),
-                           context=query_context(q, item), filter={"session_id": {"$in": earlier}},
-                           group=item.dialogue.id, id=q.id))
+        out.append(
+            Example(
+                namespace=namespace,
+                query=q.text,
+                relevant_sessions=tuple(q.gold.session_ids),
+                context=query_context(q, item),
+                filter={"session_id": {"$in": earlier}},
+                group=item.dialogue.id,
+                id=q.id,
+            )
+        )
     return out
 
 
@@ -65,8 +73,16 @@ def locomo_examples(item: DatasetItem, namespace: Namespace) -> list[Example]:
             continue
         ids = tuple(turn_item_id(namespace, session_of[t], t) for t in q.gold.turn_ids if t in session_of)
         if ids:
-            out.append(Example(namespace=namespace, query=q.text, relevant_ids=ids, group=item.dialogue.id, id=q.id,
-                               meta={"category": str(q.category), "n_gold": len(q.gold.turn_ids)}))
+            out.append(
+                Example(
+                    namespace=namespace,
+                    query=q.text,
+                    relevant_ids=ids,
+                    group=item.dialogue.id,
+                    id=q.id,
+                    meta={"category": str(q.category), "n_gold": len(q.gold.turn_ids)},
+                )
+            )
     return out
 
 
@@ -79,7 +95,9 @@ def examples_of(kind: str, item: DatasetItem, namespace: Namespace) -> list[Exam
     raise ValueError(f"no ranker examples for dataset {kind!r}; use realmem or locomo")
 
 
-def store_examples(kind: str, items: Iterable[DatasetItem], context_of_item: Any) -> list[tuple[DualStore, list[Example]]]:
+def store_examples(
+    kind: str, items: Iterable[DatasetItem], context_of_item: Any
+) -> list[tuple[DualStore, list[Example]]]:
     """Ingest each item with ``context_of_item(item) -> FrameworkContext`` and return (store, examples) per item."""
     out = []
     for item in items:

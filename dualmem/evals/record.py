@@ -18,6 +18,10 @@ folder never starts with ``_``, so it never meets a record), in tables:
   (unenforced) primary key: the first write of a step wins, and a replay or a
   concurrent duplicate (a lost worker's retry racing a survivor) changes
   nothing, so a query is scored once, whichever process or machine wrote it.
+  Beside each step, in the same write, a ``cost`` row holds the counts of the
+  model calls the unit made since its previous one (:mod:`dualmem.evals.cost`),
+  keyed by the attempt and a sequence number: the unit's cost is the sum of
+  its cost rows, each call counted once however often the unit was resumed.
 
 A unit's steps are read once when it starts (one unit runs in one place at a
 time, and only it writes its table) and kept beside what it writes since, so
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +44,23 @@ from dualmem.stores._sql import sql_str
 
 RECORD_DIR = "_runs"
 PK = {"lance-schema:unenforced-primary-key": "true"}  # declared at creation: no second commit to declare it
-UNITS = pa.schema([pa.field("uid", pa.string(), nullable=False, metadata=PK), pa.field("framework", pa.string()),
-                   pa.field("persona", pa.string()), pa.field("result", pa.string()),
-                   pa.field("at", pa.timestamp("us", tz="UTC"))])
-STEPS = pa.schema([pa.field("key", pa.string(), nullable=False, metadata=PK), pa.field("kind", pa.string()),
-                   pa.field("value", pa.string()), pa.field("at", pa.timestamp("us", tz="UTC"))])
+UNITS = pa.schema(
+    [
+        pa.field("uid", pa.string(), nullable=False, metadata=PK),
+        pa.field("framework", pa.string()),
+        pa.field("persona", pa.string()),
+        pa.field("result", pa.string()),
+        pa.field("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+STEPS = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False, metadata=PK),
+        pa.field("kind", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 RUN = pa.schema([pa.field("name", pa.string(), nullable=False, metadata=PK), pa.field("value", pa.string())])
 
 
@@ -103,8 +120,13 @@ class RunRecord:
 
     def finish(self, framework: str, persona: str, result: Mapping[str, Any]) -> None:
         """Record a finished unit and its result (appended: see the module docstring)."""
-        row = {"uid": unit_id(framework, persona), "framework": framework, "persona": persona, "result": _dumps(dict(result)),
-               "at": utcnow()}
+        row = {
+            "uid": unit_id(framework, persona),
+            "framework": framework,
+            "persona": persona,
+            "result": _dumps(dict(result)),
+            "at": utcnow(),
+        }
         data = pa.Table.from_pylist([row], schema=self.units.schema)
         L.retry(lambda: self.units.add(data))
 
@@ -114,10 +136,13 @@ class RunRecord:
 
 
 class UnitSteps:
-    """One unit's finished steps: ``get``/``put`` by (kind, key), as the runners and judges journal them."""
+    """One unit's finished steps: ``get``/``put`` by (kind, key), as the runners and judges journal them; with a
+    ``meter`` (:class:`dualmem.evals.cost.Meter`), the counts of its calls since the last step written with each."""
 
     def __init__(self, db: Any, name: str) -> None:
         self.db, self.name = db, name
+        self.meter: Any = None
+        self._attempt, self._spent = uuid.uuid4().hex[:12], 0
         try:
             self.table: Any = db.open_table(name)
         except (FileNotFoundError, ValueError):  # not created yet: the unit's first step creates it
@@ -133,14 +158,39 @@ class UnitSteps:
         return self._done.get(f"{kind}\x1f{key}")
 
     def put(self, kind: str, key: str, value: Any) -> None:
-        """Record a finished step (the first write of a step wins)."""
+        """Record a finished step (the first write of a step wins), with the cost of the calls made since the last."""
         full = f"{kind}\x1f{key}"
         with self._lock:
-            if full in self._done:
-                return
-            if self.table is None:
-                self.table = L.open_or_create(self.db, self.name, STEPS)
-            _insert_new(self.table, "key", [{"key": full, "kind": kind, "value": _dumps(value), "at": utcnow()}])
+            if full not in self._done:
+                self._write([(full, kind, value), *self._cost()])
+
+    def spend(self) -> None:
+        """Record the cost of the calls made since the last step (when a unit ends)."""
+        with self._lock:
+            if rows := self._cost():
+                self._write(rows)
+
+    def spent(self) -> list[dict[str, Any]]:
+        """Return the cost rows of every attempt of this unit (see :mod:`dualmem.evals.cost`)."""
+        return [v for k, v in self._done.items() if k.startswith("cost\x1f")]
+
+    def _cost(self) -> list[tuple[str, str, Any]]:
+        new = self.meter.take() if self.meter is not None else {}
+        if not new:
+            return []
+        self._spent += 1
+        return [(f"cost\x1f{self._attempt}\x1f{self._spent}", "cost", new)]
+
+    def _write(self, steps: list[tuple[str, str, Any]]) -> None:
+        if self.table is None:
+            self.table = L.open_or_create(self.db, self.name, STEPS)
+        now = utcnow()
+        _insert_new(
+            self.table,
+            "key",
+            [{"key": full, "kind": kind, "value": _dumps(value), "at": now} for full, kind, value in steps],
+        )
+        for full, _kind, value in steps:
             self._done[full] = json.loads(_dumps(value))
 
     def count(self, kind: str) -> int:

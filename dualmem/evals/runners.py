@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualmem.evals import metrics as m
+from dualmem.evals.cost import phase
 from dualmem.evals.journal import StepLog
 from dualmem.frameworks.base import MemoryFramework, RetrievedItem
 from dualmem.schema import DatasetItem, Query, Session, Turn
@@ -119,7 +120,8 @@ def query_context(query: Query, item: DatasetItem) -> list[Turn]:
     return []
 
 
-def _persona_text(item: DatasetItem) -> str:
+def persona_text(item: DatasetItem) -> str:
+    """Return the persona description judges see."""
     persona = item.dialogue.persona
     return persona.render() if persona else ""
 
@@ -146,7 +148,8 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     started = time.perf_counter()
     context = query_context(query, item)
     try:
-        found = framework.retrieve(query.text, opts.retrieve_k, context=context)
+        with phase("retrieval"):
+            found = framework.retrieve(query.text, opts.retrieve_k, context=context)
         record["retrieved"] = [serialise_item(it) for it in found]
     except Exception as exc:  # noqa: BLE001 - recorded per query, the run goes on
         record["errors"].append(f"retrieve failed: {type(exc).__name__}: {exc}")
@@ -154,7 +157,8 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     if opts.respond:
         started = time.perf_counter()
         try:
-            record["answer"] = framework.respond(query.text, opts.respond_k, context=context)
+            with phase("answering"):
+                record["answer"] = framework.respond(query.text, opts.respond_k, context=context)
         except Exception as exc:  # noqa: BLE001
             record["errors"].append(f"respond failed: {type(exc).__name__}: {exc}")
         record["respond_s"] = round(time.perf_counter() - started, 4)
@@ -171,22 +175,25 @@ def ingest_session(framework: MemoryFramework, session: Session, opts: RunOption
         return
     started = time.perf_counter()
     try:
-        report = framework.ingest(session)
+        with phase("writing"):
+            report = framework.ingest(session)
         errors = report.meta.get("errors") or {}
-        log.append({"session": session.id, "items": report.items_written, "failed_chunks": list(report.failed_chunks),
-                    "chunk_errors": {c: str(errors.get(c) or "no reason recorded") for c in report.failed_chunks},
-                    "llm_calls": report.llm_calls, "seconds": round(time.perf_counter() - started, 3)})
+        log.append(
+            {
+                "session": session.id,
+                "items": report.items_written,
+                "failed_chunks": list(report.failed_chunks),
+                "chunk_errors": {c: str(errors.get(c) or "no reason recorded") for c in report.failed_chunks},
+                "llm_calls": report.llm_calls,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        )
     except Exception as exc:  # noqa: BLE001 - a failed session is reported, never dropped silently
         log.append({"session": session.id, "error": f"{type(exc).__name__}: {exc}"})
     if opts.journal and "error" not in log[-1]:  # a failed session is tried again on resume
         opts.journal.put("ingest", session.id, log[-1])
     if opts.on_ingest:
         opts.on_ingest(session)
-
-
-def persona_text(item: DatasetItem) -> str:
-    """Return the persona description judges see."""
-    return _persona_text(item)
 
 
 def answered(
@@ -264,8 +271,10 @@ def score_rolememo(record: dict[str, Any], embed: Any, recall_k: int = 10) -> di
     gold = record["gold"]
     texts = [r["text"] for r in _scored(record)]
     res = m.rolememo_recall(gold["facts"], gold["insight"], texts, embed, k=recall_k)
-    out: dict[str, Any] = {k: res[k] for k in ("fact_total", "fact_hit_count", "insight_total", "insight_hit_count",
-                                                "fact_recall", "insight_recall")}
+    out: dict[str, Any] = {
+        k: res[k]
+        for k in ("fact_total", "fact_hit_count", "insight_total", "insight_hit_count", "fact_recall", "insight_recall")
+    }
     out["fact_similarities"] = res["fact_similarities"]
     out["insight_similarity"] = res["insight_similarity"]
     out["retrieved_matches"] = res["retrieved_matches"]
@@ -298,7 +307,9 @@ def realmem_plan(item: DatasetItem, limit: int | None = None) -> tuple[list[Sess
         by_session.setdefault(q.session_id or "", []).append(q)
     unknown = set(by_session) - {s.id for s in sessions}
     if unknown:
-        raise ValueError(f"queries point at sessions absent from the history: {sorted(unknown)[:3]}; reload the dataset")
+        raise ValueError(
+            f"queries point at sessions absent from the history: {sorted(unknown)[:3]}; reload the dataset"
+        )
     if limit is not None:
         last = max((i for i, s in enumerate(sessions) if s.id in by_session), default=-1)
         sessions = sessions[: last + 1]
@@ -374,7 +385,9 @@ RUNNERS: dict[str, Callable[[DatasetItem, MemoryFramework, RunOptions | None], d
 }
 
 
-def run_item(kind: str, item: DatasetItem, framework: MemoryFramework, opts: RunOptions | None = None) -> dict[str, Any]:
+def run_item(
+    kind: str, item: DatasetItem, framework: MemoryFramework, opts: RunOptions | None = None
+) -> dict[str, Any]:
     """Run the protocol ``kind`` (realmem, locomo, rolememo) on one persona."""
     try:
         runner = RUNNERS[kind]

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
+import re
 import subprocess
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +33,40 @@ from dualmem.schema import stable_id
 RUN_FILE = "run.json"
 # settings that say how or where to run, not what: not part of the fingerprint (secrets are never written at all);
 # the endpoint (openai_base_url) and the local runtime serve the model that chat_model names
-OPERATIONAL = frozenset({"concurrency", "eval_workers", "ray_address", "endpoint_concurrency", "endpoint_rpm", "checkpoint_path", "openai_api_key", "openai_base_url", "store_uri", "local_engine"})
+OPERATIONAL = frozenset(
+    {
+        "concurrency",
+        "eval_workers",
+        "ray_address",
+        "endpoint_concurrency",
+        "endpoint_rpm",
+        "checkpoint_path",
+        "openai_api_key",
+        "openai_base_url",
+        "store_uri",
+        "local_engine",
+    }
+)
+# what the reports make of a run (money, the leniency warning, how many answers calibrate the judge): changes no record
+OPERATIONAL |= {"prices", "judge_leniency_max", "calibration_queries"}
 SECRETS = frozenset({"openai_api_key"})
+# the packages whose versions a run records beside dualmem's (those installed)
+KEY_PACKAGES = (
+    "langchain-core",
+    "langchain-openai",
+    "langgraph",
+    "langsmith",
+    "lancedb",
+    "pyarrow",
+    "pydantic",
+    "ragas",
+    "ray",
+    "transformers",
+    "torch",
+    "sentence-transformers",
+    "llama-cpp-python",
+    "openai",
+)
 
 
 def run_store(settings: Settings, run_dir: Path) -> str:
@@ -77,7 +113,12 @@ def data_stamp(path: str | Path) -> str:
     """Return a stamp of a dataset file or folder (names, sizes, modification times) that changes when it does."""
     p = Path(path)
     files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-    return stable_id(*((f.relative_to(p).as_posix() if p.is_dir() else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    return stable_id(
+        *(
+            (f.relative_to(p).as_posix() if p.is_dir() else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+            for f in files
+        )
+    )
 
 
 @dataclass
@@ -177,8 +218,10 @@ def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, An
     run_dir.mkdir(parents=True, exist_ok=True)
     data = read_run(run_dir)
     if data is None and any(run_dir.iterdir()):  # memory without a journal: a replay would see sessions ahead of it
-        raise ConfigurationError(f"{run_dir} is not empty and holds no {RUN_FILE} (a run of an older dualmem, or other files); "
-                                 "choose another --out or delete the folder")
+        raise ConfigurationError(
+            f"{run_dir} is not empty and holds no {RUN_FILE} (a run of an older dualmem, or other files); "
+            "choose another --out or delete the folder"
+        )
     if data is not None:
         if "spec" not in data or not _same_kind(data["spec"], spec):
             raise ConfigurationError(f"{run_dir} holds a run of another kind; choose another --out")
@@ -186,11 +229,17 @@ def claim(run_dir: Path, spec: Any, *, resume_hint: bool = True) -> dict[str, An
         if fingerprint(earlier) != fingerprint(spec):
             diff = "; ".join(differences(spec, earlier)) or "dataset files changed"
             hint = f"continue it with `dualmem eval --resume {run_dir}`, or " if resume_hint else ""
-            raise ConfigurationError(f"{run_dir} holds another run ({diff}); {hint}choose another --out "
-                                     "(or delete the folder to start over)")
+            raise ConfigurationError(
+                f"{run_dir} holds another run ({diff}); {hint}choose another --out (or delete the folder to start over)"
+            )
     else:
-        data = {"spec": asdict(spec), "fingerprint": fingerprint(spec), "created": _now(), "segments": [],
-                "dualmem_revision": git_revision()}
+        data = {
+            "spec": asdict(spec),
+            "fingerprint": fingerprint(spec),
+            "created": _now(),
+            "segments": [],
+            "dualmem_revision": git_revision(),
+        }
     data["segments"] = [*data.get("segments", []), _now()]
     write_run(run_dir, data)
     return data
@@ -206,8 +255,14 @@ def write_run(run_dir: Path, data: dict[str, Any]) -> None:
 def git_revision() -> str | None:
     """Return the git commit of the dualmem source tree, when it is a checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -215,3 +270,72 @@ def git_revision() -> str | None:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def versions() -> dict[str, str]:
+    """Return the versions of Python, dualmem and the key dependencies installed."""
+    out = {"python": platform.python_version()}
+    for name in ("dualmem", *KEY_PACKAGES):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def prompt_hashes() -> dict[str, str]:
+    """Return a hash of each prompt module's templates (``dualmem.prompts.*``: every upper-case constant)."""
+    import importlib
+    import pkgutil
+
+    import dualmem.prompts
+
+    out = {}
+    for info in sorted(pkgutil.iter_modules(dualmem.prompts.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"dualmem.prompts.{info.name}")
+        texts = {k: v for k, v in vars(module).items() if k.isupper() and isinstance(v, (str, int, dict, tuple))}
+        out[info.name] = hashlib.sha256(json.dumps(texts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return out
+
+
+def content_hash(path: str | Path) -> str:
+    """Return the SHA-256 of a dataset file (as ``sha256sum`` prints it), or of a folder's files (names and contents, in
+    name order)."""
+    p = Path(path)
+    digest = hashlib.sha256()
+    for f in sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]:
+        if p.is_dir():
+            digest.update(f.relative_to(p).as_posix().encode() + b"\0")
+        with f.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def public_url(url: str) -> str:
+    """Return ``url`` without the user and password it may carry (an endpoint is recorded, never a credential)."""
+    return re.sub(r"(?<=://)[^/@]*@", "", url)
+
+
+def provenance(spec: Any, settings: Settings, similarity: str) -> dict[str, Any]:
+    """Return what a published figure needs to be traced and re-run: versions, models and endpoint (no key), prompt
+    hashes, seeds, the dataset file's hash (its path and every setting are in the run's meta and run.json)."""
+    return {
+        "versions": versions(),
+        "dualmem_revision": git_revision(),
+        "models": {
+            "chat": spec.chat_model,
+            "writer": settings.writer_model or spec.writer or spec.chat_model,
+            "judge": spec.judge_model,
+            "embedder": settings.embedder,
+            "similarity": similarity,
+        },
+        "endpoint": public_url(settings.openai_base_url) or None,
+        "prompts": prompt_hashes(),
+        "seeds": {
+            "temperature": settings.temperature,
+            "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED"),
+            "sampling": "none: the harness draws no random numbers; calibration perturbs deterministically",
+        },
+        "dataset": {"path": spec.path, "sha256": content_hash(spec.path), "stamp": spec.stamp},
+    }

@@ -16,9 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dualmem.evals import metrics as m
+from dualmem.evals.cost import cost_summary
 from dualmem.evals.runners import category_name, ragas_ids
 
 ROLEMEMO_SCALARS = ("fact_recall@10", "insight_recall@10")
+
+
 def group_label(record: Mapping[str, Any]) -> str | None:
     """Return the group a record is reported under: its task type (RoleMemo) or its category by name."""
     if record.get("task_type"):
@@ -28,7 +31,11 @@ def group_label(record: Mapping[str, Any]) -> str | None:
 
 def numeric_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """Return the scalar metric values of a record (lists and counts-only fields dropped)."""
-    return {k: float(v) for k, v in record.get("metrics", {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in record.get("metrics", {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def judge_means(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -49,7 +56,9 @@ def _rolememo_block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows = [r["metrics"] for r in records if "fact_total" in r.get("metrics", {})]
     types = [r.get("task_type") for r in records if "fact_total" in r.get("metrics", {})]
     agg = m.aggregate_rolememo(rows, types)
-    extra = m.average_metrics([{k: v for k, v in numeric_metrics(r).items() if k.startswith("id_context")} for r in records])
+    extra = m.average_metrics(
+        [{k: v for k, v in numeric_metrics(r).items() if k.startswith("id_context")} for r in records]
+    )
     return {"overall": {**agg["overall"], **extra}, "by_task_type": agg["by_task_type"]}
 
 
@@ -61,8 +70,15 @@ def _group(records: Sequence[Mapping[str, Any]], key: str) -> dict[str, list[Map
     return dict(sorted(groups.items()))
 
 
-def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
-    """Return the summary of one run's records (see the module docstring for each protocol)."""
+def summarize(
+    protocol: str,
+    records: Sequence[Mapping[str, Any]],
+    ingest: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    cost: Mapping[str, Mapping[str, Any] | None] | None = None,
+    prices: str = "",
+) -> dict[str, Any]:
+    """Return the summary of one run's records (see the module docstring for each protocol); with the units' ``cost``
+    (per persona), what the run's calls cost (:func:`dualmem.evals.cost.cost_summary`, money by ``prices``)."""
     by_persona = _group(records, "persona")
     out: dict[str, Any] = {
         "protocol": protocol,
@@ -72,23 +88,34 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
         "judges": judge_means(records),
     }
     if protocol == "realmem":
-        per = {p: m.average_metrics([numeric_metrics(r) for r in rs if r.get("metrics")]) for p, rs in by_persona.items()}
+        per = {
+            p: m.average_metrics([numeric_metrics(r) for r in rs if r.get("metrics")]) for p, rs in by_persona.items()
+        }
         out["per_persona"] = per
         out["overall"] = m.macro_average(per)
         out["micro"] = m.average_metrics([numeric_metrics(r) for r in records if r.get("metrics")])
-        out["by_category"] = {c: m.average_metrics([numeric_metrics(r) for r in rs if r.get("metrics")])
-                              for c, rs in _group(records, "category").items()}
+        out["by_category"] = {
+            c: m.average_metrics([numeric_metrics(r) for r in rs if r.get("metrics")])
+            for c, rs in _group(records, "category").items()
+        }
         out["judges_by_category"] = {c: judge_means(rs) for c, rs in _group(records, "category").items()}
     elif protocol == "locomo":
         scored = [r for r in records if r.get("scored", True)]
         out["overall"] = m.average_metrics([numeric_metrics(r) for r in scored])
-        out["by_category"] = {c: m.average_metrics([numeric_metrics(r) for r in rs]) for c, rs in _group(records, "category").items()}
+        out["by_category"] = {
+            c: m.average_metrics([numeric_metrics(r) for r in rs]) for c, rs in _group(records, "category").items()
+        }
         adversarial = [r for r in records if not r.get("scored", True)]
-        out["adversarial"] = {"n": len(adversarial), "metrics": m.average_metrics([numeric_metrics(r) for r in adversarial]),
-                              "judges": judge_means(adversarial)}
+        out["adversarial"] = {
+            "n": len(adversarial),
+            "metrics": m.average_metrics([numeric_metrics(r) for r in adversarial]),
+            "judges": judge_means(adversarial),
+        }
         out["judges"] = judge_means(scored)
-        out["per_persona"] = {p: m.average_metrics([numeric_metrics(r) for r in rs if r.get("scored", True)])
-                              for p, rs in by_persona.items()}
+        out["per_persona"] = {
+            p: m.average_metrics([numeric_metrics(r) for r in rs if r.get("scored", True)])
+            for p, rs in by_persona.items()
+        }
         out["judges_by_category"] = {c: judge_means(rs) for c, rs in _group(records, "category").items()}
     elif protocol == "rolememo":
         block = _rolememo_block(records)
@@ -106,10 +133,15 @@ def summarize(protocol: str, records: Sequence[Mapping[str, Any]], ingest: Mappi
             "failed_chunks": sum(len(r.get("failed_chunks", [])) for r in logs),
             "failed_sessions": [r["session"] for r in logs if "error" in r],
             "errors": [
-                {"session": r["session"], "chunk": chunk, "error": error} for r in logs for chunk, error in r.get("chunk_errors", {}).items()
-            ] + [{"session": r["session"], "chunk": None, "error": r["error"]} for r in logs if "error" in r],
+                {"session": r["session"], "chunk": chunk, "error": error}
+                for r in logs
+                for chunk, error in r.get("chunk_errors", {}).items()
+            ]
+            + [{"session": r["session"], "chunk": None, "error": r["error"]} for r in logs if "error" in r],
             "seconds": round(sum(float(r.get("seconds", 0.0)) for r in logs), 3),
         }
+    if cost is not None:
+        out["cost"] = cost_summary(cost, len(records), prices)
     return out
 
 
@@ -119,10 +151,15 @@ def ragas_crosscheck(records: Sequence[Mapping[str, Any]], recall_k: int = 10) -
     pairs = [p for r in records if r.get("scored", True) and (p := ragas_ids(dict(r), recall_k))]
     scored = m.ragas_id_scores_batch(pairs)
     if scored is None:
-        return {"backend": "unavailable: ragas does not import; values computed by dualmem.evals.metrics", "n": len(pairs)}
+        return {
+            "backend": "unavailable: ragas does not import; values computed by dualmem.evals.metrics",
+            "n": len(pairs),
+        }
     ours = [m.ragas_id_scores(*p) for p in pairs]
     agree = all(
-        (math.isnan(a[k]) and math.isnan(b[k])) or abs(a[k] - b[k]) < 1e-9 for a, b in zip(scored, ours, strict=True) for k in a
+        (math.isnan(a[k]) and math.isnan(b[k])) or abs(a[k] - b[k]) < 1e-9
+        for a, b in zip(scored, ours, strict=True)
+        for k in a
     )
     import ragas
 

@@ -22,17 +22,24 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dualmem.config import Settings
+from dualmem.evals import langsmith_adapter as ls
+from dualmem.evals.cost import Meter, add
 from dualmem.evals.judges import judges_for
 from dualmem.evals.langsmith_adapter import Judging
 from dualmem.evals.record import RunRecord
-from dualmem.evals.runners import FAILED_CALLS, RunOptions, persona_text, run_item
+from dualmem.evals.runners import FAILED_CALLS, RunOptions, kept_queries, persona_text, run_item
+from dualmem.evals.runspec import write_run
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
 from dualmem.schema import DatasetItem
+from dualmem.tokens import count_tokens_batch
 
 RECALL_K = 10
 DEEP_K = 20
@@ -74,9 +81,15 @@ class JudgePlan:
         import langsmith
 
         client = langsmith.Client()
-        return Judging(judges, upload=True, client=client, experiment=client.read_project(project_id=self.experiment_id),
-                       dataset_id=client.read_dataset(dataset_name=self.dataset_name).id, dataset_name=self.dataset_name,
-                       experiment_prefix=self.experiment_prefix)
+        return Judging(
+            judges,
+            upload=True,
+            client=client,
+            experiment=client.read_project(project_id=self.experiment_id),
+            dataset_id=client.read_dataset(dataset_name=self.dataset_name).id,
+            dataset_name=self.dataset_name,
+            experiment_prefix=self.experiment_prefix,
+        )
 
 
 @dataclass
@@ -118,8 +131,11 @@ class UnitEnv:
         if self.similarity is None:
             from dualmem.models import load_embeddings
 
-            self.similarity = self.embeddings if not self.settings.eval_embedder and self.embeddings is not None else \
-                load_embeddings(self.settings.eval_embedder or None, self.settings)
+            self.similarity = (
+                self.embeddings
+                if not self.settings.eval_embedder and self.embeddings is not None
+                else load_embeddings(self.settings.eval_embedder or None, self.settings)
+            )
         return self.similarity
 
     def judging(self, unit: Unit) -> Judging | None:
@@ -142,45 +158,80 @@ def persona_store(base: str, item: DatasetItem) -> str:
 def default_framework(name: str, item: DatasetItem, env: UnitEnv) -> MemoryFramework:
     """Open framework ``name`` on the persona's namespace and store folder, with the memory an earlier attempt left."""
     namespace = (item.dialogue.id, item.dialogue.user_id or env.settings.user_id)
-    return open_framework(name, FrameworkContext(namespace=namespace, settings=env.settings, persona=item.dialogue.persona,
-                                                 chat_model=env.chat_model(), embeddings=env.embeddings,
-                                                 store_uri=persona_store(env.stores[name], item)))
+    return open_framework(
+        name,
+        FrameworkContext(
+            namespace=namespace,
+            settings=env.settings,
+            persona=item.dialogue.persona,
+            chat_model=env.chat_model(),
+            embeddings=env.embeddings,
+            store_uri=persona_store(env.stores[name], item),
+        ),
+    )
 
 
 def run_unit(unit: Unit, item: DatasetItem, env: UnitEnv) -> dict[str, Any]:
-    """Run one unit; record it finished (with its result) unless a call failed; return ``{persona, records, ingest}``.
+    """Run one unit; record it finished (with its result) unless a call failed; return ``{persona, records, ingest,
+    cost}``, ``cost`` the unit's model calls per phase over every attempt (:mod:`dualmem.evals.cost`).
 
     The caller schedules only units the record does not hold finished; a unit run again anyway (a replay) calls no
     model for any step it recorded, and its second result row is ignored by readers."""
     record = env.records[unit.framework]
     steps = record.steps(unit.framework, unit.persona)
+    steps.meter = meter = Meter()
     factory = env.framework_factory or default_framework
     framework = factory(unit.framework, item, env)
     opts = RunOptions(
         # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
         retrieve_k=RECALL_K if unit.dataset_kind == "rolememo" else max(DEEP_K, env.settings.retrieval_k),
-        recall_k=RECALL_K, respond_k=env.settings.retrieval_k, respond=unit.respond, limit=unit.limit,
+        recall_k=RECALL_K,
+        respond_k=env.settings.retrieval_k,
+        respond=unit.respond,
+        limit=unit.limit,
         embed=env.similarity_embedder() if unit.dataset_kind in ("rolememo", "realmem") else None,
-        journal=steps, on_record=env.on_record, on_ingest=env.on_ingest,
+        journal=steps,
+        on_record=env.on_record,
+        on_ingest=env.on_ingest,
     )
     # a fresh context: graphs a framework invokes inside (respond, writers) must not inherit the evaluate graph's
     # checkpointer and thread, or a re-run unit would replay their earlier checkpoints instead of calling models
-    result = contextvars.Context().run(run_item, unit.dataset_kind, item, framework, opts)
+    result = contextvars.Context().run(meter.run, run_item, unit.dataset_kind, item, framework, opts)
     judging = env.judging(unit)
     if judging is not None:
-        result["records"] = judging.judge(result["records"], persona_text(item), steps, env.on_judged)
+        with meter.counting("judging"):
+            result["records"] = judging.judge(result["records"], persona_text(item), steps, env.on_judged)
         judging.flush()
+    steps.spend()
+    result["cost"] = {"phases": _summed(steps.spent()), "history_tokens": history_tokens(item, result["ingest"])}
     if _complete(result, steps, judging):
         record.finish(unit.framework, unit.persona, result)
     return result
+
+
+def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in rows:
+        add(out, row)
+    return out
+
+
+def history_tokens(item: DatasetItem, ingest: list[dict[str, Any]]) -> int:
+    """Return the tokens of the turns of the sessions a unit ingested (what its writer read)."""
+    done = {row["session"] for row in ingest if "error" not in row}
+    texts = [t.text for s in item.dialogue.sessions if s.id in done for t in s.turns]
+    return sum(count_tokens_batch(texts)) if texts else 0
 
 
 def replay_hooks(env: UnitEnv, unit: Unit, result: Mapping[str, Any]) -> None:
     """Advance the progress hooks for a unit read back finished from the record."""
     judged = unit.respond and unit.framework in env.judges
     answered = [r for r in result["records"] if r.get("answer") is not None]
-    plan: list[tuple[Hook | None, list[Any]]] = [(env.on_ingest, result["ingest"]), (env.on_record, result["records"]),
-                                                 (env.on_judged if judged else None, answered)]
+    plan: list[tuple[Hook | None, list[Any]]] = [
+        (env.on_ingest, result["ingest"]),
+        (env.on_record, result["records"]),
+        (env.on_judged if judged else None, answered),
+    ]
     for hook, rows in plan:
         if hook is not None:
             for row in rows:
@@ -196,7 +247,9 @@ def _complete(result: Mapping[str, Any], steps: Any, judging: Judging | None) ->
     if any(e.startswith(FAILED_CALLS) for r in records for e in r.get("errors", [])):
         return False
     names = [getattr(j, "__name__", "judge") for j in judging.judges] if judging is not None else []
-    return all(steps.judgement(r["query_id"], n) is not None for r in records if r.get("answer") is not None for n in names)
+    return all(
+        steps.judgement(r["query_id"], n) is not None for r in records if r.get("answer") is not None for n in names
+    )
 
 
 class Runner(Protocol):
@@ -226,3 +279,84 @@ class EvalRun:
     env: UnitEnv
     runner: Runner
     finished: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def example_records(items: Sequence[DatasetItem], dataset_kind: str, limit: int | None) -> list[dict[str, Any]]:
+    """Return record-like dicts of every query of the run (what LangSmith examples are made of)."""
+    return [
+        {
+            "persona": it.dialogue.id,
+            "query_id": q.id,
+            "query": q.text,
+            "reference_answer": q.answer,
+            "gold": q.gold.model_dump(),
+            "task_type": q.task_type,
+            "category": q.category,
+            "protocol": dataset_kind,
+        }
+        for it in items
+        for q in kept_queries(it, limit)
+    ]
+
+
+def open_judge_plans(
+    runs: Sequence[tuple[Any, ...]],
+    judge_model: Any,
+    items: Sequence[DatasetItem],
+    *,
+    dataset_kind: str,
+    path: str,
+    limit: int | None,
+    upload: bool,
+) -> dict[str, JudgePlan]:
+    """Open each framework's judging (its LangSmith experiment, kept in its ``run.json`` for a resume); return the
+    plans by framework. ``runs`` holds ``(name, spec, run_dir, run, store, record)`` per framework."""
+    judges: dict[str, JudgePlan] = {}
+    for name, spec, run_dir, run, _store, _record in runs:
+        judging = ls.open_judging(
+            [],
+            upload=upload,
+            dataset_name=ls.dataset_name_for(dataset_kind, path),
+            example_records=example_records(items, dataset_kind, limit) if upload else [],
+            persona_texts={it.dialogue.id: persona_text(it) for it in items},
+            experiment_name=f"dualmem-{run_dir.name}",
+            experiment_id=run.get("langsmith_experiment"),
+            metadata={
+                "framework": name,
+                "dataset": dataset_kind,
+                "path": path,
+                "limit": limit,
+                "chat_model": spec.chat_model,
+                "judge_model": spec.judge_model,
+                "run": run["fingerprint"],
+            },
+        )
+        if judging.experiment is not None and not run.get("langsmith_experiment"):
+            run["langsmith_experiment"] = str(judging.experiment.id)
+            write_run(run_dir, run)
+        judges[name] = JudgePlan(
+            judge_model,
+            judging.dataset_name,
+            judging.experiment_prefix,
+            upload=judging.upload,
+            experiment_id=str(judging.experiment.id) if judging.experiment is not None else None,
+        )
+    return judges
+
+
+@contextmanager
+def cancel_on_interrupt(runner: Any) -> Iterator[None]:
+    """While inside, Ctrl-C cancels a cluster run's units at once (the graph otherwise waits for branches in flight)."""
+    if not hasattr(runner, "close") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        runner.close(cancel=True)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

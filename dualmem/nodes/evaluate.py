@@ -98,23 +98,44 @@ def plan(state: EvalState) -> dict[str, Any]:
             raise ValueError(f"personas {missing} are not in {state['path']}; available: {ids[:10]}")
         ids = [i for i in ids if i in wanted]
     if not ids:
-        raise ValueError(f"{state['path']} holds no {state['dataset_kind']} history to evaluate; check the path and --dataset")
+        raise ValueError(
+            f"{state['path']} holds no {state['dataset_kind']} history to evaluate; check the path and --dataset"
+        )
     return {"personas": ids, "frameworks": frameworks_of(state)}
 
 
 def fan_out(state: EvalState) -> list[Send]:
     """Send one branch per persona × framework (persona by persona, so each persona's frameworks start together)."""
-    return [Send("run_unit", UnitTask(dataset_kind=state["dataset_kind"], path=state["path"], framework=fw,
-                                      limit=state.get("limit"), respond=state.get("respond", True), persona=p))
-            for p in state["personas"] for fw in state["frameworks"]]
+    return [
+        Send(
+            "run_unit",
+            UnitTask(
+                dataset_kind=state["dataset_kind"],
+                path=state["path"],
+                framework=fw,
+                limit=state.get("limit"),
+                respond=state.get("respond", True),
+                persona=p,
+            ),
+        )
+        for p in state["personas"]
+        for fw in state["frameworks"]
+    ]
 
 
 def _default_run(ctx: Context, task: UnitTask) -> EvalRun:
     """Return the run resources of a graph invoked without any: in-process units, a record under ``store_uri``."""
     settings = ctx.settings
-    name = f"graph-{stable_id(task['dataset_kind'], str(Path(task['path']).resolve()), task['framework'], task['limit'])}"
-    env = UnitEnv(settings=settings, records={task["framework"]: RunRecord(record_uri(settings.store_uri, name), settings.store_options)},
-                  stores={task["framework"]: settings.store_uri}, chat=(ctx.models or {}).get("chat"), embeddings=ctx.embeddings)
+    name = (
+        f"graph-{stable_id(task['dataset_kind'], str(Path(task['path']).resolve()), task['framework'], task['limit'])}"
+    )
+    env = UnitEnv(
+        settings=settings,
+        records={task["framework"]: RunRecord(record_uri(settings.store_uri, name), settings.store_options)},
+        stores={task["framework"]: settings.store_uri},
+        chat=(ctx.models or {}).get("chat"),
+        embeddings=ctx.embeddings,
+    )
     return EvalRun(env=env, runner=InProcess(env))
 
 
@@ -122,8 +143,13 @@ def run_unit(state: UnitTask, runtime: Runtime[Context]) -> dict[str, Any]:
     """Run one persona × framework (or read it back finished from the run record)."""
     ctx = context_of(runtime)
     run = ctx.run if isinstance(ctx.run, EvalRun) else _default_run(ctx, state)
-    unit = Unit(dataset_kind=state["dataset_kind"], framework=state["framework"], persona=state["persona"],
-                limit=state["limit"], respond=state["respond"])
+    unit = Unit(
+        dataset_kind=state["dataset_kind"],
+        framework=state["framework"],
+        persona=state["persona"],
+        limit=state["limit"],
+        respond=state["respond"],
+    )
     done = run.finished.get((unit.framework, unit.persona))
     if done is not None:
         replay_hooks(run.env, unit, done)
@@ -133,11 +159,18 @@ def run_unit(state: UnitTask, runtime: Runtime[Context]) -> dict[str, Any]:
     return {"results": [{**result, "framework": unit.framework}]}
 
 
-def aggregate(state: EvalState) -> dict[str, Any]:
-    """Summarise each framework's records (``summary``: the first framework's)."""
+def aggregate(state: EvalState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Summarise each framework's records and what its calls cost (``summary``: the first framework's)."""
     summaries = {}
+    prices = context_of(runtime).settings.prices
     for fw in state["frameworks"]:
         results = sorted((r for r in state.get("results") or [] if r["framework"] == fw), key=lambda r: r["persona"])
         records = [rec for r in results for rec in r["records"]]
-        summaries[fw] = summarize(state["dataset_kind"], records, {r["persona"]: r["ingest"] for r in results})
+        summaries[fw] = summarize(
+            state["dataset_kind"],
+            records,
+            {r["persona"]: r["ingest"] for r in results},
+            cost={r["persona"]: r.get("cost") for r in results},
+            prices=prices,
+        )
     return {"summaries": summaries, "summary": summaries[state["frameworks"][0]]}

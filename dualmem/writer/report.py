@@ -14,6 +14,9 @@ class WriteReport:
     namespace: tuple[str, ...]
     chunks: list[dict[str, Any]] = field(default_factory=list)
     failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+    cost: dict[str, Any] = field(
+        default_factory=dict
+    )  # its model calls, when counted (``dualmem ingest``: dualmem.evals.cost)
 
     def _ops(self, stream: str) -> int:
         return sum(
@@ -51,12 +54,23 @@ class WriteReport:
     @property
     def guard_rejected(self) -> int:
         """Return the operations the memory-poisoning guard rejected."""
-        return sum(1 for row in self.chunks for op in row.get("rejected") or [] if str(op.get("reason", "")).startswith("guard:"))
+        return sum(
+            1
+            for row in self.chunks
+            for op in row.get("rejected") or []
+            if str(op.get("reason", "")).startswith("guard:")
+        )
 
     @property
     def request_facts(self) -> int:
         """Return the facts kept as requests to change the persona's memory (what the user asked)."""
-        return sum(1 for row in self.chunks if row.get("status") == "applied" for op in row.get("applied") or [] if op.get("request"))
+        return sum(
+            1
+            for row in self.chunks
+            if row.get("status") == "applied"
+            for op in row.get("applied") or []
+            if op.get("request")
+        )
 
     @property
     def llm_calls(self) -> int:

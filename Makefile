@@ -49,7 +49,8 @@ demo: venv
 	$(BIN)/dualmem demo
 
 test: dev $(VERL_VENV)/.installed
-	$(BIN)/ruff check dualmem tests benchmarks
+	$(BIN)/ruff check dualmem tests benchmarks docs
+	$(BIN)/ruff format --check dualmem tests benchmarks docs
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not integration and not verl"
 	$(MAKE) test-verl
@@ -58,7 +59,8 @@ test-integration: dev
 	$(BIN)/python -m pytest -q -m integration
 
 lint: dev
-	$(BIN)/ruff check dualmem tests benchmarks
+	$(BIN)/ruff check dualmem tests benchmarks docs
+	$(BIN)/ruff format --check dualmem tests benchmarks docs
 	$(BIN)/mypy
 
 bench: venv

@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """Return the README's table of ``rows``: status, engine, wall time, ingest and answers per framework."""
     lines = [
-        "| framework | status | engine | wall time | sessions ingested | items written | failed chunks | queries answered | recall_any@10 |",
+        "| framework | status | engine | wall time | sessions ingested | items written | failed chunks | queries answered "
+        "| recall_any@10 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -220,7 +220,8 @@ def main() -> None:
 
     trainer = build_trainer(cfg, dataset=train, model=model, tokenizer=tok, embed=embed)
     trainer.add_callback(Eval())
-    if args.placebo:  # rows are turn-major with the G rollouts contiguous; one permutation per step gives rollout g another rollout's reward
+    # rows are turn-major with the G rollouts contiguous; one permutation per step gives rollout g another rollout's reward
+    if args.placebo:
         import random
 
         dice, g = random.Random(args.eval_seed), args.num_generations

@@ -72,8 +72,16 @@ def test_a_run_killed_at_random_moments_and_resumed_writes_the_clean_runs_memory
     kills = 0
     for _ in range(6):  # kill at a random model call, a random moment after it (drafting, planning, committing)
         target = _lines(calls) + rng.randint(1, 6)
-        proc = subprocess.Popen([sys.executable, str(WORKER), json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls), "delay": 0.02})],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls), "delay": 0.02}),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         while _lines(calls) < target and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -83,7 +91,11 @@ def test_a_run_killed_at_random_moments_and_resumed_writes_the_clean_runs_memory
             kills += 1
         proc.communicate(timeout=60)
     assert kills >= 3
-    done = subprocess.run([sys.executable, str(WORKER), json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls)})],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(WORKER), json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls)})],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert memory(LanceDualStore(uri, HashEmbeddings(64))) == clean

@@ -299,7 +299,8 @@ def stop_ids(tok: Any) -> list[int]:
 
 
 def resolve_engine(engine: str, name: str = BASE) -> str:
-    """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers; adapters: transformers)."""
+    """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers;
+    adapters: transformers)."""
     if engine not in ENGINES:
         raise ConfigurationError(f"local engine {engine!r} is not one of {ENGINES}; set DUALMEM_LOCAL_ENGINE")
     if name not in LOCAL_MODELS:  # a LoRA adapter is merged into the de-quantised weights: transformers only

@@ -218,8 +218,10 @@ class LocalChatModel(BaseChatModel):
             ]
             yield ChatGenerationChunk(
                 message=AIMessageChunk(
-                    content=message.content, tool_call_chunks=calls, usage_metadata=message.usage_metadata
-                )  # type: ignore[arg-type]
+                    content=message.content,
+                    tool_call_chunks=calls,  # type: ignore[arg-type]
+                    usage_metadata=message.usage_metadata,
+                )
             )
             return
         for piece in model._pieces(messages, stop):

@@ -40,7 +40,10 @@ MIND_VERB = (
     r"distrusts|mistrust|value|values|prefer|prefers|regard|regards|feel|feels|can'?t\s+stand|"
     r"cannot\s+stand|are\s+convinced|is\s+convinced|detest|detests|fear|fears)"
 )
-NOT_A_CLAIM = r"(?!\s+(?:about|of|through|over|like|carefully|again|outside|twice|so|it|you|when|after|before|if|once)\b|\s+(?:i|we|he|she|they)\s+(?:could|can|would|might|will|should|may)\b|\s*[!?.;)]|\s*$)"
+NOT_A_CLAIM = (
+    r"(?!\s+(?:about|of|through|over|like|carefully|again|outside|twice|so|it|you|when|after|before|if|once)\b"
+    r"|\s+(?:i|we|he|she|they)\s+(?:could|can|would|might|will|should|may)\b|\s*[!?.;)]|\s*$)"
+)
 YOUR_MIND = re.compile(rf"\b{HOLDER}\s+(?:\w+\s+)?{MIND_NOUN}\b", _)
 YOU_HOLD = re.compile(
     rf"\b(?:you|the\s+(?:persona|assistant|ai|bot|model|character))\s+(?:(?:now|personally|secretly|really|truly|actually|also|"

@@ -326,8 +326,8 @@ class Ranker:
             hits = [
                 h
                 for kind in _check_kinds(kinds)
-                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)
-            ]  # type: ignore[arg-type]
+                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)  # type: ignore[arg-type]
+            ]
             return sorted(hits, key=lambda h: -h.score)[:k]
         found = plain.search(snap, query, vector, k, mode, snap.mask(kinds=_check_kinds(kinds), filter=filter))
         return [

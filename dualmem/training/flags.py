@@ -9,7 +9,8 @@ from dualmem.errors import ConfigurationError
 
 
 def parse_flags(cls: type, argv: list[str] | None = None, prog: str | None = None) -> Any:
-    """Return ``cls`` built from ``--field value`` flags (``--help`` lists them); an unknown flag or a rejected value exits 2 with one line."""
+    """Return ``cls`` built from ``--field value`` flags (``--help`` lists them); an unknown flag or a rejected value
+    exits 2 with one line."""
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(cls, prog=prog)  # type: ignore[arg-type]

@@ -219,9 +219,16 @@ def training_episodes(dataset: Dataset, cfg: GRPORunConfig, tokenizer: Any = Non
 
     ctx = cfg.writer_context()
     episodes = [
-        e for item in dataset.items
-        for e in realmem_episodes(item, window=cfg.episode_chunks or 1_000_000, skip=cfg.skip_chunks, ctx=ctx, max_chunks=cfg.max_chunks or None)
-    ]  # fmt: skip
+        e
+        for item in dataset.items
+        for e in realmem_episodes(
+            item,
+            window=cfg.episode_chunks or 1_000_000,
+            skip=cfg.skip_chunks,
+            ctx=ctx,
+            max_chunks=cfg.max_chunks or None,
+        )
+    ]
     if cfg.max_prompt_tokens and tokenizer is not None:
         episodes = [e for e in episodes if _prompt_tokens(e, ctx, tokenizer) <= cfg.max_prompt_tokens]
     if not episodes:
@@ -308,8 +315,8 @@ def build_trainer(
         )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[episode_reward_func, fact_recall, insight_recall],
-        args=args,  # type: ignore[list-item]
+        reward_funcs=[episode_reward_func, fact_recall, insight_recall],  # type: ignore[list-item]
+        args=args,
         train_dataset=HFDataset.from_list(runner.rows()),
         processing_class=tokenizer,
         rollout_func=runner,

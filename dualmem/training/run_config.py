@@ -57,7 +57,8 @@ class TrainerFields:
 
     model_name_or_path: str = help_field(
         "",
-        "any Hugging Face causal LM: hub id (needs network), local folder, local:smollm2 (the bundled model), local:smollm2-writer or local:FOLDER (a LoRA adapter of it)",
+        "any Hugging Face causal LM: hub id (needs network), local folder, local:smollm2 (the bundled model), "
+        "local:smollm2-writer or local:FOLDER (a LoRA adapter of it)",
     )
     tokenizer_gguf_file: str = help_field("", "load the tokenizer from this GGUF file inside model_name_or_path")
     output_dir: str = help_field("runs/sft/model", "where checkpoints and the final model are written")

@@ -58,8 +58,8 @@ def _session(thread: str, turns: Sequence[PendingTurn]) -> tuple[Session, list[T
     session = Session(
         id=thread,
         time=day,
-        turns=[Turn(id=t["id"], role=t["role"], speaker=t["speaker"], text=t["text"]) for t in turns],
-    )  # type: ignore[arg-type]
+        turns=[Turn(id=t["id"], role=t["role"], speaker=t["speaker"], text=t["text"]) for t in turns],  # type: ignore[arg-type]
+    )
     context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
     return session, context
 

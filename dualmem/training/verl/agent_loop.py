@@ -61,9 +61,14 @@ class DualMemWriterAgentLoop(AgentLoopBase):
     """Play writer episodes through VeRL's rollout server and serve them one writing turn per row."""
 
     def __init__(
-        self, *args: Any, episodes_path: str = "", view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"),
-        memory_embedder: str = "", **kwargs: Any,
-    ) -> None:  # fmt: skip
+        self,
+        *args: Any,
+        episodes_path: str = "",
+        view_k: int = setting_default("view_k"),
+        view_recent: int = setting_default("view_recent"),
+        memory_embedder: str = "",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if not episodes_path:
             raise ValueError(

@@ -34,9 +34,11 @@ def template(name: str) -> Any:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     llm = llama(name)
-    vocab = llm._model
-    bos = vocab.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
-    eos = vocab.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
+
+    def text(token: int) -> str:  # a special token's own text, through the public detokenizer
+        return llm.detokenize([token], special=True).decode("utf-8", "ignore") if token >= 0 else ""
+
+    bos, eos = text(llm.token_bos()), text(llm.token_eos())
     return Jinja2ChatFormatter(
         template=llm.metadata["tokenizer.chat_template"], bos_token=bos, eos_token=eos, add_generation_prompt=True
     )

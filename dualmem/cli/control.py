@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from dualmem.cli.common import EXIT_FAILED, StoreOpt, _error, _settings, app, console, friendly
+from dualmem.cli.common import EXIT_FAILED, StoreOpt, _error, _settings, app, console, friendly, memory_user
 from dualmem.errors import ConfigurationError
 
 ForgetPersonaOpt = typer.Option(..., "--persona", "-p", help="persona id whose memory to forget")
@@ -87,7 +87,9 @@ def forget(
 @friendly
 def export(
     persona: str = typer.Option(..., "--persona", "-p", help="persona id of the memory to export"),
-    user: str | None = typer.Option(None, "--user", "-u", help="user id (default settings.user_id)"),
+    user: str | None = typer.Option(
+        None, "--user", "-u", help="user id (default: the persona's only user with memory)"
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="file to write: .json, or .jsonl for JSON Lines"),
     lines: bool | None = typer.Option(None, "--jsonl/--json", help="layout (default: by the file's suffix)"),
     store: str | None = StoreOpt,
@@ -96,8 +98,10 @@ def export(
     from dualmem.control.export import export_namespace
     from dualmem.stores import open_store
 
-    settings = _settings(None, store, user_id=user)
-    counts = export_namespace(open_store(settings), (_persona_id(persona), settings.user_id), out, lines=lines)
+    settings = _settings(None, store)
+    who = _persona_id(persona)
+    namespace = (who, memory_user(settings, who, user))  # the same user rule as every command that reads memory
+    counts = export_namespace(open_store(settings), namespace, out, lines=lines)
     console.print(f"exported {counts['items']} item(s), {counts['versions']} version row(s), {counts['ledger']} ledger unit(s) "
                   f"to {out}", soft_wrap=True)  # fmt: skip
 

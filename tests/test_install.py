@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
+CLEAN = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the venv sees only its own paths
+
+
 def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -86,7 +89,7 @@ def installed(tmp_path_factory) -> Path:
     (site / "deps.pth").write_text(f"{_base_deps(root / 'deps')}\n")
     _run(
         sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-index",
-        "--find-links", root / "dist", "dualmem", cwd=root,
+        "--find-links", root / "dist", "dualmem", cwd=root, env=CLEAN,
     )  # fmt: skip
     return bin_dir
 
@@ -98,7 +101,7 @@ def test_the_wheel_holds_the_package_data_and_nothing_of_the_checkout(installed)
     assert list((package / "data" / "writer_lora").glob("*.xz")), "the shipped writer adapter is in the wheel"
     assert not (site / "tests").exists() and not (site / "benchmarks").exists()
     code = "import dualmem, sys; print(dualmem.__file__)"
-    where = _run(installed / "python", "-c", code, cwd=installed.parent)
+    where = _run(installed / "python", "-c", code, cwd=installed.parent, env=CLEAN)
     assert where.strip().startswith(str(site)), f"dualmem imported from {where.strip()}, not from the installed wheel"
 
 

@@ -119,14 +119,16 @@ def test_the_held_out_runs_rank_each_persona_with_its_own_fold(tmp_path):
     sys.path.insert(0, str(REPO / "benchmarks"))
     from _retrieval_runs import held_out_factory
 
-    from dualmem.context import context_of
+    from dualmem.evals.unit import UnitEnv
     from dualmem.schema import DatasetItem, Dialogue
 
     paths = {g: FOLDS / f"{g}.json" for g in ("Sophie_Dubois", "conv-26")}
     factory = held_out_factory(paths)
-    ctx = context_of(Settings(store_uri=str(tmp_path), embedder="hash:32"))
-    for group, path in paths.items():
-        framework = factory("raw-turns", DatasetItem(dialogue=Dialogue(id=group, sessions=[])), ctx)
+    env = UnitEnv(
+        settings=Settings(store_uri=str(tmp_path), embedder="hash:32"), records={}, stores={"raw-turns": str(tmp_path)}
+    )
+    for group, path in paths.items():  # as a run calls it: factory(name, item, the run's UnitEnv)
+        framework = factory("raw-turns", DatasetItem(dialogue=Dialogue(id=group, sessions=[])), env)
         assert Path(framework.ranker.spec) == path
 
 

@@ -60,6 +60,9 @@ def test_the_same_run_on_object_storage_writes_the_same_memory(tmp_path, s3_serv
     assert written(LanceDualStore(uri, HashEmbeddings(64), storage_options=s3_server["options"]), sessions=12) == local
 
 
+TTL = 3.0  # a killed writer's lease frees after 3 s (the 60-s default would hold each resume for a minute)
+
+
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
@@ -76,7 +79,7 @@ def test_a_run_killed_at_random_moments_and_resumed_writes_the_clean_runs_memory
             [
                 sys.executable,
                 str(WORKER),
-                json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls), "delay": 0.02}),
+                json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls), "delay": 0.02, "ttl": TTL}),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -92,7 +95,7 @@ def test_a_run_killed_at_random_moments_and_resumed_writes_the_clean_runs_memory
         proc.communicate(timeout=60)
     assert kills >= 3
     done = subprocess.run(
-        [sys.executable, str(WORKER), json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls)})],
+        [sys.executable, str(WORKER), json.dumps({"uri": uri, "sessions": sessions, "calls": str(calls), "ttl": TTL})],
         capture_output=True,
         text=True,
         timeout=300,

@@ -158,7 +158,7 @@ class InMemoryDualStore(DualStore):
         if isinstance(op, ScanItems):
             wanted = None if op.ids is None else set(op.ids)
             rows = [r for r in self._select(op.namespace, op.kind, op.status) if wanted is None or r["id"] in wanted]
-            return self._table(rows, op.columns)
+            return self._arrow(rows, op.columns)
         if isinstance(op, CountItems):
             return len(self._select(op.namespace, op.kind, op.status))
         if isinstance(op, SearchItems):
@@ -205,7 +205,7 @@ class InMemoryDualStore(DualStore):
         ]  # fmt: skip
         return sorted(rows, key=lambda r: r["pk"])
 
-    def _table(self, rows: builtins.list[dict[str, Any]], columns: str) -> pa.Table:
+    def _arrow(self, rows: builtins.list[dict[str, Any]], columns: str) -> pa.Table:
         names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[columns]
         schema = pa.schema([self._schema.field(n) for n in names])
         return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=schema)

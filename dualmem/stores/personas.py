@@ -13,7 +13,7 @@ TABLE = "personas"
 _SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("json", pa.string())])
 
 
-def _table(uri: str, options: str | dict[str, str] | None):
+def _open_personas(uri: str, options: str | dict[str, str] | None):
     from dualmem.stores import _lance as L
 
     return L.open_or_create(L.connect(uri, L.storage_options(options)), TABLE, _SCHEMA)
@@ -24,13 +24,13 @@ def save_persona(uri: str, persona: Persona, options: str | dict[str, str] | Non
     from dualmem.stores import _lance as L
 
     row = {"id": persona.id, "json": persona.model_dump_json()}
-    table = _table(uri, options)
+    table = _open_personas(uri, options)
     L.retry(lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row]))
 
 
 def list_personas(uri: str, options: str | dict[str, str] | None = None) -> list[Persona]:
     """Return every registered persona (one per id, even if two writers registered it at once)."""
-    rows = _table(uri, options).to_arrow().to_pylist()
+    rows = _open_personas(uri, options).to_arrow().to_pylist()
     return list({r["id"]: Persona.model_validate_json(r["json"]) for r in rows}.values())
 
 

@@ -290,19 +290,9 @@ def run_evals(
                 values = graph.invoke(inputs, config, context=context)
             where = runner.describe() if hasattr(runner, "describe") else "threads of one process"
             cluster_stats = runner.stats() if hasattr(runner, "stats") else None
-            if hasattr(runner, "close"):
-                runner.close()
-            elif cluster and owns:
-                from dualmem.evals.cluster import disconnect
-
-                disconnect()
+            _release(runner, cluster and owns)
     except BaseException as exc:
-        if runner is not None and hasattr(runner, "close"):
-            runner.close(cancel=True)
-        elif cluster and owns:
-            from dualmem.evals.cluster import disconnect
-
-            disconnect()
+        _release(runner, cluster and owns, cancel=True)
         if isinstance(exc, KeyboardInterrupt):
             console.print(f"interrupted: `dualmem eval --resume {runs[0][2]}` (or the same command) continues this run")
         raise
@@ -324,6 +314,16 @@ def run_evals(
         write_report(run_dir, summary, records, peers=values["summaries"] if len(names) > 1 else None)
         console.print(f"wrote {run_dir / RECORDS}, summary.json, report.md, report.html")
     return [r[2] for r in runs]
+
+
+def _release(runner: Any, connected: Any, *, cancel: bool = False) -> None:
+    """Close the run's runner (a Ray runner cancels its units when ``cancel``), else leave the cluster this run joined."""
+    if runner is not None and hasattr(runner, "close"):
+        runner.close(cancel=True) if cancel else runner.close()
+    elif connected:
+        from dualmem.evals.cluster import disconnect
+
+        disconnect()
 
 
 def resume_eval(

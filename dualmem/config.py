@@ -24,6 +24,8 @@ STORE_SCHEMES = ("file", "memory", "s3", "s3+ddb", "gs", "az", "abfs", "abfss", 
 """URI schemes a ``store_uri`` may use (LanceDB's object stores); anything else is a local folder."""
 # the memory writer of a bundled chat model when writer_model is empty: its SFT LoRA (README "Training the writer")
 BUNDLED_WRITER = {"local:smollm2": "local:smollm2-writer"}
+DEFAULT_USER = "user"
+"""Whose memory a write goes to when no user is set anywhere (see :func:`dualmem.auth.whose_memory`)."""
 ENV_ALIASES = {"openai_base_url": "OPENAI_BASE_URL", "openai_api_key": "OPENAI_API_KEY"}
 
 
@@ -91,7 +93,11 @@ class Settings:
         900.0, "seconds a writer waits for another writer of the same namespace before failing", float
     )
     checkpoint_path: str = _setting(".dualmem/checkpoints.sqlite", "SQLite checkpointer file")
-    user_id: str = _setting("user", "user id: second part of every memory namespace")
+    user_id: str = _setting(
+        "",
+        "user id: second part of every memory namespace; empty = readers take the persona's only user, writers "
+        f"'{DEFAULT_USER}' (on a server with authentication: always the authenticated user)",
+    )
     chunk_tokens: int = _setting(1024, "writer chunk size in tokens (cut at turn boundaries)", int)
     context_tokens: int = _setting(8000, "history window of the full-context baseline, in tokens", int)
     view_k: int = _setting(8, "facts and insights recalled into the writer's working view", int)
@@ -238,6 +244,11 @@ class Settings:
         if self.local_engine == "llama.cpp":
             return self.chat_model
         return BUNDLED_WRITER.get(self.chat_model, self.chat_model)
+
+    @property
+    def user(self) -> str:
+        """Return the user a writer with no user named writes for: ``user_id`` when set, else ``DEFAULT_USER``."""
+        return self.user_id or DEFAULT_USER
 
     @property
     def judge(self) -> str:

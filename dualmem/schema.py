@@ -51,6 +51,34 @@ def stable_id(*parts: object, prefix: str = "") -> str:
     return f"{prefix}{digest}"
 
 
+MAX_ID_CHARS = 200
+
+
+def check_id(value: object, what: str = "id") -> str:
+    """Return ``value`` as an id, or raise ValueError naming ``what`` — the one rule for persona, user and item ids on
+    every path that builds a file name, a namespace or a lookup.
+
+    An id is 1-200 printable characters, not ``.`` or ``..``, without ``/``, ``\\`` or control characters (so it
+    never escapes a folder); ``*``, ``%`` and quotes are ordinary characters, matched literally everywhere.
+
+    >>> check_id("Sophie_Dubois")
+    'Sophie_Dubois'
+    """
+    text = value if isinstance(value, str) else ""
+    bad = (
+        "must be a string" if not isinstance(value, str)
+        else "is empty" if not text
+        else f"is longer than {MAX_ID_CHARS} characters" if len(text) > MAX_ID_CHARS
+        else "is '.' or '..'" if text in (".", "..")
+        else "holds '/' or '\\'" if "/" in text or "\\" in text
+        else "holds a control character" if not text.isprintable()
+        else ""
+    )  # fmt: skip
+    if bad:
+        raise ValueError(f"{what} {text[:40]!r} {bad}; use printable characters without / or \\")
+    return text
+
+
 # --------------------------------------------------------------------------- dialogue
 
 
@@ -74,6 +102,11 @@ class Persona(BaseModel):
     goals: list[str] = Field(default_factory=list)
     user_profile: str | dict[str, Any] | None = None
     personality: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return check_id(value, "persona id")
 
     def render(self) -> str:
         """Render the persona as prompt text."""

@@ -63,7 +63,7 @@ async def test_stdio_server_scoped_to_one_user_searches_adds_and_forgets(store):
         assert {"search_memory", "add_fact", "forget", "memory_history"} <= names
         hits = payload(await session.call_tool("search_memory", {"query": "tomatoes"}))
         assert hits and {h["id"] for h in hits} <= {"alice-1", "alice-2", "alice-i"} and hits[0]["id"] == "alice-1"
-        assert "scoped to user 'alice'" in error_text(
+        assert "scoped to another user" in error_text(
             await session.call_tool("search_memory", {"query": "tomatoes", "user": "bob"})
         )
         assert "scoped" in error_text(await session.call_tool("forget", {"everything": True, "user": "bob"}))
@@ -122,10 +122,10 @@ async def test_http_connections_are_scoped_by_headers_or_per_call(http_server, s
         await session.initialize()
         hits = payload(await session.call_tool("search_memory", {"query": "grows tomatoes"}))
         assert hits and all(h["id"].startswith("alice") for h in hits)
-        assert "cannot reach user 'bob'" in error_text(
+        assert "scoped to another user" in error_text(
             await session.call_tool("search_memory", {"query": "sails", "user": "bob"})
         )
-        assert "cannot reach persona" in error_text(
+        assert "scoped to another persona" in error_text(
             await session.call_tool("add_fact", {"text": "x", "persona": "zed"})
         )
         payload(await session.call_tool("add_fact", {"text": "learns the cello"}))
@@ -153,3 +153,96 @@ async def test_langchain_mcp_adapters_load_the_tools_into_an_agent(http_server):
     found = [m for m in out["messages"] if m.type == "tool"]
     assert found and "greenhouse" in str(found[0].content) and "balcony" not in str(found[0].content)
     assert out["messages"][-1].content == "In a greenhouse."
+
+
+TOKENS = {"tok-alice-0001": "alice", "tok-bob-00002": {"identity": "bob"}}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def auth_server(store, tmp_path):
+    """`dualmem mcp --transport http --tokens FILE`: two users' bearer tokens; yields the URL."""
+    _, env = store
+    (tmp_path / "tokens.json").write_text(json.dumps(TOKENS))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(tmp_path / "mcp-auth.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--port", str(port),
+                             "--tokens", str(tmp_path / "tokens.json")], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.time() + 90
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "mcp-auth.log").read_text()[-3000:]
+            time.sleep(0.2)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def bearer(token: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
+async def test_http_with_tokens_scopes_every_call_to_the_token_s_user(auth_server, store, tmp_path):
+    import httpx
+
+    dual, _ = store
+    async with httpx.AsyncClient() as http:
+        assert (await http.post(auth_server, json=INIT, headers=ACCEPT)).status_code == 401, "no token: refused"
+        assert (
+            await http.post(auth_server, json=INIT, headers={**ACCEPT, **bearer("tok-wrong-000")})
+        ).status_code == 401
+    alice = bearer("tok-alice-0001", **{"X-DualMem-Persona": "mara"})
+    async with streamablehttp_client(auth_server, headers=alice) as (read, write, _), ClientSession(read, write) as s:
+        await s.initialize()
+        hits = payload(await s.call_tool("search_memory", {"query": "grows tomatoes sails"}))
+        assert hits and all(h["id"].startswith("alice") for h in hits)
+        for args in ({"user": "bob"}, {"user": "bob", "persona": "mara"}):
+            error = error_text(await s.call_tool("search_memory", {"query": "sails", **args}))
+            assert "AccessDenied" in error or "another user" in error
+            assert "bob" not in error
+        error = error_text(await s.call_tool("forget", {"everything": True, "user": "bob"}))
+        assert "another user" in error and "bob" not in error
+        error = error_text(await s.call_tool("forget", {"item_id": "bob-1"}))  # bob's id, through alice's scope
+        assert "bob" not in error.replace("bob-1", "") and str(tmp_path) not in error and "db" not in error
+    assert dual.count(("mara", "bob")) == 3, "bob's memory is untouched"
+    # a header naming another user is a claim like an argument: refused
+    bob_claim = bearer("tok-alice-0001", **{"X-DualMem-Persona": "mara", "X-DualMem-User": "bob"})
+    async with (
+        streamablehttp_client(auth_server, headers=bob_claim) as (read, write, _),
+        ClientSession(read, write) as s,
+    ):
+        await s.initialize()
+        assert "another user" in error_text(await s.call_tool("search_memory", {"query": "sails"}))
+
+
+async def test_a_session_keeps_the_credentials_it_was_initialized_with(auth_server):
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        first = await http.post(auth_server, json=INIT, headers={**ACCEPT, **bearer("tok-alice-0001")})
+        assert first.status_code == 200
+        session = first.headers["mcp-session-id"]
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "search_memory", "arguments": {"query": "sails", "persona": "mara"}}}  # fmt: skip
+        for other in (bearer("tok-bob-00002"), bearer("tok-alice-0001", **{"X-DualMem-User": "bob"})):
+            again = await http.post(auth_server, json=call, headers={**ACCEPT, **other, "mcp-session-id": session})
+            assert again.status_code == 403 and "new session" in again.text
+
+
+def test_http_beyond_loopback_without_tokens_is_refused_in_one_line(store):
+    _, env = store
+    env = {k: v for k, v in env.items() if k != "DUALMEM_MCP_TOKENS"}
+    done = subprocess.run([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--host", "0.0.0.0"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "--tokens" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

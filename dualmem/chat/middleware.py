@@ -10,9 +10,11 @@
   reply) to memory formation (:mod:`dualmem.chat.formation`) — stored as
   pending turns before the run ends, written in the background.
 
-The namespace is ``(persona id, user)``: the user from the run's context
-(``user_id`` key or attribute), else ``config["configurable"]["user_id"]``,
-else the LangGraph server's authenticated user, else ``settings.user_id``. The
+The namespace is ``(persona id, user)``, the user by the one rule
+(:func:`dualmem.auth.whose_memory`): on a server with authentication, the
+authenticated user (a client naming another is refused); else the run's
+context ``user_id`` or ``config["configurable"]["user_id"]``, else the
+``user_id`` setting, else ``"user"``. The
 persona is the middleware's, else the context's or configurable's ``persona``.
 The store is the agent's (``runtime.store``, a :class:`~dualmem.stores.LanceDBStore`).
 Sync and async agents share one core; the async hooks never block the loop.

@@ -1,18 +1,21 @@
 """Who and where a chat run is: its memory namespace and thread, from the LangGraph runtime (one helper each).
 
-The user comes from the run's context (``user_id`` key or attribute), else
-``config["configurable"]["user_id"]``, else the LangGraph server's
-authenticated user, else ``settings.user_id``; the thread from the run's
-``thread_id``, else ``DEFAULT_THREAD``.
+The user is decided by :func:`dualmem.auth.whose_memory`: on a server with
+authentication, the authenticated user (a different ``user_id`` in the run's
+context or configurable is refused); else the run's context ``user_id`` (key or
+attribute) or ``config["configurable"]["user_id"]``, else ``settings.user``;
+the thread from the run's ``thread_id``, else ``DEFAULT_THREAD``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dualmem.auth import run_configurable
 from dualmem.config import Settings
 from dualmem.schema import Persona
 
+__all__ = ["DEFAULT_THREAD", "chat_namespace", "chat_thread", "lookup", "run_configurable"]
 DEFAULT_THREAD = "default"  # the thread of runs without a thread id (no checkpointer)
 
 
@@ -25,22 +28,11 @@ def lookup(holder: Any, key: str) -> Any:
     return getattr(holder, key, None)
 
 
-def run_configurable() -> dict[str, Any]:
-    """Return the current run's ``configurable`` ({} outside a run)."""
-    from langgraph.config import get_config
-
-    try:
-        return dict(get_config().get("configurable") or {})
-    except RuntimeError:  # outside a graph run
-        return {}
-
-
 def chat_namespace(runtime: Any, persona: Persona, settings: Settings) -> tuple[str, str]:
-    """Return the memory namespace of a run: (persona id, user from context, config, server user or settings)."""
-    user = lookup(runtime.context, "user_id") or run_configurable().get("user_id")
-    if not user and getattr(runtime, "server_info", None) is not None and runtime.server_info.user is not None:
-        user = getattr(runtime.server_info.user, "identity", None)
-    return (persona.id, str(user or settings.user_id))
+    """Return the memory namespace of a run: (persona id, whose memory by :func:`dualmem.auth.whose_memory`)."""
+    from dualmem.auth import whose_memory
+
+    return (persona.id, whose_memory(runtime, settings=settings))
 
 
 def chat_thread(runtime: Any) -> str:

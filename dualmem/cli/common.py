@@ -100,15 +100,15 @@ def existing_store(settings: Settings) -> list[tuple[str, ...]]:
 
 
 def memory_user(settings: Settings, persona_id: str, user: str | None) -> str:
-    """Return whose memory of ``persona_id`` a command reads: ``user`` when given, else the persona's only user.
+    """Return whose memory of ``persona_id`` a command reads: ``--user``, else the ``user_id`` setting, else the only user.
 
     Several users and no ``--user`` is a one-line error listing them; a (persona, user) without memory is said on
     stderr with the users that have some.
     """
-    from dualmem.stores import choose_user
+    from dualmem.auth import whose_memory
 
     users = sorted({ns[1] for ns in existing_store(settings) if len(ns) == 2 and ns[0] == persona_id})
-    chosen = choose_user(users, persona_id, user, settings.user_id)
+    chosen = whose_memory(claimed=[user], settings=settings, users=users, persona_id=persona_id)
     if chosen not in users:
         others = (
             f"users with memory: {', '.join(users)} (pass --user)"

@@ -144,14 +144,26 @@ def mcp(
     transport: str = typer.Option(
         "stdio", "--transport", help="stdio, or http (streamable HTTP at http://HOST:PORT/mcp)"
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="HTTP address to listen on"),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="HTTP address to listen on (beyond loopback only with --tokens)"
+    ),
     port: int = typer.Option(8000, "--port", help="HTTP port"),
+    tokens: str | None = typer.Option(
+        None, "--tokens", help="JSON file of bearer tokens -> identity (else DUALMEM_MCP_TOKENS); HTTP only"
+    ),
+    allowed_host: list[str] = typer.Option(
+        [], "--allowed-host", help="another Host name clients use (DNS-rebinding protection), repeatable"
+    ),
     store: str | None = StoreOpt,
 ) -> None:
     """Serve the memory as MCP tools (search facts and insights, add a fact, forget, history); see docs/mcp.md."""
-    from dualmem.control.mcp import Scope, serve
+    from dualmem.control.mcp import Scope, check_exposure, load_tokens, serve
 
-    serve(_settings(None, store), scope=Scope(persona, user), transport=transport, host=host, port=port)
+    table = load_tokens(tokens) if transport == "http" else None
+    if transport == "http":
+        check_exposure(host, table)  # before the store opens
+    serve(_settings(None, store), scope=Scope(persona, user), transport=transport, host=host, port=port, tokens=table,
+          allowed_hosts=tuple(allowed_host))  # fmt: skip
 
 
 def print_history(db: Any, namespace: tuple[str, str], item_id: str, as_json: bool = False) -> None:

@@ -5,30 +5,40 @@ path: :class:`~dualmem.retrieval.pipeline.Ranker`), ``add_fact``, ``forget``
 (one item, or with ``everything`` the whole user: :mod:`~dualmem.control.forget`)
 and ``memory_history`` (:mod:`~dualmem.control.history`).
 
+**Authentication (HTTP).** With a token table (``--tokens FILE`` or the
+``DUALMEM_MCP_TOKENS`` environment variable: a JSON object ``{token: identity}``
+or ``{token: {"identity": ..., "permissions": [...]}}``) every request needs
+``Authorization: Bearer <token>`` (the SDK's bearer-token middleware, with this
+table as its token verifier); the user of every call is then the token's
+identity, by the one rule of :func:`dualmem.auth.whose_memory` (a call or header
+naming another user is refused; ``dualmem:admin`` may name any). A non-loopback
+``--host`` without tokens is refused; DNS-rebinding protection is always on,
+for the loopback names and the ``--host`` (plus ``allowed_hosts``).
+
 **Scope.** Every call acts on exactly one namespace ``(persona, user)``, taken from:
 
 1. the server's own scope (``dualmem mcp --persona P --user U``): every connection is pinned to it;
 2. else the connection's: HTTP headers ``X-DualMem-Persona`` / ``X-DualMem-User``, or the
-   URL's ``?persona=…&user=…``; an MCP session keeps the scope of its first request;
+   URL's ``?persona=…&user=…``; with tokens, the user is the token's identity;
 3. else the call's ``persona`` and ``user`` arguments.
 
-A call naming another persona or user than its connection's scope is refused
-with an error, so a connection scoped to one user cannot read, add to or forget
-another's memory; the tools reach the store through the same namespace-exact
-APIs as every other caller. The scope is a routing rule, not authentication:
-serve HTTP on a loopback port, or behind your own authentication.
+An MCP session keeps the token and scope it was initialized with: a later
+request of the session with another token, header or URL scope is refused (403)
+before it reaches a tool. Errors name no other user, persona or server path.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
-from dualmem.errors import ConfigurationError
+from dualmem.auth import ADMIN_PERMISSION
+from dualmem.errors import ConfigurationError, DualMemError
 from dualmem.schema import MemoryKind
 
 try:
@@ -37,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - the extra is a dev dependency
     raise ConfigurationError("serving MCP needs the mcp package: pip install 'dualmem[mcp]'") from exc
 
 T = TypeVar("T")
+log = logging.getLogger("dualmem.mcp")
 HEADERS = ("x-dualmem-persona", "x-dualmem-user")
 SESSION_HEADER = "mcp-session-id"
 INSTRUCTIONS = (
@@ -60,11 +71,10 @@ Kind = Literal["both", "fact", "insight"]
 
 
 class Scoper:
-    """Resolve each call's namespace from the server scope, the connection (headers, URL, session) and the call."""
+    """Resolve each call's namespace from the server scope, the connection (token, headers, URL) and the call."""
 
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
-        self.sessions: dict[str, Scope] = {}
 
     def connection(self, ctx: Any) -> Scope:
         """Return the scope a call's connection is pinned to (server scope over HTTP headers and URL)."""
@@ -74,34 +84,173 @@ class Scoper:
             headers, query = request.headers, request.query_params
             persona = persona or headers.get(HEADERS[0]) or query.get("persona")
             user = user or headers.get(HEADERS[1]) or query.get("user")
-            session = headers.get(SESSION_HEADER)
-            if session:
-                first = self.sessions.setdefault(session, Scope(persona, user))
-                if first != Scope(persona, user):
-                    raise ValueError(
-                        f"this MCP session is scoped to {first.persona!r}/{first.user!r}; open a new session for another scope"
-                    )
         return Scope(persona, user)
 
     def namespace(self, ctx: Any, persona: str | None, user: str | None) -> tuple[str, str]:
-        """Return the call's namespace; refuse a call that reaches outside its connection's scope."""
+        """Return the call's namespace; refuse a call that reaches outside its connection's scope or identity."""
+        from dualmem.auth import whose_memory
+        from dualmem.schema import check_id
+
         pinned = self.connection(ctx)
-        chosen = []
-        for part, fixed, asked in (("persona", pinned.persona, persona), ("user", pinned.user, user)):
-            if fixed and asked and asked != fixed:
-                raise ValueError(f"this connection is scoped to {part} {fixed!r}; it cannot reach {part} {asked!r}")
-            value = fixed or asked
-            if not value:
-                raise ValueError(f"name the {part}: this connection is not scoped to one (pass `{part}`)")
-            chosen.append(str(value))
-        return chosen[0], chosen[1]
+        if pinned.persona and persona and persona != pinned.persona:
+            raise ValueError("this connection is scoped to another persona; leave `persona` out")
+        chosen = pinned.persona or persona
+        if not chosen:
+            raise ValueError("name the persona: this connection is not scoped to one (pass `persona`)")
+        token = _access_token()
+        if token is not None:  # authenticated: the token's identity, by the one rule
+            admin = ADMIN_PERMISSION in token.scopes
+            return check_id(chosen, "persona id"), whose_memory(
+                identity=token.client_id, admin=admin, claimed=[pinned.user, user]
+            )
+        if pinned.user and user and user != pinned.user:
+            raise ValueError("this connection is scoped to another user; leave `user` out")
+        if not (pinned.user or user):
+            raise ValueError("name the user: this connection is not scoped to one (pass `user`)")
+        return check_id(chosen, "persona id"), check_id(pinned.user or user, "user id")
+
+
+def _access_token() -> Any:
+    """Return the SDK's access token of the current HTTP request (None: no authentication, or stdio)."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+
+    return get_access_token()
+
+
+class TokenTable:
+    """A token verifier over a fixed table ``{token: identity | {"identity", "permissions"}}`` (small deployments).
+
+    Tokens are compared in constant time; the identity becomes the access token's ``client_id`` and the
+    permissions its ``scopes``.
+    """
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        self.table: dict[str, tuple[str, list[str]]] = {}
+        for token, who in table.items():
+            identity = who.get("identity") if isinstance(who, dict) else who
+            perms = who.get("permissions", []) if isinstance(who, dict) else []
+            if not isinstance(token, str) or len(token) < 8 or not isinstance(identity, str) or not identity:
+                raise ConfigurationError(
+                    'MCP tokens: each entry is "TOKEN": "identity" (or {"identity", "permissions"}) with a '
+                    "token of at least 8 characters"
+                )
+            self.table[token] = (identity, [str(p) for p in perms])
+
+    async def verify_token(self, token: str) -> Any:
+        """Return the access token of a known bearer token, else None (the SDK answers 401)."""
+        import hmac
+
+        from mcp.server.auth.provider import AccessToken
+
+        found = None
+        for known, (identity, perms) in self.table.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = AccessToken(token=token, client_id=identity, scopes=perms)
+        return found
+
+
+def load_tokens(path: str | None = None) -> TokenTable | None:
+    """Return the token table of ``path`` (a JSON file), else of ``DUALMEM_MCP_TOKENS`` (JSON), else None (no auth)."""
+    import json
+    import os
+    from pathlib import Path
+
+    if path:
+        source, text = f"--tokens {path}", Path(path).read_text() if Path(path).is_file() else None
+        if text is None:
+            raise ConfigurationError(f"--tokens {path}: no such file (a JSON object of token -> identity)")
+    else:
+        source, text = "DUALMEM_MCP_TOKENS", os.environ.get("DUALMEM_MCP_TOKENS") or None
+        if text is None:
+            return None
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{source}: not JSON ({exc.msg}); give an object of token -> identity") from None
+    if not isinstance(table, dict) or not table:
+        raise ConfigurationError(f"{source}: give a non-empty JSON object of token -> identity")
+    return TokenTable(table)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class SessionPin:
+    """ASGI middleware: an MCP session keeps the credentials and scope it was initialized with.
+
+    The request that creates a session (no ``mcp-session-id``) pins the session id the server answers with to a
+    digest of its ``Authorization`` header and scope headers and URL; a later request of that session whose digest
+    differs is refused with 403 before it reaches the server.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.pins: dict[str, str] = {}
+
+    @staticmethod
+    def _digest(headers: dict[str, str], query: bytes) -> str:
+        import hashlib
+        from urllib.parse import parse_qs
+
+        q = parse_qs(query.decode("latin-1"))
+        parts = [headers.get("authorization", ""), *(headers.get(h, "") for h in HEADERS)]
+        parts += [",".join(q.get("persona", [])), ",".join(q.get("user", []))]
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        digest = self._digest(headers, scope.get("query_string") or b"")
+        session = headers.get(SESSION_HEADER)
+        if session:
+            if self.pins.get(session, digest) != digest:
+                body = b'{"error": "this MCP session was initialized with other credentials or scope; start a new session"}'
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+                await send({"type": "http.response.body", "body": body})
+                return None
+            if scope.get("method") == "DELETE":
+                self.pins.pop(session, None)
+            return await self.app(scope, receive, send)
+
+        async def pinning(message: Any) -> None:
+            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
+                for key, value in message.get("headers") or []:
+                    if key.decode("latin-1").lower() == SESSION_HEADER:
+                        self.pins[value.decode("latin-1")] = digest
+            await send(message)
+
+        return await self.app(scope, receive, pinning)
+
+
+def _public(exc: Exception) -> str:
+    """Return what a tool's caller is told of a failure: never another user, persona or a server path."""
+    from dualmem.auth import AccessDenied
+    from dualmem.errors import LeaseTimeout
+
+    text = str(exc)
+    if isinstance(exc, AccessDenied):
+        return text
+    if isinstance(exc, LeaseTimeout):
+        return "a writer is writing this memory now; try again shortly"
+    if text.startswith("nothing stored"):
+        return "nothing is stored for this persona and user"
+    if text.startswith("no item"):
+        return "no memory with that id in this persona's memory of this user"
+    log.warning("MCP tool failed: %s", text)
+    return f"the request failed ({type(exc).__name__}); the server log has the details"
 
 
 def build_server(
     settings: Any = None, *, scope: Scope = Scope(), store: Any = None, host: str = "127.0.0.1", port: int = 8000,
-    name: str = "dualmem",
+    name: str = "dualmem", tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = (),
 ) -> Any:  # fmt: skip
-    """Return a FastMCP server over the store ``settings`` names (or ``store``, a ``DualStore``), scoped by ``scope``."""
+    """Return a FastMCP server over the store ``settings`` names (or ``store``, a ``DualStore``), scoped by ``scope``;
+    with ``tokens``, every HTTP request authenticates with a bearer token of the table."""
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.transport_security import TransportSecuritySettings
+
     import anyio
 
     from dualmem.config import Settings
@@ -112,13 +261,24 @@ def build_server(
     db = dual_of(store) if store is not None else open_store(s)
     ranker = Ranker.from_settings(s)
     scoper = Scoper(scope)
-    server = FastMCP(name, instructions=INSTRUCTIONS, host=host, port=port)
+    hosts = [*(f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")), *(f"{h}:*" for h in (host, *allowed_hosts))]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(set(hosts)),
+        allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
+    )
+    auth = None
+    if tokens is not None:
+        where = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        auth = AuthSettings(issuer_url=where, resource_server_url=f"{where}/mcp", validate_token_resource=False)  # type: ignore[arg-type]
+    server = FastMCP(name, instructions=INSTRUCTIONS, host=host, port=port, auth=auth, token_verifier=tokens,
+                     transport_security=security)  # fmt: skip
 
     async def off_loop(fn: Callable[..., T], *args: Any) -> T:
         try:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args))
-        except ConfigurationError as exc:
-            raise ValueError(str(exc)) from None
+        except (DualMemError, ValueError) as exc:
+            raise ValueError(_public(exc)) from None
 
     @server.tool()
     async def search_memory(
@@ -187,10 +347,25 @@ def build_server(
     return server
 
 
+def check_exposure(host: str, tokens: TokenTable | None) -> None:
+    """Refuse to serve HTTP beyond loopback without authentication (one line naming the fix)."""
+    if host not in LOOPBACK and tokens is None:
+        raise ConfigurationError(
+            f"--host {host} without authentication would let anyone who reaches this port read and forget every "
+            "user's memory: pass --tokens FILE (or set DUALMEM_MCP_TOKENS), or serve on 127.0.0.1"
+        )
+
+
 def serve(settings: Any = None, *, scope: Scope = Scope(), transport: str = "stdio", host: str = "127.0.0.1",
-          port: int = 8000) -> None:  # fmt: skip
+          port: int = 8000, tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
     """Serve the memory over ``stdio`` or ``http`` (streamable HTTP at ``http://HOST:PORT/mcp``) until stopped."""
     if transport not in ("stdio", "http"):
         raise ConfigurationError(f"--transport {transport!r}: use stdio or http")
-    server = build_server(settings, scope=scope, host=host, port=port)
-    server.run("stdio" if transport == "stdio" else "streamable-http")
+    if transport == "stdio":
+        build_server(settings, scope=scope).run("stdio")
+        return
+    check_exposure(host, tokens)
+    import uvicorn
+
+    server = build_server(settings, scope=scope, host=host, port=port, tokens=tokens, allowed_hosts=allowed_hosts)
+    uvicorn.run(SessionPin(server.streamable_http_app()), host=host, port=port, log_level="warning")

@@ -79,7 +79,7 @@ def plan_histories(
         dialogue = item.dialogue.model_copy(
             update={"sessions": item.dialogue.sessions[:sessions] if sessions else item.dialogue.sessions}
         )
-        out.append(History(who, dialogue, (who.id, user or item.dialogue.user_id or settings.user_id)))
+        out.append(History(who, dialogue, (who.id, user or item.dialogue.user_id or settings.user)))
     return out
 
 

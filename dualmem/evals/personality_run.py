@@ -222,7 +222,7 @@ def run_personality(
         return open_framework(
             framework,
             FrameworkContext(
-                namespace=(subject.id, subject.user or settings.user_id),
+                namespace=(subject.id, subject.user or settings.user),
                 settings=settings,
                 persona=subject.persona,
                 chat_model=chat,

@@ -157,7 +157,7 @@ def persona_store(base: str, item: DatasetItem) -> str:
 
 def default_framework(name: str, item: DatasetItem, env: UnitEnv) -> MemoryFramework:
     """Open framework ``name`` on the persona's namespace and store folder, with the memory an earlier attempt left."""
-    namespace = (item.dialogue.id, item.dialogue.user_id or env.settings.user_id)
+    namespace = (item.dialogue.id, item.dialogue.user_id or env.settings.user)
     return open_framework(
         name,
         FrameworkContext(

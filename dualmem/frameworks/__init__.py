@@ -57,7 +57,7 @@ def open_framework(
     """Build the framework ``name`` (default: ``settings.framework``) for one namespace."""
     if context is None:
         context_kwargs.setdefault("settings", Settings())
-        context_kwargs.setdefault("namespace", ("persona", context_kwargs["settings"].user_id))
+        context_kwargs.setdefault("namespace", ("persona", context_kwargs["settings"].user))
         context = FrameworkContext(**context_kwargs)
     return framework_class(name or context.settings.framework)(context)
 

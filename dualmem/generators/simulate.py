@@ -145,7 +145,7 @@ def open_memory(ctx: Context, name: str, persona: Persona, store_uri: str | None
         from dualmem.frameworks import open_framework
 
         context = FrameworkContext(
-            namespace=(persona.id, ctx.settings.user_id), settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"),
+            namespace=(persona.id, ctx.settings.user), settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"),
             writer_model=ctx.llm("writer"), embeddings=ctx.load_embedder(), store_uri=store_uri,
         )  # fmt: skip
         built[key] = open_framework(name, context)

@@ -118,7 +118,7 @@ class RespondOptions(TypedDict, total=False):
     history: Sequence[Any] | None  # the recent chat turns
     remember: bool  # hand the exchange to memory formation
     namespace: Iterable[str] | None  # default: (persona id, user)
-    user: str | None  # whose memory; default: the persona's only user with memory (several: an error naming them)
+    user: str | None  # whose memory; default: the user_id setting, else the persona's only user with memory
     writer_model: Any
     thread_id: str | None  # names the chat: its pending turns are written together, a chunk at a time
     formation: Any  # where they are written (default: by ``settings.formation``, this process's executor)
@@ -173,9 +173,13 @@ def _call(
         "mode": mode,
     }
     if not namespace:
-        from dualmem.stores import choose_user, users_of
+        from dualmem.auth import whose_memory
+        from dualmem.stores import users_of
 
-        namespace = (who.id, choose_user(users_of(db, who.id), who.id, user, ctx.settings.user_id))
+        mine = whose_memory(
+            claimed=[user], settings=ctx.settings, users=lambda: users_of(db, who.id), persona_id=who.id
+        )
+        namespace = (who.id, mine)
     inputs["namespace"] = list(namespace)
     config = {"configurable": {"thread_id": thread_id}} if thread_id else None
     return inputs, ctx, builder.compile(store=langgraph_view(db)), config

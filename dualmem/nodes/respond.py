@@ -21,6 +21,7 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from dualmem.auth import whose_memory
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
@@ -78,7 +79,7 @@ def memory_of(
     from dualmem.frameworks import open_framework
 
     store = ctx.dual(getattr(runtime, "store", None))
-    ns = (namespace[0], namespace[1] if len(namespace) > 1 else ctx.settings.user_id)
+    ns = (namespace[0], namespace[1])
     fctx = FrameworkContext(
         namespace=ns, settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
         embeddings=store.embeddings, store_uri=store.uri, store=store,
@@ -86,8 +87,17 @@ def memory_of(
     return open_framework(ctx.settings.framework, fctx)
 
 
-def _namespace(state: RespondState, ctx: Context, persona: Persona) -> tuple[str, ...]:
-    return tuple(state.get("namespace") or (persona.id, ctx.settings.user_id))
+def namespace_of(state: RespondState, ctx: Context, persona: Persona, runtime: Any = None) -> tuple[str, str]:
+    """Return the namespace a run reads: (persona id, whose memory by :func:`dualmem.auth.whose_memory`).
+
+    An input ``namespace`` names a persona and a user like any other claim: on a server with authentication a user
+    other than the caller is refused, and a persona other than the input's is refused everywhere.
+    """
+    given = [str(p) for p in state.get("namespace") or []]
+    if given and given[0] != persona.id:
+        raise ConfigurationError(f"input namespace names persona {given[0]!r} but the input persona is {persona.id!r}")
+    user = whose_memory(runtime, claimed=given[1:2], settings=ctx.settings)
+    return (persona.id, user)
 
 
 def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -95,7 +105,7 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     query, history, _ = query_and_history(state)
     persona = persona_of(state)
-    namespace = _namespace(state, ctx, persona)
+    namespace = namespace_of(state, ctx, persona, runtime)
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
     k = state.get("k") or ctx.settings.retrieval_k
@@ -112,7 +122,7 @@ def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     query, history, in_messages = query_and_history(state)
     persona = persona_of(state)
     items = [RetrievedItem(**i) for i in state.get("items") or []]
-    memory = memory_of(ctx, runtime, _namespace(state, ctx, persona), persona)
+    memory = memory_of(ctx, runtime, namespace_of(state, ctx, persona, runtime), persona)
     messages = render_respond_messages(persona, memory.memory_text(items), query, history)
     answer = invoke_with_retry(
         ctx.llm("chat"), messages, policy=ctx.settings

@@ -185,7 +185,7 @@ def _check_stats(state: WeaveState, opts: WeaveOptions) -> dict[str, Any]:
 def assemble(state: WeaveState, runtime: Runtime[Any]) -> dict[str, Any]:
     """Build every persona's histories of every target length; write the manifest."""
     opts = WeaveOptions.of(state.get("options"))
-    user = context_of(runtime).settings.user_id
+    user = context_of(runtime).settings.user
     kept = [r for r in state.get("results") or [] if r["status"] == "kept"]
     items, histories, skipped = [], [], []
     for data in state.get("personas") or []:

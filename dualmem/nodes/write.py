@@ -19,9 +19,11 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from dualmem.auth import whose_memory
 from dualmem.context import Context, context_of
+from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, as_sessions, chunk_sessions
-from dualmem.schema import Persona
+from dualmem.schema import Persona, check_id
 from dualmem.writer.core import write_chunk
 from dualmem.writer.sealing import settle_pending, take_pending
 
@@ -63,17 +65,25 @@ class WriteState(WriteInput, total=False):
     formed: dict[str, Any]
 
 
-def namespace_of(state: WriteState, ctx: Context) -> tuple[str, ...]:
-    """Return the namespace written: the input's, else (persona id, the context's user)."""
-    if state.get("namespace"):
-        return tuple(state["namespace"])
-    return (Persona.model_validate(state["persona"]).id, ctx.settings.user_id)
+def namespace_of(state: WriteState, ctx: Context, runtime: Any = None) -> tuple[str, ...]:
+    """Return the namespace written: (persona, whose memory by :func:`dualmem.auth.whose_memory`).
+
+    The input's ``namespace`` is a claim like the context's ``user_id``: on a server with authentication it must name
+    the caller (else :class:`~dualmem.auth.AccessDenied`); without a persona in the input, its persona part is used.
+    """
+    given = [str(p) for p in state.get("namespace") or []]
+    persona = Persona.model_validate(state["persona"]).id if state.get("persona") else (given[0] if given else "")
+    if given and given[0] != persona:
+        raise ConfigurationError(f"input namespace names persona {given[0]!r} but the input persona is {persona!r}")
+    if not persona:
+        raise ConfigurationError("the write graph needs `persona` in its input (a Persona as a dict)")
+    return (check_id(persona, "persona id"), whose_memory(runtime, claimed=given[1:2], settings=ctx.settings))
 
 
 def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Chunk the sessions (or take the given chunks, or a chat thread's pending turns)."""
     ctx = context_of(runtime)
-    namespace = namespace_of(state, ctx)
+    namespace = namespace_of(state, ctx, runtime)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
     update: dict[str, Any] = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": []}
     if job := state.get("pending"):

@@ -74,6 +74,9 @@ class DualMemRetriever(BaseRetriever):
         context: Sequence[Any] | None = None,
         k: int | None = None,
     ) -> list[Document]:
+        from dualmem.auth import authorize_namespace
+
+        authorize_namespace(self.namespace)  # inside a run on a server with authentication: the caller's memory only
         k = _check_k(self.k if k is None else k)
         if k == 0:
             return []

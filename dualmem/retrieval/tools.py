@@ -8,8 +8,10 @@ user, "fact")`` the tools read and write the dual memory itself) or a
 ``DualStore`` (search returns facts and insights, manage writes facts).
 Searches of the dual memory rank with :mod:`dualmem.retrieval` (the ``ranker``
 setting, or the tool's ``ranker``); other namespaces use the store's search.
-Namespace parts like ``"{user_id}"`` are filled from the run's
-``config["configurable"]`` (or its ``context``). ``update`` and ``delete``
+Namespace parts like ``"{persona}"`` are filled from the run's
+``config["configurable"]`` (or its ``context``); ``"{user_id}"`` by the one
+user rule (:func:`dualmem.auth.whose_memory`: on a server with authentication,
+the authenticated user), and dual memory of another user is refused there. ``update`` and ``delete``
 only reach memories of the tool's own namespace: another namespace's id is
 refused with an error naming it; both keep the replaced state as a version row (history).
 """
@@ -25,6 +27,7 @@ from langchain_core.tools import StructuredTool
 from langgraph.store.base import BaseStore
 from pydantic import Field
 
+from dualmem.auth import server_identity, whose_memory
 from dualmem.errors import ConfigurationError
 from dualmem.retrieval.pipeline import Ranker
 from dualmem.schema import Fact, MemoryKind
@@ -79,6 +82,9 @@ def resolve_namespace(template: tuple[str, ...] | str, config: RunnableConfig | 
     for part in parts:
         if part.startswith("{") and part.endswith("}"):
             name = part[1:-1]
+            if name == "user_id" and server_identity()[0] is not None:  # on a server with auth: the caller, by the rule
+                out.append(whose_memory(claimed=[configurable.get("user_id")]))
+                continue
             if name not in configurable:
                 raise ConfigurationError(
                     f"namespace part {part!r} needs config['configurable'][{name!r}]; pass it when invoking "
@@ -117,10 +123,12 @@ def _dual_target(
     target: BaseStore | DualStore, ns: tuple[str, ...]
 ) -> tuple[DualStore, tuple[str, ...], tuple[MemoryKind, ...]] | None:
     """Return (dual store, memory namespace, kinds) when ``ns`` names dual memory, else None."""
+    from dualmem.auth import authorize_namespace
+
     if isinstance(target, DualStore):
-        return target, ns, KINDS
+        return target, authorize_namespace(ns), KINDS
     if isinstance(target, LanceDBStore) and len(ns) == 4 and ns[0] == target.memory_label and ns[3] in KINDS:
-        return target.dual, ns[1:3], (ns[3],)  # type: ignore[return-value]
+        return target.dual, authorize_namespace(ns[1:3]), (ns[3],)  # type: ignore[return-value]
     return None
 
 

@@ -38,21 +38,18 @@ def open_store(settings: Any = None, embeddings: Any = None) -> DualStore:
 
 
 def choose_user(users: list[str], persona_id: str, user: str | None, default: str) -> str:
-    """The one rule for whose memory a reader reads: ``user`` when given; else the persona's only user with memory
-    (``users``); several users is a one-line error listing them; none: ``default``.
+    """Deprecated: use :func:`dualmem.auth.whose_memory` (an explicit ``default`` user now wins over the only user).
 
-    >>> choose_user(["theo"], "mara", None, "user")
+    >>> import warnings; warnings.simplefilter("ignore"); choose_user(["theo"], "mara", None, "")
     'theo'
     """
-    from dualmem.errors import ConfigurationError
+    import warnings
 
-    if user:
-        return user
-    if len(users) > 1:
-        raise ConfigurationError(
-            f"persona {persona_id!r} has memory of several users ({', '.join(sorted(users))}); name one (--user, user=)"
-        )
-    return users[0] if users else default
+    from dualmem.auth import whose_memory
+    from dualmem.config import Settings
+
+    warnings.warn("choose_user is deprecated; use dualmem.auth.whose_memory", DeprecationWarning, stacklevel=2)
+    return whose_memory(claimed=[user], settings=Settings(user_id=default), users=users, persona_id=persona_id)
 
 
 def users_of(store: DualStore, persona_id: str) -> list[str]:

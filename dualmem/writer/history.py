@@ -72,9 +72,7 @@ def write_history(
     who = _persona(history, persona)
     ctx = _context(options.get("settings"), options.get("model"), options.get("embeddings"))
     own_user = history.user_id if isinstance(history, Dialogue) and history.user_id not in ("", "user") else None
-    user = (
-        own_user or ctx.settings.user_id
-    )  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
+    user = own_user or ctx.settings.user  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
     ns = tuple(options.get("namespace") or (who.id, user))
     chunks = chunk_sessions(as_sessions(history), ns, ctx.settings.chunk_tokens)
     given = options.get("store")

@@ -248,10 +248,9 @@ def build_server(
 ) -> Any:  # fmt: skip
     """Return a FastMCP server over the store ``settings`` names (or ``store``, a ``DualStore``), scoped by ``scope``;
     with ``tokens``, every HTTP request authenticates with a bearer token of the table."""
+    import anyio
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.transport_security import TransportSecuritySettings
-
-    import anyio
 
     from dualmem.config import Settings
     from dualmem.retrieval.pipeline import Ranker

@@ -178,6 +178,9 @@ def run_evals(
         from dualmem.preflight import check_embedder
 
         check_embedder(settings)
+    items = _items(
+        dataset_kind, path, personas
+    )  # a malformed file fails here, before a run folder or record is written
     runs = []
     for name in names:
         mine = settings.replace(framework=name) if len(names) > 1 else settings
@@ -206,7 +209,6 @@ def run_evals(
         record = RunRecord(record_uri(store, run["fingerprint"]), settings.store_options)
         record.write_spec(run)
         runs.append((name, spec, run_dir, run, store, record))
-    items = _items(dataset_kind, path, personas)
     if similarity is None and settings.eval_embedder and not cluster:  # once, before branches (threads) race to load it
         from dualmem.models import load_embeddings
 

@@ -122,7 +122,9 @@ _lock = threading.Lock()
 
 def endpoint_of(settings: Settings) -> str:
     """Return the endpoint a run's model calls go to: the OpenAI-compatible base URL, else ``"default"``."""
-    return settings.openai_base_url.rstrip("/") or "default"
+    from dualmem.redact import public_url
+
+    return public_url(settings.openai_base_url).rstrip("/") or "default"  # a name: shown in Ray, never a password
 
 
 def install(endpoint: str, gate: Gate | None) -> None:

@@ -52,6 +52,8 @@ def stable_id(*parts: object, prefix: str = "") -> str:
 
 
 MAX_ID_CHARS = 200
+MAX_ITEM_TEXT = 10_000
+"""Characters a memory item's text may hold when it comes from outside (imports, tools, MCP)."""
 
 
 def check_id(value: object, what: str = "id") -> str:

@@ -45,7 +45,9 @@ EXIT_MISCONFIGURED = 2  # a setting, a path or a data file is wrong: nothing was
 
 
 def _error(message: Any) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    from dualmem.redact import scrub
+
+    err_console.print(f"[bold red]error:[/] {escape(scrub(str(message)))}", highlight=False, soft_wrap=True)
 
 
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:

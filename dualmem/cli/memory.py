@@ -261,10 +261,17 @@ def flush(
 ) -> None:
     """Write chat turns left pending (after a crash, or an exit before they were written): full chunks, and quiet chats whole."""
     from dualmem.chat.formation import FormationRequest, run_formation
+    from dualmem.schema import check_id
     from dualmem.stores import LanceDBStore
     from dualmem.writer.pending import PendingThread, pending_threads
 
     settings = _settings(model, store)
+    for value, what in ((persona, "--persona"), (user, "--user")):
+        if value is not None:
+            try:
+                check_id(value, what)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
     _preflight(settings, ("writer",))
     lg = LanceDBStore.from_settings(settings)
     prefix = (persona, user) if persona and user else (persona,) if persona else ()

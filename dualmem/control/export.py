@@ -26,13 +26,19 @@ the file, the field and what was expected; nothing is written), refuses a store
 whose embedder differs from the export's (``reembed`` embeds the texts again
 instead) and a namespace that already holds items (``merge`` upserts over them),
 then writes every row with its own vector and times under the namespace's write
-lease. Retrieval over the imported namespace then ranks exactly as over the
-exported one. An interrupted import adds rows only: run it again with ``merge``.
+lease, in one commit of the memory table, then the ledger's units. Retrieval over
+the imported namespace then ranks exactly as over the exported one. Validation
+uses the writer's rules: finite vectors of the export's width, printable non-empty
+ids (:func:`~dualmem.schema.check_id`), texts of at most ``MAX_ITEM_TEXT``
+characters, facts and insights only, and active insights grounded in facts of the
+export. A bad record is refused before anything is written; a failure while the
+ledger is written removes the rows again (an empty namespace stays empty).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +49,10 @@ from pydantic import ValidationError
 from dualmem.control.history import history_of
 from dualmem.errors import ConfigurationError, DatasetError
 from dualmem.memory.versions import VERSION_OF
-from dualmem.schema import MemoryItem, utcnow
+from dualmem.schema import MAX_ITEM_TEXT, MemoryItem, check_id, utcnow
 from dualmem.stores.contract import DualStore, Namespace, PutItems
 
 FORMAT, VERSION = "dualmem.export", 1
-BATCH = 1000
 
 
 @dataclass
@@ -224,14 +229,27 @@ def _row(file: str, where: str, rec: Any, ns: Namespace, dims: int) -> tuple[Mem
     if not isinstance(rec, dict):
         raise _fail(file, where, "an object", type(rec).__name__)
     vector = rec.get("vector")
-    if not isinstance(vector, list) or len(vector) != dims or not all(isinstance(x, int | float) for x in vector):
+    if (
+        not isinstance(vector, list)
+        or len(vector) != dims
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in vector)
+    ):
         raise _fail(
             file,
             f"{where}.vector",
-            f"a list of {dims} numbers ($.dims)",
+            f"a list of {dims} finite numbers ($.dims)",
             vector if not isinstance(vector, list) else f"{len(vector)} values",
         )
     body = {k: v for k, v in rec.items() if k not in ("vector", "history", "type")}
+    try:
+        check_id(body.get("id"), "item id")
+    except ValueError as exc:
+        raise _fail(file, f"{where}.id", "a non-empty printable id without / or \\", str(exc)) from None
+    text = body.get("text")
+    if isinstance(text, str) and len(text) > MAX_ITEM_TEXT:
+        raise _fail(file, f"{where}.text", f"at most {MAX_ITEM_TEXT} characters", f"{len(text)} characters")
+    if rec.get("kind") not in ("fact", "insight"):
+        raise _fail(file, f"{where}.kind", "fact or insight", rec.get("kind"))
     try:
         item = MemoryItem.model_validate({**body, "namespace": ns})
     except ValidationError as exc:
@@ -268,6 +286,18 @@ def read_export(path: str | Path) -> Archive:
         if item.id in seen:
             raise _fail(str(file), "$.items", "one record per item id", item.id)
         seen.add(item.id)
+    facts = {item.id for item, _ in [*items, *versions] if item.kind == "fact"}
+    facts |= {str((item.meta or {}).get(VERSION_OF)) for item, _ in versions if item.kind == "fact"}
+    for item, _ in items:
+        if item.kind == "insight" and item.status == "active" and not set(item.grounding) <= facts:
+            missing = sorted(set(item.grounding) - facts)[:3]
+            raise _fail(str(file), f"$.items[{item.id}].grounding", "ids of facts in the export (a grounded insight)",
+                        missing)  # fmt: skip
+    for unit in ledger:
+        try:
+            check_id(unit["unit"], "ledger unit")
+        except ValueError as exc:
+            raise _fail(str(file), "$.ledger", "non-empty printable unit ids", str(exc)) from None
     return Archive(head, items, versions, ledger)
 
 
@@ -296,12 +326,15 @@ def import_archive(
         raise ConfigurationError(f"namespace {ns} at {dual.uri} already holds {held} item(s); import into an empty namespace, "
                                  "or pass --merge to upsert the export's items over them")  # fmt: skip
     rows = [*archive.items, *archive.versions]
+    items = tuple(item.model_copy(update={"namespace": ns}) for item, _ in rows)
+    vectors = None if reembed else tuple(tuple(v) for _, v in rows)
     with dual.exclusive(ns, wait_s=wait_s):
-        for start in range(0, len(rows), BATCH):
-            part = rows[start : start + BATCH]
-            items = tuple(item.model_copy(update={"namespace": ns}) for item, _ in part)
-            vectors = None if reembed else tuple(tuple(v) for _, v in part)
-            dual.batch([PutItems(items, vectors, keep_times=True)])
-        for unit in archive.ledger:
-            dual.ledger.mark(ns, unit["unit"], unit["state"], unit.get("payload") or "")
+        dual.batch([PutItems(items, vectors, keep_times=True)])  # one commit: every row, or none
+        try:
+            for unit in archive.ledger:
+                dual.ledger.mark(ns, unit["unit"], unit["state"], unit.get("payload") or "")
+        except BaseException:
+            if not held:  # the namespace was empty: leave it so
+                dual.drop_namespace(ns)
+            raise
     return {"items": len(archive.items), "versions": len(archive.versions), "ledger": len(archive.ledger)}

@@ -37,6 +37,7 @@ import json
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dualmem.stores._lance as L
@@ -207,10 +208,26 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
         else:
             counts[f"{folder.name} rows"] = len(mem) + ledger + kv
     chat = sorted(chat_threads | set(threads))
+    _check_checkpoints(where.checkpoint_path, chat if target.item is None else [])
     ckpt = checkpointed_threads(where.checkpoint_path, target.persona, target.user, chat)
     if not any(counts.values()) and not ckpt:
         raise _nothing(target, main)
     return ForgetPlan(target, where, folders, sorted(users), counts, chat, ckpt)
+
+
+def _check_checkpoints(path: str | None, threads: Sequence[str]) -> None:
+    """Refuse (one line, before anything is deleted) a forget whose chat threads' checkpoint file is not there: run
+    from another folder, a relative ``checkpoint_path`` names a file that does not exist, and the checkpoints would
+    silently stay."""
+    if not threads or not path or path == ":memory:":
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigurationError(
+            f"this user has {len(threads)} chat thread(s) but the checkpoint file {file.resolve()} does not exist "
+            "(checkpoint_path is relative to the folder you run in): run from the folder that holds it, or pass "
+            "--checkpoints FILE (DUALMEM_CHECKPOINT_PATH); nothing was forgotten"
+        )
 
 
 # --------------------------------------------------------------------------- carrying out

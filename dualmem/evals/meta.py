@@ -10,6 +10,7 @@ from dualmem.config import ENV_ALIASES, ENV_PREFIX, Settings
 from dualmem.evals.runspec import OPERATIONAL, RunSpec, provenance
 from dualmem.evals.unit import JudgePlan, UnitEnv
 from dualmem.models import describe_embeddings
+from dualmem.redact import public_url
 
 
 def run_meta(
@@ -44,7 +45,7 @@ def run_meta(
         "respond": spec.respond,
         "retrieval_k": settings.retrieval_k,
         "retrieval_mode": settings.retrieval_mode,
-        "store": store,
+        "store": public_url(store),
         "workers": where,
         "langsmith": langsmith,
         "run": {
@@ -65,6 +66,6 @@ def operational_here() -> dict[str, Any]:
     here = Settings()
     return {
         k: getattr(here, k)
-        for k in sorted(OPERATIONAL - {"store_uri"})
+        for k in sorted(OPERATIONAL - {"store_uri", "store_options"})
         if k in Settings.field_names() and os.environ.get(ENV_ALIASES.get(k, ENV_PREFIX + k.upper()))
     }

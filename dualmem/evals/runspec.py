@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -28,6 +27,7 @@ from typing import Any
 from dualmem.config import Settings
 from dualmem.datasets._validate import read_json
 from dualmem.errors import ConfigurationError, DatasetError
+from dualmem.redact import CREDENTIAL_SETTINGS, MASK, public_url, redact_settings
 from dualmem.schema import stable_id
 
 RUN_FILE = "run.json"
@@ -44,12 +44,13 @@ OPERATIONAL = frozenset(
         "openai_api_key",
         "openai_base_url",
         "store_uri",
+        "store_options",
         "local_engine",
     }
 )
 # what the reports make of a run (money, the leniency warning, how many answers calibrate the judge): changes no record
 OPERATIONAL |= {"prices", "judge_leniency_max", "calibration_queries"}
-SECRETS = frozenset({"openai_api_key"})
+SECRETS = CREDENTIAL_SETTINGS  # kept for imports of the earlier name
 # the packages whose versions a run records beside dualmem's (those installed)
 KEY_PACKAGES = (
     "langchain-core",
@@ -76,14 +77,16 @@ def run_store(settings: Settings, run_dir: Path) -> str:
 
 
 def settings_of(spec: Any, **changes: Any) -> Settings:
-    """Return the settings a spec recorded, with ``changes`` (settings of older dualmem versions, e.g. eval_workers, dropped)."""
-    known = set(Settings.field_names())
-    return Settings.resolve({**{k: v for k, v in spec.settings.items() if k in known}, **changes})
+    """Return the settings a spec recorded, with ``changes`` (settings of older dualmem versions, e.g. eval_workers,
+    dropped; credential-bearing ones and masked values are never restored from a file: they come from the environment)."""
+    known = set(Settings.field_names()) - CREDENTIAL_SETTINGS
+    kept = {k: v for k, v in spec.settings.items() if k in known and not (isinstance(v, str) and MASK in v)}
+    return Settings.resolve({**kept, **changes})
 
 
 def recorded_settings(settings: Settings) -> dict[str, Any]:
-    """Return the settings a run records (every field but secrets)."""
-    return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name not in SECRETS}
+    """Return the settings a run records: every field, with no credential (:func:`dualmem.redact.redact_settings`)."""
+    return redact_settings({f.name: getattr(settings, f.name) for f in fields(settings)})
 
 
 def implied_writer(settings: Settings, model: Any = None) -> str | None:
@@ -310,11 +313,6 @@ def content_hash(path: str | Path) -> str:
             while block := fh.read(1 << 20):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def public_url(url: str) -> str:
-    """Return ``url`` without the user and password it may carry (an endpoint is recorded, never a credential)."""
-    return re.sub(r"(?<=://)[^/@]*@", "", url)
 
 
 def provenance(spec: Any, settings: Settings, similarity: str) -> dict[str, Any]:

@@ -199,7 +199,7 @@ def pending_threads(store: BaseStore, namespace: Sequence[str] = ()) -> list[tup
     prefix = (PENDING_LABEL, *(label(p) for p in namespace))
     found = []
     for ns in store.list_namespaces(prefix=prefix, limit=READ_LIMIT):
-        if len(ns) >= 3:
+        if len(ns) >= 3 and tuple(ns[: len(prefix)]) == prefix:  # literal: a "*" in an id is no wildcard
             found.append((tuple(_unlabel(p) for p in ns[1:-1]), _unlabel(ns[-1])))
     return found
 

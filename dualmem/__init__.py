@@ -3,5 +3,5 @@
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DatasetError, DualMemError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["ConfigurationError", "DatasetError", "DualMemError", "Settings", "__version__"]

@@ -32,6 +32,7 @@ only in the caller's namespaces (see :func:`owns_namespace`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dualmem.config import DEFAULT_USER, Settings
@@ -175,6 +176,91 @@ def authorize_namespace(namespace: Sequence[str], runtime: Any = None) -> tuple[
     return ns
 
 
+# --------------------------------------------------------------------------- tokens (MCP over HTTP, the memory browser)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKENS_ENV = "DUALMEM_TOKENS"
+
+
+@dataclass(frozen=True)
+class TokenUser:
+    """Who a bearer token stands for."""
+
+    identity: str
+    permissions: tuple[str, ...] = ()
+
+    @property
+    def admin(self) -> bool:
+        """Return whether this identity may name any user (:data:`ADMIN_PERMISSION`)."""
+        return ADMIN_PERMISSION in self.permissions
+
+
+class TokenTable:
+    """Bearer tokens of a small deployment: ``{token: identity | {"identity", "permissions"}}`` (tokens of 8+
+    characters, compared in constant time). The MCP server and the memory browser take one with ``--tokens FILE``
+    or the ``DUALMEM_TOKENS`` environment variable (JSON)."""
+
+    def __init__(self, table: Mapping[str, Any]) -> None:
+        from dualmem.errors import ConfigurationError
+
+        self.users: dict[str, TokenUser] = {}
+        for token, who in table.items():
+            identity = who.get("identity") if isinstance(who, Mapping) else who
+            perms = who.get("permissions", []) if isinstance(who, Mapping) else []
+            if not isinstance(token, str) or len(token) < 8 or not isinstance(identity, str) or not identity:
+                raise ConfigurationError(
+                    'tokens: each entry is "TOKEN": "identity" (or {"identity", "permissions"}) with a token of 8+ '
+                    "characters"
+                )
+            self.users[token] = TokenUser(check_id(identity, "identity"), tuple(str(p) for p in perms))
+
+    def lookup(self, token: str | None) -> TokenUser | None:
+        """Return the user of ``token``, None for an unknown or missing one (every entry compared)."""
+        import hmac
+
+        found = None
+        for known, user in self.users.items():
+            if hmac.compare_digest(known.encode(), (token or "").encode()):
+                found = user
+        return found
+
+
+def load_tokens(path: str | None = None) -> TokenTable | None:
+    """Return the token table of ``path`` (a JSON file), else of ``DUALMEM_TOKENS`` (JSON), else None (no auth)."""
+    import json
+    import os
+    from pathlib import Path
+
+    from dualmem.errors import ConfigurationError
+
+    if path:
+        if not Path(path).is_file():
+            raise ConfigurationError(f"--tokens {path}: no such file (a JSON object of token -> identity)")
+        source, text = f"--tokens {path}", Path(path).read_text()
+    else:
+        source, text = TOKENS_ENV, os.environ.get(TOKENS_ENV) or ""
+        if not text:
+            return None
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{source}: not JSON ({exc.msg}); give an object of token -> identity") from None
+    if not isinstance(table, dict) or not table:
+        raise ConfigurationError(f"{source}: give a non-empty JSON object of token -> identity")
+    return TokenTable(table)
+
+
+def check_exposure(host: str, tokens: TokenTable | None, fix: str) -> None:
+    """Refuse to serve beyond loopback without authentication (one line naming ``fix``)."""
+    from dualmem.errors import ConfigurationError
+
+    if host not in LOOPBACK and tokens is None:
+        raise ConfigurationError(
+            f"--host {host} without authentication would let anyone who reaches this port read and forget every "
+            f"user's memory: pass {fix}, or serve on 127.0.0.1"
+        )
+
+
 # --------------------------------------------------------------------------- LangGraph server authorization
 
 
@@ -269,6 +355,10 @@ def protect(auth: Any, *, label: str = MEMORY_LABEL, admin_permission: str = ADM
 __all__ = [
     "ADMIN_PERMISSION",
     "AccessDenied",
+    "TokenTable",
+    "TokenUser",
+    "check_exposure",
+    "load_tokens",
     "authorize_namespace",
     "owns_namespace",
     "protect",

@@ -135,3 +135,23 @@ def _json_object(raw: Any) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def public_error(exc: BaseException) -> str:
+    """Return what a remote caller (MCP, the memory browser) is told of a failure: never another user, persona, a
+    server path or a secret (the full message goes to the server's log)."""
+    import logging
+
+    from dualmem.errors import LeaseTimeout
+
+    text = str(exc)
+    if isinstance(exc, PermissionError):  # AccessDenied: its message names no one else
+        return text
+    if isinstance(exc, LeaseTimeout):
+        return "a writer is writing this memory now; try again shortly"
+    if text.startswith("nothing stored"):
+        return "nothing is stored for this persona and user"
+    if text.startswith("no item"):
+        return "no memory with that id in this persona's memory of this user"
+    logging.getLogger("dualmem").warning("request failed: %s", scrub(text))
+    return f"the request failed ({type(exc).__name__}); the server log has the details"

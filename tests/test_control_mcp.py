@@ -241,7 +241,7 @@ async def test_a_session_keeps_the_credentials_it_was_initialized_with(auth_serv
 
 def test_http_beyond_loopback_without_tokens_is_refused_in_one_line(store):
     _, env = store
-    env = {k: v for k, v in env.items() if k != "DUALMEM_MCP_TOKENS"}
+    env = {k: v for k, v in env.items() if k != "DUALMEM_TOKENS"}
     done = subprocess.run([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--host", "0.0.0.0"],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2

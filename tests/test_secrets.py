@@ -52,7 +52,7 @@ def test_no_secret_in_any_file_a_run_writes(tmp_path):
             "DUALMEM_EMBEDDER": "hash:64",
             "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"),
             "DUALMEM_FORMATION_URL": f"http://u:{SECRETS['formation_password']}@127.0.0.1:9/",
-            "DUALMEM_MCP_TOKENS": json.dumps({SECRETS["mcp_token"]: "alice"}),
+            "DUALMEM_TOKENS": json.dumps({SECRETS["mcp_token"]: "alice"}),
             "LANGSMITH_TRACING": "false",
             "PYTHONPATH": str(REPO),
             **{k: v for k, v in SECRETS.items() if k.isupper()},

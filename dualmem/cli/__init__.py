@@ -1,4 +1,4 @@
-"""The `dualmem` command: ingest, ask, chat, flush, inspect, maintain, demo, frameworks, eval, generate, train.
+"""The `dualmem` command: ingest, ask, chat, flush, inspect, maintain, demo, frameworks, eval, generate, train, ui.
 
 Commands live by theme (:mod:`~dualmem.cli.memory`, :mod:`~dualmem.cli.runs`);
 what they share — apps, options, exit codes, errors, preflight — in :mod:`~dualmem.cli.common`.

@@ -10,7 +10,17 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from dualmem.cli.common import EXIT_FAILED, StoreOpt, _error, _settings, app, console, friendly, memory_user
+from dualmem.cli.common import (
+    EXIT_FAILED,
+    StoreOpt,
+    _error,
+    _settings,
+    app,
+    console,
+    existing_store,
+    friendly,
+    memory_user,
+)
 from dualmem.errors import ConfigurationError
 
 ForgetPersonaOpt = typer.Option(..., "--persona", "-p", help="persona id whose memory to forget")
@@ -149,7 +159,7 @@ def mcp(
     ),
     port: int = typer.Option(8000, "--port", help="HTTP port"),
     tokens: str | None = typer.Option(
-        None, "--tokens", help="JSON file of bearer tokens -> identity (else DUALMEM_MCP_TOKENS); HTTP only"
+        None, "--tokens", help="JSON file of bearer tokens -> identity (else DUALMEM_TOKENS); HTTP only"
     ),
     allowed_host: list[str] = typer.Option(
         [], "--allowed-host", help="another Host name clients use (DNS-rebinding protection), repeatable"
@@ -157,13 +167,41 @@ def mcp(
     store: str | None = StoreOpt,
 ) -> None:
     """Serve the memory as MCP tools (search facts and insights, add a fact, forget, history); see docs/mcp.md."""
-    from dualmem.control.mcp import Scope, check_exposure, load_tokens, serve
+    from dualmem.auth import check_exposure, load_tokens
+    from dualmem.control.mcp import Scope, serve
 
     table = load_tokens(tokens) if transport == "http" else None
     if transport == "http":
-        check_exposure(host, table)  # before the store opens
+        check_exposure(host, table, "--tokens FILE (or set DUALMEM_TOKENS)")  # before the store opens
     serve(_settings(None, store), scope=Scope(persona, user), transport=transport, host=host, port=port, tokens=table,
           allowed_hosts=tuple(allowed_host))  # fmt: skip
+
+
+@app.command()
+@friendly
+def ui(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (beyond loopback only with --tokens)"),
+    port: int = typer.Option(8700, "--port", help="port of http://HOST:PORT/"),
+    tokens: str | None = typer.Option(
+        None, "--tokens", help="JSON file of tokens -> identity (else DUALMEM_TOKENS): each sees only their own memory"
+    ),
+    allowed_host: list[str] = typer.Option(
+        [], "--allowed-host", help="another Host name browsers use (DNS-rebinding protection), repeatable"
+    ),
+    store: str | None = StoreOpt,
+) -> None:
+    """Browse what each persona remembers in a web page: facts, insights, their sources and history, search, export and
+    forget (docs/guides/browser.md)."""
+    from dualmem.auth import check_exposure, load_tokens
+
+    table = load_tokens(tokens)
+    check_exposure(host, table, "--tokens FILE (or set DUALMEM_TOKENS)")  # before anything loads
+    from dualmem.ui.app import serve
+
+    settings = _settings(None, store)
+    existing_store(settings)
+    console.print(f"memory browser on http://{host if ':' not in host else f'[{host}]'}:{port}/ (Ctrl-C to stop)")
+    serve(settings, host=host, port=port, tokens=table, allowed_hosts=tuple(allowed_host))
 
 
 def print_history(db: Any, namespace: tuple[str, str], item_id: str, as_json: bool = False) -> None:

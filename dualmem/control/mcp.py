@@ -6,7 +6,7 @@ path: :class:`~dualmem.retrieval.pipeline.Ranker`), ``add_fact``, ``forget``
 and ``memory_history`` (:mod:`~dualmem.control.history`).
 
 **Authentication (HTTP).** With a token table (``--tokens FILE`` or the
-``DUALMEM_MCP_TOKENS`` environment variable: a JSON object ``{token: identity}``
+``DUALMEM_TOKENS`` environment variable: a JSON object ``{token: identity}``
 or ``{token: {"identity": ..., "permissions": [...]}}``) every request needs
 ``Authorization: Bearer <token>`` (the SDK's bearer-token middleware, with this
 table as its token verifier); the user of every call is then the token's
@@ -37,8 +37,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
-from dualmem.auth import ADMIN_PERMISSION
+from dualmem.auth import ADMIN_PERMISSION, TokenTable, check_exposure
 from dualmem.errors import ConfigurationError, DualMemError
+from dualmem.redact import public_error
 from dualmem.schema import MemoryKind
 
 try:
@@ -117,62 +118,21 @@ def _access_token() -> Any:
     return get_access_token()
 
 
-class TokenTable:
-    """A token verifier over a fixed table ``{token: identity | {"identity", "permissions"}}`` (small deployments).
+class TokenVerifier:
+    """The ``mcp`` SDK's token verifier over a :class:`~dualmem.auth.TokenTable`: identity as ``client_id``,
+    permissions as ``scopes``."""
 
-    Tokens are compared in constant time; the identity becomes the access token's ``client_id`` and the
-    permissions its ``scopes``.
-    """
-
-    def __init__(self, table: dict[str, Any]) -> None:
-        self.table: dict[str, tuple[str, list[str]]] = {}
-        for token, who in table.items():
-            identity = who.get("identity") if isinstance(who, dict) else who
-            perms = who.get("permissions", []) if isinstance(who, dict) else []
-            if not isinstance(token, str) or len(token) < 8 or not isinstance(identity, str) or not identity:
-                raise ConfigurationError(
-                    'MCP tokens: each entry is "TOKEN": "identity" (or {"identity", "permissions"}) with a '
-                    "token of at least 8 characters"
-                )
-            self.table[token] = (identity, [str(p) for p in perms])
+    def __init__(self, table: TokenTable) -> None:
+        self.table = table
 
     async def verify_token(self, token: str) -> Any:
         """Return the access token of a known bearer token, else None (the SDK answers 401)."""
-        import hmac
-
         from mcp.server.auth.provider import AccessToken
 
-        found = None
-        for known, (identity, perms) in self.table.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                found = AccessToken(token=token, client_id=identity, scopes=perms)
-        return found
-
-
-def load_tokens(path: str | None = None) -> TokenTable | None:
-    """Return the token table of ``path`` (a JSON file), else of ``DUALMEM_MCP_TOKENS`` (JSON), else None (no auth)."""
-    import json
-    import os
-    from pathlib import Path
-
-    if path:
-        source, text = f"--tokens {path}", Path(path).read_text() if Path(path).is_file() else None
-        if text is None:
-            raise ConfigurationError(f"--tokens {path}: no such file (a JSON object of token -> identity)")
-    else:
-        source, text = "DUALMEM_MCP_TOKENS", os.environ.get("DUALMEM_MCP_TOKENS") or None
-        if text is None:
-            return None
-    try:
-        table = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{source}: not JSON ({exc.msg}); give an object of token -> identity") from None
-    if not isinstance(table, dict) or not table:
-        raise ConfigurationError(f"{source}: give a non-empty JSON object of token -> identity")
-    return TokenTable(table)
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+        user = self.table.lookup(token)
+        return (
+            None if user is None else AccessToken(token=token, client_id=user.identity, scopes=list(user.permissions))
+        )
 
 
 class SessionPin:
@@ -224,24 +184,6 @@ class SessionPin:
         return await self.app(scope, receive, pinning)
 
 
-def _public(exc: Exception) -> str:
-    """Return what a tool's caller is told of a failure: never another user, persona or a server path."""
-    from dualmem.auth import AccessDenied
-    from dualmem.errors import LeaseTimeout
-
-    text = str(exc)
-    if isinstance(exc, AccessDenied):
-        return text
-    if isinstance(exc, LeaseTimeout):
-        return "a writer is writing this memory now; try again shortly"
-    if text.startswith("nothing stored"):
-        return "nothing is stored for this persona and user"
-    if text.startswith("no item"):
-        return "no memory with that id in this persona's memory of this user"
-    log.warning("MCP tool failed: %s", text)
-    return f"the request failed ({type(exc).__name__}); the server log has the details"
-
-
 def build_server(
     settings: Any = None, *, scope: Scope = Scope(), store: Any = None, host: str = "127.0.0.1", port: int = 8000,
     name: str = "dualmem", tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = (),
@@ -270,14 +212,15 @@ def build_server(
     if tokens is not None:
         where = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         auth = AuthSettings(issuer_url=where, resource_server_url=f"{where}/mcp", validate_token_resource=False)  # type: ignore[arg-type]
-    server = FastMCP(name, instructions=INSTRUCTIONS, host=host, port=port, auth=auth, token_verifier=tokens,
+    verifier = TokenVerifier(tokens) if tokens is not None else None
+    server = FastMCP(name, instructions=INSTRUCTIONS, host=host, port=port, auth=auth, token_verifier=verifier,
                      transport_security=security)  # fmt: skip
 
     async def off_loop(fn: Callable[..., T], *args: Any) -> T:
         try:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args))
         except (DualMemError, ValueError) as exc:
-            raise ValueError(_public(exc)) from None
+            raise ValueError(public_error(exc)) from None
 
     @server.tool()
     async def search_memory(
@@ -346,15 +289,6 @@ def build_server(
     return server
 
 
-def check_exposure(host: str, tokens: TokenTable | None) -> None:
-    """Refuse to serve HTTP beyond loopback without authentication (one line naming the fix)."""
-    if host not in LOOPBACK and tokens is None:
-        raise ConfigurationError(
-            f"--host {host} without authentication would let anyone who reaches this port read and forget every "
-            "user's memory: pass --tokens FILE (or set DUALMEM_MCP_TOKENS), or serve on 127.0.0.1"
-        )
-
-
 def serve(settings: Any = None, *, scope: Scope = Scope(), transport: str = "stdio", host: str = "127.0.0.1",
           port: int = 8000, tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
     """Serve the memory over ``stdio`` or ``http`` (streamable HTTP at ``http://HOST:PORT/mcp``) until stopped."""
@@ -363,7 +297,7 @@ def serve(settings: Any = None, *, scope: Scope = Scope(), transport: str = "std
     if transport == "stdio":
         build_server(settings, scope=scope).run("stdio")
         return
-    check_exposure(host, tokens)
+    check_exposure(host, tokens, "--tokens FILE (or set DUALMEM_TOKENS)")
     import uvicorn
 
     server = build_server(settings, scope=scope, host=host, port=port, tokens=tokens, allowed_hosts=allowed_hosts)

@@ -22,9 +22,11 @@ from typing import Any, NotRequired
 from typing_extensions import TypedDict
 
 from dualmem.memory.guard import Claim, TurnFlag, flag_turns, turn_claims
-from dualmem.prompts.writer import format_chunk, format_turn
+from dualmem.prompts.writer import format_chunk, format_turn, speaker_label
 from dualmem.schema import Dialogue, Session, Turn, stable_id
 from dualmem.tokens import count_tokens_batch
+
+QUOTE_CHARS = 600  # characters of a source turn kept with the facts it sources (the memory browser shows them)
 
 
 class Chunk(TypedDict):
@@ -40,6 +42,9 @@ class Chunk(TypedDict):
     tokens: int
     flagged: NotRequired[list[TurnFlag]]  # the guard's requests among its turns (absent in old checkpoints)
     claims: NotRequired[list[Claim]]
+    said: NotRequired[
+        dict[str, str]
+    ]  # turn id -> "Speaker: text" (at most QUOTE_CHARS), kept with the facts it sources
 
 
 def chunk_id(namespace: Sequence[str], session_id: str, turn_ids: Sequence[str]) -> str:
@@ -112,6 +117,7 @@ def chunk_sessions(
                     tokens=sum(sizes),
                     flagged=[flags[i] for i in ids if i in flags],
                     claims=[c for c in claims if c["turn_id"] in ids],
+                    said={t.id: f"{speaker_label(t)}: {t.text[:QUOTE_CHARS]}" for t in group},
                 )
             )
     return chunks

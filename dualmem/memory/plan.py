@@ -213,6 +213,9 @@ class _Planner:
         source, inferred = self.source(op.turn_ids)
         sid = self.new_id("fact", label)
         meta: dict[str, Any] = {"label": label, "turn_ids_inferred": inferred, "seq": self.seq}
+        said = self.chunk.get("said") or {}
+        if quotes := {t: said[t] for t in source.turn_ids if t in said}:
+            meta["said"] = quotes  # the source turns' words (the memory browser shows them)
         if flag is not None:  # kept as what the user asked, in their words
             text, meta["guard"], meta["model_text"] = (
                 guard.request_fact_text(flag),

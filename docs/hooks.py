@@ -2,6 +2,8 @@
 
 A page holds a marker; the build replaces it:
 
+- the memory browser's screenshots (``guides/img/browser-*.png``) are made from the bundled sample
+  (:mod:`screenshots`), never committed;
 - ``<!-- settings-table -->`` — every setting of :mod:`dualmem.config` (name, environment variable, default, help);
 - ``<!-- bench: NAME -->`` — the figures of ``benchmarks/results/NAME.json``, rendered by ``render_NAME`` below, each
   table followed by the command that produced it (the results file's ``command``).
@@ -303,6 +305,19 @@ def render_verl_gpu_h100(d: dict[str, Any]) -> str:
     )
 
 
+def render_ui_load(d: dict[str, Any]) -> str:
+    """The memory browser's page loads per namespace size."""
+    pages = ["first page", "tenth page", "item with history", "search"]
+    rows = [[f"{r['items']:,}", *(f"{r[p]['p50_ms']:g} / {r[p]['max_ms']:g}" for p in pages)] for r in d["runs"]]
+    worst = max(r["first page"]["p50_ms"] for r in d["runs"])
+    verdict = "met" if worst <= d["target_first_page_ms_max"] else "missed"
+    return (
+        _table(["items in the namespace", *(f"{p} p50 / max ms" for p in pages)], rows)
+        + f"\n\nA user's first page at every size: at most **{worst:g} ms** p50, target ≤ {d['target_first_page_ms_max']} ms "
+        f"({verdict}); {d['machine']}."
+    )
+
+
 def render_bench(name: str) -> str:
     """Return the markdown of one results file (its table and the command that produced it)."""
     path = RESULTS / f"{name}.json"
@@ -325,6 +340,20 @@ def settings_table() -> str:
         ["setting", "environment variable", "default", "what it does"],
         [[f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")] for name, var, default, text in rows()],
     )
+
+
+def on_files(files: Any, config: Any, **_: Any) -> Any:
+    """Add the memory browser's screenshots (made now from the bundled sample: docs/screenshots.py) to the site."""
+    import sys
+
+    from mkdocs.structure.files import File
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from screenshots import screenshots
+
+    for name, png in screenshots().items():
+        files.append(File.generated(config, f"guides/img/{name}", content=png))
+    return files
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

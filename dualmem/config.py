@@ -310,3 +310,6 @@ def settings_table() -> list[tuple[str, str, str, str]]:
         var = ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper())
         rows.append((f.name, var, repr(f.metadata["env_default"]), f.metadata["help"]))
     return rows
+
+
+__all__ = ["DEFAULT_USER", "Settings", "setting_default", "settings_table"]

@@ -158,3 +158,6 @@ def context_of(source: Any = None, **changes: Any) -> Context:
         )
     changes = {k: v for k, v in changes.items() if v is not None}
     return ctx.with_(**changes) if changes else ctx
+
+
+__all__ = ["Context", "context_of"]

@@ -40,3 +40,6 @@ class LeaseTimeout(DualMemError):
 
 class LeaseLost(DualMemError):
     """This writer's lease expired or was taken over before its work was committed."""
+
+
+__all__ = ["ConfigurationError", "DatasetError", "DualMemError", "LeaseLost", "LeaseTimeout", "ModelCallError"]

@@ -314,3 +314,10 @@ class Dataset(BaseModel):
     source: str = ""
     items: list[DatasetItem] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+__all__ = [
+    "EMOTIONS", "MAX_ID_CHARS", "MAX_ITEM_TEXT", "TASK_TYPES", "Dataset", "DatasetItem", "Dialogue", "Fact", "FactOp",
+    "GoldEvidence", "Insight", "InsightOp", "MemoryItem", "MemoryKind", "MemoryPoint", "MemoryUpdate", "Persona",
+    "Query", "Session", "SourceRef", "Turn", "check_id", "stable_id", "utcnow",
+]  # fmt: skip

@@ -76,5 +76,7 @@ def test_the_site_builds_strictly_with_generated_tables(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     config = (tmp_path / "site" / "configuration" / "index.html").read_text()
     assert "DUALMEM_CHUNK_TOKENS" in config and "DUALMEM_STORE_URI" in config  # the settings table, from the code
+    shots = sorted((tmp_path / "site" / "guides" / "img").glob("browser-*.png"))
+    assert len(shots) == 3 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in shots), "made by the build"
     bench = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
     assert "Produced by" in bench and "benchmarks/store_bench.py" in bench

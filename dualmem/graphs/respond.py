@@ -200,3 +200,6 @@ async def arespond(query: str, persona: Persona | dict[str, Any], **options: Unp
     """Async :func:`respond` (same graph)."""
     inputs, ctx, runnable, config = _call(query, persona, **options)
     return _reply(await runnable.ainvoke(cast(Any, inputs), config, context=ctx))
+
+
+__all__ = ["Reply", "RespondOptions", "arespond", "builder", "graph", "respond"]

@@ -29,3 +29,6 @@ builder.add_conditional_edges("write", route, ["write", "settle", END])
 builder.add_edge("settle", END)
 graph = builder.compile()
 graph.name = "write"
+
+
+__all__ = ["builder", "graph"]

@@ -110,15 +110,18 @@ def _thread(c: Candidates, terms: np.ndarray) -> np.ndarray:
         weighted = sparse.csr_matrix(counts.multiply(idf[None, :]))
         norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
         weighted = sparse.csc_matrix(sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ weighted)
-        sims = (weighted @ weighted.T).toarray()
-        np.fill_diagonal(sims, 0.0)
-        c.cache["thread"] = (weighted, idf, sims / (sims.sum(axis=1, keepdims=True) + 1e-9))
-    weighted, idf, neighbours = c.cache["thread"]
+        # the neighbour weights are W Wᵀ without its diagonal, each row over its sum; kept factored (never the
+        # sessions x sessions matrix, which a namespace of many session-less items would make huge)
+        self_sim = np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel()
+        row_sums = np.asarray(weighted @ (weighted.T @ np.ones(weighted.shape[0]))).ravel() - self_sim
+        c.cache["thread"] = (weighted, idf, self_sim, row_sums + 1e-9)
+    weighted, idf, self_sim, row_sums = c.cache["thread"]
     terms = terms[terms < weighted.shape[1]]
     if not len(terms):
         return np.zeros(c.n_sessions)
     weights = idf[terms] / max(float(np.linalg.norm(idf[terms])), 1e-12)
-    return neighbours @ np.asarray(weighted[:, terms] @ weights).ravel()
+    affinity = np.asarray(weighted[:, terms] @ weights).ravel()
+    return (np.asarray(weighted @ (weighted.T @ affinity)).ravel() - self_sim * affinity) / row_sums
 
 
 def centroids_static(c: Candidates) -> np.ndarray:

@@ -71,6 +71,11 @@ class DualMemStore(BaseStore):
         return getattr(self.kv, "ttl_config", None)
 
     @property
+    def index_config(self) -> dict[str, Any] | None:
+        """The key-value items' index (``{"dims", "embed", "fields", …}`` as given), as LangGraph's stores expose it."""
+        return getattr(self.kv, "index_config", None)
+
+    @property
     def dual(self) -> DualStore:
         """Return the dual store (facts and insights) behind the memory namespaces."""
         if self._dual is None:

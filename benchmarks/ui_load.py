@@ -2,9 +2,9 @@
 
 Each size is written into one namespace of a fresh LanceDB folder (hash embeddings: the browser's pages do not embed,
 except search; 40 items per session, as a writer makes them), ``dualmem ui`` serves it on a loopback port (the
-product's entry point), and each page is fetched ``--repeats`` times over HTTP: the user's first page of items (newest first, with counts and session filter), the
-tenth page, an item with its history, and a search (the learned ranker). Figures are wall milliseconds per request,
-p50 and max, on this machine.
+product's entry point), and each page is fetched ``--repeats`` times over HTTP: the user's first page of items
+(newest first, with counts and session filter), the tenth page, an item with its history, and a search (the learned
+ranker). Figures are wall milliseconds per request, p50 and max, on this machine.
 
     python benchmarks/ui_load.py --sizes 1000 10000 100000
 """

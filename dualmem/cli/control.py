@@ -179,6 +179,23 @@ def mcp(
 
 @app.command()
 @friendly
+def migrate(
+    dry_run: bool = typer.Option(False, "--dry-run", help="say what would be done; change nothing"),
+    backup: bool = typer.Option(True, "--backup/--no-backup", help="copy a local store folder beside itself first"),
+    store: str | None = StoreOpt,
+) -> None:
+    """Move a store written by an earlier DualMem to the current storage format (docs/guides/stores.md)."""
+    from dualmem.stores.migrate import migrate as run_migration
+
+    settings = _settings(None, store)
+    existing_store(settings)
+    report = run_migration(settings.store_uri, settings.store_options, dry_run=dry_run, backup=backup)
+    for line in report.lines():
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly
 def ui(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (beyond loopback only with --tokens)"),
     port: int = typer.Option(8700, "--port", help="port of http://HOST:PORT/"),

@@ -58,10 +58,10 @@ from dualmem.stores.contract import (
 )
 from dualmem.stores.leases import Lease, Leases
 from dualmem.stores.ledger import LanceLedger
+from dualmem.stores.migrate import FORMAT, FORMAT_KEY, LEGACY_TABLES, check_format
 from dualmem.stores.results import ScoredItem
 
 TABLE = "memory"
-LEGACY_TABLES = ("facts", "insights")
 INDEXES = {
     "pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "kind": "BITMAP", "status": "BITMAP",
     "event_time": "BTREE", "text": "FTS",
@@ -88,6 +88,7 @@ class LanceDualStore(DualStore):
         self._embeddings = embeddings
         self.storage_options = L.storage_options(storage_options)
         self._db = L.connect(self.uri, self.storage_options)
+        check_format(self._db, self.uri)  # an earlier layout is refused in one line naming `dualmem migrate`
         spec = embeddings if isinstance(embeddings, str) else getattr(embeddings, "spec", None)
         self.dims = dims or _stored_dims(self._db) or 0
         if not self.dims:  # a fresh store: its width is the embedder's, so the embedder loads now
@@ -95,7 +96,9 @@ class LanceDualStore(DualStore):
             self.dims = _dims(self._embeddings)
         elif not isinstance(embeddings, str):  # an embedder object is checked now, a spec when it loads
             self._check(embeddings)
-        schema = item_schema(self.dims).with_metadata({EMBEDDER_KEY: spec} if spec else {})
+        schema = item_schema(self.dims).with_metadata(
+            {FORMAT_KEY: str(FORMAT), **({EMBEDDER_KEY: spec} if spec else {})}
+        )
         self.table = _open_memory(self._db, schema)
         L.check_dims(self.table, "vector", self.dims, self.uri)
         L.ensure_primary_key(self.table, "pk")
@@ -231,20 +234,12 @@ def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:
 
 
 def _open_memory(db: Any, schema: pa.Schema) -> Any:
-    """Open the memory table, creating it (from an older version's ``facts`` and ``insights`` tables, if any)."""
-    names = L.table_names(db)
-    if TABLE in names:
+    """Open the memory table, or create it (a format-1 store was refused before: :mod:`dualmem.stores.migrate`)."""
+    if TABLE in L.table_names(db):
         table = db.open_table(TABLE)
         L.migrate_columns(table, schema, {})
         return table
-    legacy = [db.open_table(n) for n in LEGACY_TABLES if n in names]
-    data = None
-    if legacy:
-        parts = [t.to_arrow() for t in legacy]
-        data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]) if parts else None
-        if data is not None and data.num_rows == 0:
-            data = None
-    return L.open_or_create(db, TABLE, schema, data=data)
+    return L.open_or_create(db, TABLE, schema)
 
 
 def stored_namespaces(

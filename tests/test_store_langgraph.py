@@ -137,4 +137,24 @@ def test_langgraph_server_loader_accepts_make_store(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "dualmem.stores.langgraph_store LanceDBStore ['k']" in done.stdout
+    # built in the server's event loop: LangGraph's AsyncBatchedBaseStore over the LanceDBStore
+    assert "dualmem.stores.batched BatchedStore ['k']" in done.stdout
+
+
+async def test_gathered_async_calls_become_one_batch_and_keep_one_item_per_key(tmp_path):
+    import asyncio
+    import time
+
+    from dualmem.stores.batched import BatchedStore
+
+    store = BatchedStore(LanceDBStore(str(tmp_path / "db")))
+    await store.aput(("warm",), "k", {"v": 0})
+    started = time.perf_counter()
+    puts = [store.aput(("users", f"u{i % 50}"), f"k{i}", {"v": i}) for i in range(500)]
+    gets = [store.aget(("users", f"u{i % 50}"), f"k{i}") for i in range(500)]
+    await asyncio.gather(*puts, *gets)
+    elapsed = time.perf_counter() - started
+    await asyncio.gather(*(store.aput(("one",), "same", {"v": i}) for i in range(20)))  # one key, many puts at once
+    assert len(await store.asearch(("users",), limit=1000)) == 500
+    assert [i.value for i in await store.asearch(("one",))] == [{"v": 19}], "one key, one item: the last put wins"
+    assert elapsed < 20, f"500 gathered puts and gets took {elapsed:.1f} s (one commit expected, not 500)"

@@ -127,6 +127,9 @@ def _dual_target(
 
     if isinstance(target, DualStore):
         return target, authorize_namespace(ns), KINDS
+    from dualmem.stores.batched import BatchedStore
+
+    target = target.store if isinstance(target, BatchedStore) else target  # the server's store, batched
     if isinstance(target, LanceDBStore) and len(ns) == 4 and ns[0] == target.memory_label and ns[3] in KINDS:
         return target.dual, authorize_namespace(ns[1:3]), (ns[3],)  # type: ignore[return-value]
     return None

@@ -65,6 +65,9 @@ def dual_of(store: Any) -> DualStore:
         return store
     if isinstance(store, DualMemStore):
         return store.dual
+    inner = getattr(store, "store", None)  # a BatchedStore over a DualMemStore
+    if isinstance(inner, DualMemStore):
+        return inner.dual
     raise ConfigurationError(
         f"DualMem needs its memory store, got {type(store).__name__}; pass a DualStore (open_store(settings)) "
         "or a LanceDBStore / DualMemStore"

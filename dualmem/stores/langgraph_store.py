@@ -301,11 +301,13 @@ def langgraph_view(dual: DualStore) -> DualMemStore:
     raise ConfigurationError(f"no LangGraph view of a {type(dual).__name__}; use a LanceDualStore or InMemoryDualStore")
 
 
-def make_store() -> LanceDBStore:
+def make_store() -> Any:
     """Return the store ``langgraph dev`` serves (``langgraph.json`` → ``store.path``), built from Settings.
 
     The ``ttl`` block of ``langgraph.json``'s store config (the server passes it in
-    ``LANGGRAPH_STORE``) is honoured, and its sweeper started.
+    ``LANGGRAPH_STORE``) is honoured, and its sweeper started. Built inside a running event loop (the server builds
+    its store so), the ``LanceDBStore`` is wrapped in a :class:`~dualmem.stores.batched.BatchedStore`: the server's
+    concurrent store calls become one batch each tick.
     """
     # the server may exec this file as an anonymous module: build the canonical class
     from dualmem.stores.langgraph_store import LanceDBStore as Store
@@ -314,4 +316,10 @@ def make_store() -> LanceDBStore:
     store = Store.from_settings(ttl=config.get("ttl") or None)
     if store.ttl_config:
         store.start_ttl_sweeper()
-    return store
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return store  # built outside an event loop: plain
+    from dualmem.stores.batched import BatchedStore
+
+    return BatchedStore(store)

@@ -109,3 +109,33 @@ def test_a_killed_holders_lease_frees_after_its_ttl(tmp_path):
         assert time.monotonic() - started < 5.0
     finally:
         proc.kill()
+
+
+def test_a_killed_writer_of_this_host_is_taken_over_at_once_not_after_its_ttl(tmp_path):
+    uri = str(tmp_path / "db")
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from dualmem.stores import LanceDualStore
+        from dualmem.testing import HashEmbeddings
+        db = LanceDualStore({uri!r}, HashEmbeddings(32), lease_ttl_s=60.0, lease_wait_s=5.0)
+        with db.exclusive({NS!r}):
+            print("held", flush=True)
+            time.sleep(120)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(LeaseTimeout):  # alive: it keeps its namespace
+            with lance(uri, ttl=60.0, wait=1.0).exclusive(NS):
+                pass
+        proc.kill()
+        proc.wait(10)
+        started = time.monotonic()
+        with lance(uri, ttl=60.0, wait=30.0).exclusive(NS) as lease:
+            assert lease is not None
+        assert time.monotonic() - started < 5.0, "a gone process of this host holds nothing (TTL is 60 s)"
+    finally:
+        proc.kill()

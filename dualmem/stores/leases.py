@@ -7,7 +7,8 @@ optimistic commits let exactly one of several racing updates through, on a
 local disk and on object storage alike. A held lease is renewed every
 ``ttl / 3`` by one heartbeat thread per held lease, because a writer holds its
 namespace across a model call that may outlast the TTL; a writer killed with
-``kill -9`` stops renewing and its lease expires after ``ttl``. The lease is
+``kill -9`` stops renewing: its lease expires after ``ttl``, or at once for a
+writer of this host whose process is gone (:func:`holder_gone`). The lease is
 released when the ``with`` block ends.
 
 Two namespaces that hash to the same slot share a lease: they take turns,
@@ -48,6 +49,24 @@ SCHEMA = pa.schema(
 def new_owner(label: str = "") -> str:
     """Return a unique lease owner token (host, process, random part)."""
     return f"{socket.gethostname()}:{os.getpid()}:{label}{uuid.uuid4().hex[:12]}"
+
+
+def holder_gone(holder: str) -> bool:
+    """Return whether a lease holder is a process of this host that no longer runs (its lease need not expire first).
+
+    A holder of another host, or a process id that runs again (reused), is never judged gone: its lease expires.
+    """
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it runs, as another user
+        return False
+    return False
 
 
 def slot_of(namespace: Sequence[str]) -> int:
@@ -125,7 +144,13 @@ class Leases:
         """Take the namespace's lease if it is free, expired or already ours; return whether we hold it."""
         now = time.time()
         where = f"slot = {slot_of(namespace)} AND (holder = '' OR holder = {sql_str(owner)} OR expires < {now!r})"
-        return self._update(where, {"holder": owner, "expires": now + self.ttl_s, "namespace": ns_key(namespace)}) == 1
+        values = {"holder": owner, "expires": now + self.ttl_s, "namespace": ns_key(namespace)}
+        if self._update(where, values) == 1:
+            return True
+        who, _ = self.holder(namespace)
+        if who and who != owner and holder_gone(who):  # its process is gone from this host: taken over now
+            return self._update(f"slot = {slot_of(namespace)} AND holder = {sql_str(who)}", values) == 1
+        return False
 
     def renew(self, namespace: Sequence[str], owner: str) -> bool:
         """Extend our lease; False when it is no longer ours."""

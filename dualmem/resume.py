@@ -10,8 +10,8 @@ finished before) or raise (a thread started with other options).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +50,6 @@ def sqlite_saver(path: str | None, given: Any = None) -> Iterator[Any]:
         conn.close()
 
 
-@asynccontextmanager
-async def async_sqlite_saver(path: str | None, given: Any = None) -> AsyncIterator[Any]:
-    """Async :func:`sqlite_saver` (aiosqlite)."""
-    if (file := _sqlite_file(path, given)) is None:
-        yield given or None
-        return
-    import aiosqlite
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    conn = await aiosqlite.connect(str(file))
-    try:
-        yield AsyncSqliteSaver(conn)
-    finally:
-        await conn.close()
-
-
 def run_resumable(
     builder: Any,
     batches: Iterable[Any],
@@ -92,31 +76,3 @@ def run_resumable(
                 elif on_update is not None:
                     on_update(chunk)
         return dict(graph.get_state(config).values) if saver is not None else dict(values)
-
-
-async def arun_resumable(
-    builder: Any,
-    batches: Iterable[Any],
-    config: Any,
-    *,
-    context: Any = None,
-    store: Any = None,
-    path: str | None = None,
-    checkpointer: Any = None,
-    on_update: Update | None = None,
-    check: Check | None = None,
-) -> dict[str, Any]:
-    """Async :func:`run_resumable` (same plan, async checkpointer and stream)."""
-    async with async_sqlite_saver(path, checkpointer) as saver:
-        graph = builder.compile(checkpointer=saver, store=store)
-        snapshot = await graph.aget_state(config) if saver is not None else None
-        if snapshot is not None and check is not None and (done := check(snapshot)) is not None:
-            return done
-        values: dict[str, Any] = {}
-        for start in _plan(bool(snapshot and snapshot.next), batches):
-            async for mode, chunk in graph.astream(start, config, context=context, stream_mode=["updates", "values"]):
-                if mode == "values":
-                    values = chunk
-                elif on_update is not None:
-                    on_update(chunk)
-        return dict((await graph.aget_state(config)).values) if saver is not None else dict(values)

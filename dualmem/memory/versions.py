@@ -61,8 +61,3 @@ def new_change(via: str) -> str:
 def is_api_change(change: str | None) -> bool:
     """Return True for the change id of a write through the store API or a tool (not a writer chunk)."""
     return bool(change) and str(change).startswith(API_PREFIX)
-
-
-def is_version(meta: Mapping[str, Any] | None) -> bool:
-    """Return True for the ``meta`` of a version row."""
-    return bool(meta) and VERSION_OF in meta  # type: ignore[operator]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from dualmem.errors import ConfigurationError
 
@@ -136,52 +136,6 @@ def filter_sql(filt: Mapping[str, Any] | None, columns: Mapping[str, str]) -> st
             else:
                 raise ConfigurationError(f"filter {key!r}: unknown operator {op!r}; use one of {[*_OPS, '$in']}")
     return and_all(*clauses)
-
-
-# --------------------------------------------------------------------------- scopes
-
-
-def status_sql(status: str | None) -> str | None:
-    """Return the SQL filter on ``status`` (None: any status)."""
-    return f"status = {sql_str(status)}" if status else None
-
-
-class Scope(NamedTuple):
-    """The rows a search may return: one namespace, a status, a compiled filter, an event-time window."""
-
-    namespace: Namespace
-    status: str | None = "active"
-    filter: str | None = None
-    since: str | None = None
-    until: str | None = None
-
-    def sql(self) -> str:
-        """Return the SQL prefilter of this scope."""
-        return (
-            and_all(
-                ns_eq_sql(self.namespace),
-                status_sql(self.status),
-                self.filter,
-                f"event_time >= {sql_str(self.since)}" if self.since else None,
-                f"event_time <= {sql_str(self.until)}" if self.until else None,
-            )
-            or ""
-        )
-
-
-def rrf_fuse(rankings: list[list[dict[str, Any]]], k: int, rrf_k: int = 60) -> list[tuple[dict[str, Any], float]]:
-    """Fuse ranked row lists by reciprocal rank (``sum 1 / (rrf_k + rank)``); return the top ``k`` rows."""
-    fused: dict[str, float] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    for ranked in rankings:
-        for rank, row in enumerate(ranked, start=1):
-            fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (rrf_k + rank)
-            rows.setdefault(row["id"], row)
-    for row in rows.values():
-        row.pop("_distance", None)
-        row.pop("_score", None)
-    order = sorted(fused, key=lambda i: -fused[i])[:k]
-    return [(rows[i], fused[i]) for i in order]
 
 
 def row_matches(row: Mapping[str, Any], filt: Mapping[str, Any] | None, columns: Mapping[str, str]) -> bool:

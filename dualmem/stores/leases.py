@@ -167,11 +167,6 @@ class Leases:
         rows = L.query_rows(self.table, f"slot = {slot_of(namespace)}", ["holder", "expires"], 1)
         return (rows[0]["holder"], rows[0]["expires"]) if rows else ("", 0.0)
 
-    def is_held(self, namespace: Sequence[str]) -> bool:
-        """Return True while a live writer holds the namespace's slot."""
-        who, until = self.holder(namespace)
-        return bool(who) and until > time.time()
-
     def acquire(
         self,
         namespace: Sequence[str],

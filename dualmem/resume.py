@@ -1,4 +1,4 @@
-"""Run a graph resumably under a SQLite checkpointer: one core, a sync and an async shell.
+"""Run a graph resumably under a SQLite checkpointer.
 
 A thread that stopped half-way (killed, interrupted) is finished first; then
 the given input batches run one after the other on the same thread, each

@@ -334,7 +334,7 @@ def run_writer(
         dialogue = Dialogue(id=persona.id, persona=persona, sessions=sessions)
         report = write_history(dialogue, persona, settings=settings, model=model, store=store, progress=False)
         rows += report.chunks
-        namespaces.append((persona.id, settings.user_id))
+        namespaces.append((persona.id, settings.user))
     figures = score(store, namespaces, rows, oracle)
     entries_ = {n["entry"] for n in oracle.values() if n["label"] == "poison"}
     figures["poison_entries_obeyed"] = len(obeyed)  # the writer wrote every requested belief: the run tests the guard

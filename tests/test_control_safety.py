@@ -91,34 +91,49 @@ def test_an_import_is_whole_or_absent_and_a_rerun_works(tmp_path):
     assert LanceDualStore(str(tmp_path / "dst"), HashEmbeddings(64)).count(NS, status=None) == 1001
 
 
-def test_forget_from_another_folder_fails_in_one_line_before_forgetting(tmp_path):
+def _chatted(home: Path, store: str) -> LanceDualStore:
+    """A user with memory and a chat thread whose checkpoint is in ``home/.dualmem/checkpoints.sqlite``."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from dualmem.stores import LanceDBStore
     from dualmem.writer.pending import PendingThread, new_turn
 
-    home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-    home.mkdir()
-    elsewhere.mkdir()
-    store = str(home / ".dualmem" / "lancedb")
     dual = LanceDualStore(store, HashEmbeddings(64))
     dual.upsert([Fact(id="f1", namespace=NS, text="grows tomatoes")])
     PendingThread(LanceDBStore(store, dual=dual), NS, "chat-1").append([new_turn("t-1", "user", "hello", seq=1)], {})
+    (home / ".dualmem").mkdir(parents=True, exist_ok=True)
     with SqliteSaver.from_conn_string(str(home / ".dualmem" / "checkpoints.sqlite")) as saver:
         saver.put({"configurable": {"thread_id": "chat-1", "checkpoint_ns": ""}},
                   {"v": 1, "id": "c1", "ts": "2024-01-01T00:00:00+00:00", "channel_values": {}, "channel_versions": {},
                    "versions_seen": {}}, {}, {})  # fmt: skip
-    env = {"DUALMEM_STORE_URI": store, "DUALMEM_CHECKPOINT_PATH": ""}
-    env.pop("DUALMEM_CHECKPOINT_PATH")
-    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", cwd=elsewhere, env=env)
+    return dual
+
+
+def _threads(home: Path) -> list:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(str(home / ".dualmem" / "checkpoints.sqlite")) as saver:
+        return list(saver.list({"configurable": {"thread_id": "chat-1"}}))
+
+
+def test_forget_from_another_folder_finds_the_checkpoints_or_fails_in_one_line(tmp_path):
+    home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    elsewhere.mkdir(parents=True)
+    # the default layout: .dualmem/lancedb beside .dualmem/checkpoints.sqlite — found from anywhere with --store
+    dual = _chatted(home, str(home / ".dualmem" / "lancedb"))
+    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", "--store", str(home / ".dualmem" / "lancedb"),
+               cwd=elsewhere)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert dual.count(NS) == 0 and _threads(home) == [], "the checkpoints went too"
+    # a store elsewhere: the default checkpoint file is neither here nor beside the store: one line, nothing forgotten
+    other = tmp_path / "other"
+    dual = _chatted(other, str(other / "store"))
+    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", "--store", str(other / "store"), cwd=elsewhere)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "checkpoint file" in done.stderr and "--checkpoints" in done.stderr
-    assert dual.count(NS) == 1, "nothing was forgotten"
-    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", cwd=home, env=env)
-    assert done.returncode == 0, done.stderr
-    assert dual.count(NS) == 0 and "chat-1" in done.stdout
-    with SqliteSaver.from_conn_string(str(home / ".dualmem" / "checkpoints.sqlite")) as saver:
-        assert list(saver.list({"configurable": {"thread_id": "chat-1"}})) == []
+    assert dual.count(NS) == 1 and _threads(other), "nothing was forgotten"
+    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", "--store", str(other / "store"), cwd=other)
+    assert done.returncode == 0 and dual.count(NS) == 0 and _threads(other) == []
 
 
 def test_ids_never_escape_a_folder_and_wildcards_are_literal(tmp_path):

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dualmem.errors import ConfigurationError
+
 PERSONA_KEY, USER_KEY = "dualmem_persona", "dualmem_user"
 
 
@@ -45,6 +47,39 @@ def _saver(path: str) -> Iterator[Any]:
         yield SqliteSaver(conn)
     finally:
         conn.close()
+
+
+def checkpoint_file(path: str | None, store_uri: str, *, explicit: bool) -> tuple[str | None, str]:
+    """Return (the checkpoint file forget reads, a note when a configured file does not exist).
+
+    A relative path is read from the working folder, as every command writes it; when it is not there and it is the
+    default path, the file beside a local store's folder (``.dualmem/checkpoints.sqlite`` next to
+    ``.dualmem/lancedb``) is taken, so a forget run from another folder with ``--store`` finds the user's checkpoints.
+    """
+    if not path or path == ":memory:":
+        return None, ""
+    file = Path(path).expanduser()
+    if file.is_file():
+        return str(file.resolve()), ""
+    if not file.is_absolute() and not explicit and "://" not in store_uri:
+        beside = Path(store_uri).expanduser().resolve().parent / file.name
+        if beside.is_file():
+            return str(beside), ""
+    if explicit:
+        return str(file), f"no checkpoint file at {file.resolve()} (checkpoint_path): no checkpoints to delete there"
+    return str(file), ""
+
+
+def check_checkpoints(path: str | None, note: str, threads: Sequence[str]) -> None:
+    """Refuse (one line, before anything is deleted) to forget a user with chat threads when the default checkpoint
+    file is found neither in the working folder nor beside the store: their checkpoints would silently stay."""
+    if not threads or not path or note or path == ":memory:" or Path(path).expanduser().is_file():
+        return
+    raise ConfigurationError(
+        f"this user has {len(threads)} chat thread(s) but no checkpoint file was found at {Path(path).resolve()} "
+        "(checkpoint_path, relative to the folder you run in) nor beside the store: run from the folder that holds "
+        "it, or pass --checkpoints FILE (DUALMEM_CHECKPOINT_PATH); nothing was forgotten"
+    )
 
 
 def _file(path: str | None) -> str | None:

@@ -37,12 +37,11 @@ import json
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import dualmem.stores._lance as L
 from dualmem.control import places
-from dualmem.control.checkpoints import checkpointed_threads, delete_threads
+from dualmem.control.checkpoints import check_checkpoints, checkpoint_file, checkpointed_threads, delete_threads
 from dualmem.control.places import KEYS, LEASES, REWRITE, Folder, Target
 from dualmem.control.purge import fragments, purge
 from dualmem.errors import ConfigurationError, LeaseTimeout
@@ -61,6 +60,7 @@ class Location:
     memory_label: str = "dualmem"
     checkpoint_path: str | None = None
     lease_ttl_s: float = 60.0
+    checkpoint_note: str = ""  # a configured checkpoint file that does not exist
 
 
 @dataclass
@@ -86,6 +86,8 @@ class ForgetPlan:
             out.append(f"  chat threads: {', '.join(self.threads)}")
         if self.checkpoints:
             out.append(f"  checkpointed threads in {self.where.checkpoint_path}: {', '.join(self.checkpoints)}")
+        if self.where.checkpoint_note:
+            out.append(f"  {self.where.checkpoint_note}")
         return out
 
 
@@ -118,7 +120,7 @@ class ForgetReport:
 
 def locate(settings: Any = None, store: Any = None) -> Location:
     """Return where to forget: the given store's URI (a LanceDB ``DualStore`` or LangGraph store), else the settings'."""
-    from dualmem.config import Settings
+    from dualmem.config import Settings, setting_default
 
     s = Settings.resolve(settings)
     uri, label = s.store_uri, s.memory_label
@@ -132,7 +134,10 @@ def locate(settings: Any = None, store: Any = None) -> Location:
                 "forget works on a LanceDB store (a folder or object storage); an in-memory store forgets with "
                 "store.drop_namespace(namespace)"
             )
-    return Location(uri, L.storage_options(options), label, s.checkpoint_path, s.lease_ttl_s)
+    file, note = checkpoint_file(
+        s.checkpoint_path, uri, explicit=s.checkpoint_path != setting_default("checkpoint_path")
+    )
+    return Location(uri, L.storage_options(options), label, file, s.lease_ttl_s, note)
 
 
 # --------------------------------------------------------------------------- planning
@@ -208,26 +213,11 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
         else:
             counts[f"{folder.name} rows"] = len(mem) + ledger + kv
     chat = sorted(chat_threads | set(threads))
-    _check_checkpoints(where.checkpoint_path, chat if target.item is None else [])
+    check_checkpoints(where.checkpoint_path, where.checkpoint_note, chat if target.item is None else [])
     ckpt = checkpointed_threads(where.checkpoint_path, target.persona, target.user, chat)
     if not any(counts.values()) and not ckpt:
         raise _nothing(target, main)
     return ForgetPlan(target, where, folders, sorted(users), counts, chat, ckpt)
-
-
-def _check_checkpoints(path: str | None, threads: Sequence[str]) -> None:
-    """Refuse (one line, before anything is deleted) a forget whose chat threads' checkpoint file is not there: run
-    from another folder, a relative ``checkpoint_path`` names a file that does not exist, and the checkpoints would
-    silently stay."""
-    if not threads or not path or path == ":memory:":
-        return
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigurationError(
-            f"this user has {len(threads)} chat thread(s) but the checkpoint file {file.resolve()} does not exist "
-            "(checkpoint_path is relative to the folder you run in): run from the folder that holds it, or pass "
-            "--checkpoints FILE (DUALMEM_CHECKPOINT_PATH); nothing was forgotten"
-        )
 
 
 # --------------------------------------------------------------------------- carrying out

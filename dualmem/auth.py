@@ -91,7 +91,15 @@ def server_identity(runtime: Any = None) -> tuple[str | None, bool]:
     identity = user.get("identity") if isinstance(user, Mapping) else getattr(user, "identity", None)
     if not identity:
         return None, False
-    return str(identity), ADMIN_PERMISSION in _permissions(user, configurable)
+    return str(identity), ADMIN_PERMISSION in _permissions(user, configurable) or _is_studio(user)
+
+
+def _is_studio(user: Any) -> bool:
+    """Return whether the user is LangGraph Studio's (the deployment's developer, as LangGraph's own rules treat it)."""
+    from langgraph_sdk.auth.types import StudioUser
+
+    kind = user.get("kind") if isinstance(user, Mapping) else None
+    return isinstance(user, StudioUser) or kind == "StudioUser"
 
 
 def run_claims(runtime: Any = None) -> list[str | None]:
@@ -291,7 +299,8 @@ def protect(auth: Any, *, label: str = MEMORY_LABEL, admin_permission: str = ADM
       set another) and every read, update, delete, search or run is filtered to the caller's own;
     - assistants: the creator owns the ones they create; everyone reads the graphs' own (``created_by: system``);
     - store: every operation must stay in the caller's namespaces (:func:`owns_namespace`), else 403;
-    - an identity holding ``admin_permission`` passes every check (maintenance, forget on request).
+    - an identity holding ``admin_permission`` passes every check (maintenance, forget on request), and so does
+      LangGraph Studio's user (the deployment's developer, authenticated by LangSmith or ``langgraph dev``).
 
     Each handler is registered for a resource (``@auth.on.threads``, …): a resource you already handle is an error
     naming it, so no rule is silently replaced.
@@ -301,7 +310,7 @@ def protect(auth: Any, *, label: str = MEMORY_LABEL, admin_permission: str = ADM
     from dualmem.errors import ConfigurationError
 
     def is_admin(ctx: Any) -> bool:
-        return admin_permission in list(getattr(ctx, "permissions", None) or ())
+        return admin_permission in list(getattr(ctx, "permissions", None) or ()) or _is_studio(ctx.user)
 
     def owned(ctx: Any, value: Any) -> dict[str, Any] | None:
         if is_admin(ctx):

@@ -105,15 +105,16 @@ def _is_studio(user: Any) -> bool:
 def run_claims(runtime: Any = None) -> list[str | None]:
     """Return the users a run's caller named: the context's ``user_id`` (field, or in ``options``) and configurable's."""
     context = getattr(runtime, "context", None)
-    claims = [_get(context, "user_id")]
-    options = _get(context, "options")
+    claims = [lookup(context, "user_id")]
+    options = lookup(context, "options")
     if isinstance(options, Mapping):
         claims.append(options.get("user_id"))
     claims.append(run_configurable().get("user_id"))
     return claims
 
 
-def _get(holder: Any, key: str) -> Any:
+def lookup(holder: Any, key: str) -> Any:
+    """Return ``key`` of a context (a dict or an object), None when absent."""
     if holder is None:
         return None
     if isinstance(holder, Mapping):

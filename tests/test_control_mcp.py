@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+from fixtures.cli_server import cli_server
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
@@ -89,27 +88,8 @@ async def test_stdio_server_scoped_to_one_user_searches_adds_and_forgets(store):
 @pytest.fixture
 def http_server(store, tmp_path):
     """`dualmem mcp --transport http` on a free loopback port, scoped per connection; yields its URL."""
-    _, env = store
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = open(tmp_path / "mcp.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    deadline = time.time() + 90
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.time() < deadline, (tmp_path / "mcp.log").read_text()[-3000:]
-            time.sleep(0.2)
-    try:
+    with cli_server(["mcp", "--transport", "http"], store[1], tmp_path / "mcp.log") as port:
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 async def test_http_connections_are_scoped_by_headers_or_per_call(http_server, store):
@@ -164,28 +144,10 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "appl
 @pytest.fixture
 def auth_server(store, tmp_path):
     """`dualmem mcp --transport http --tokens FILE`: two users' bearer tokens; yields the URL."""
-    _, env = store
     (tmp_path / "tokens.json").write_text(json.dumps(TOKENS))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = open(tmp_path / "mcp-auth.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--port", str(port),
-                             "--tokens", str(tmp_path / "tokens.json")], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    deadline = time.time() + 90
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.time() < deadline, (tmp_path / "mcp-auth.log").read_text()[-3000:]
-            time.sleep(0.2)
-    try:
+    args = ["mcp", "--transport", "http", "--tokens", str(tmp_path / "tokens.json")]
+    with cli_server(args, store[1], tmp_path / "mcp-auth.log") as port:
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 def bearer(token: str, **extra: str) -> dict[str, str]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from fixtures.chromium import FLAGS, chromium_binary
+from fixtures.cli_server import cli_server
 
 from dualmem.config import Settings
 from dualmem.datasets import load_sample
@@ -45,28 +44,10 @@ def populate(root: Path) -> Settings:
 
 @contextmanager
 def ui_server(settings: Settings, tmp: Path, *extra: str) -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     env = {**os.environ, "DUALMEM_STORE_URI": settings.store_uri, "DUALMEM_EMBEDDER": "hash:64",
            "DUALMEM_CHECKPOINT_PATH": settings.checkpoint_path, "PYTHONPATH": str(REPO)}  # fmt: skip
-    log = open(tmp / f"ui-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "ui", "--port", str(port), *extra], env=env,
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    deadline = time.time() + 90
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.time() < deadline, (tmp / f"ui-{port}.log").read_text()[-3000:]
-            time.sleep(0.2)
-    try:
+    with cli_server(["ui", *extra], env, tmp / f"ui-{len(list(tmp.glob('ui-*.log')))}.log") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 @pytest.fixture(scope="module")

@@ -11,21 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dualmem.auth import run_configurable
+from dualmem.auth import lookup, run_configurable
 from dualmem.config import Settings
 from dualmem.schema import Persona
 
 __all__ = ["DEFAULT_THREAD", "chat_namespace", "chat_thread", "lookup", "run_configurable"]
 DEFAULT_THREAD = "default"  # the thread of runs without a thread id (no checkpointer)
-
-
-def lookup(holder: Any, key: str) -> Any:
-    """Return ``key`` of a context (a dict or an object), None when absent."""
-    if holder is None:
-        return None
-    if isinstance(holder, dict):
-        return holder.get(key)
-    return getattr(holder, key, None)
 
 
 def chat_namespace(runtime: Any, persona: Persona, settings: Settings) -> tuple[str, str]:

@@ -260,3 +260,22 @@ def test_remembered_query_vectors_are_reused_until_forgotten(tmp_path):
     ranker.forget()
     assert [h.item.id for h in ranker.rank(store, NS, "climbing", 5)] == first
     assert emb.queries == 2
+
+
+def test_a_namespace_too_large_for_ram_is_ranked_by_the_store_and_says_so_once(monkeypatch, caplog):
+    import logging
+
+    import dualmem.retrieval.snapshot as snapshot_module
+    from dualmem.retrieval import Ranker
+    from dualmem.schema import Fact
+    from dualmem.stores import InMemoryDualStore
+    from dualmem.testing import HashEmbeddings
+
+    monkeypatch.setattr(snapshot_module, "MAX_NAMESPACE_ROWS", 3)
+    dual = InMemoryDualStore(HashEmbeddings(32))
+    dual.upsert([Fact(id=f"f{i}", namespace=("p", "u"), text=f"tomatoes fact {i}") for i in range(5)])
+    ranker = Ranker()
+    with caplog.at_level(logging.WARNING, logger="dualmem.retrieval"):
+        assert ranker.rank(dual, ("p", "u"), "tomatoes", 3) and ranker.rank(dual, ("p", "u"), "fact", 3)
+    said = [r.getMessage() for r in caplog.records if "hybrid search" in r.getMessage()]
+    assert len(said) == 1 and "('p', 'u')" in said[0]

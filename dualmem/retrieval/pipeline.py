@@ -28,6 +28,7 @@ RAM (``MAX_NAMESPACE_ROWS``) is searched in the store (hybrid).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 import weakref
@@ -53,6 +54,8 @@ from dualmem.schema import MemoryKind
 from dualmem.stores import dual_of
 from dualmem.stores.contract import DualStore, Namespace
 from dualmem.stores.results import DualResult, ScoredItem
+
+log = logging.getLogger("dualmem.retrieval")
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
@@ -133,6 +136,7 @@ class Ranker:
         self._memo_size = memo
         self._lock = threading.Lock()
         self.snapshots = Snapshots()
+        self._switched: set[tuple[str, ...]] = set()  # namespaces told to have left the learned ranker
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Ranker:
@@ -254,7 +258,11 @@ class Ranker:
                 for name, group in groups.items()
             }
         prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
-        if prepared is None:
+        if prepared is None:  # over MAX_NAMESPACE_ROWS: said once per namespace (docs: Limits)
+            if tuple(namespace) not in self._switched:
+                self._switched.add(tuple(namespace))
+                log.warning("namespace %s holds more items than MAX_NAMESPACE_ROWS: ranked by the store's hybrid search, "
+                            "not the %s ranker", tuple(namespace), self.spec)  # fmt: skip
             return {
                 name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()
             }

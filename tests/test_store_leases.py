@@ -83,21 +83,26 @@ def test_a_lease_taken_over_fails_the_check_before_a_commit(tmp_path):
             lease.check()
 
 
-def test_a_killed_holders_lease_frees_after_its_ttl(tmp_path):
-    uri = str(tmp_path / "db")
+def holding_process(uri: str, ttl: float) -> subprocess.Popen[str]:
+    """Start a process that holds the namespace's lease (``ttl`` s) until killed; it prints "held" once it does."""
     code = textwrap.dedent(
         f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from dualmem.stores import LanceDualStore
         from dualmem.testing import HashEmbeddings
-        db = LanceDualStore({uri!r}, HashEmbeddings(32), lease_ttl_s=1.0, lease_wait_s=5.0)
+        db = LanceDualStore({uri!r}, HashEmbeddings(32), lease_ttl_s={ttl!r}, lease_wait_s=5.0)
         with db.exclusive({NS!r}):
             print("held", flush=True)
-            time.sleep(60)
+            time.sleep(600)
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_a_killed_holders_lease_frees_after_its_ttl(tmp_path):
+    uri = str(tmp_path / "db")
+    proc = holding_process(uri, ttl=1.0)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         assert holder(uri) != ""
@@ -113,19 +118,7 @@ def test_a_killed_holders_lease_frees_after_its_ttl(tmp_path):
 
 def test_a_killed_writer_of_this_host_is_taken_over_at_once_not_after_its_ttl(tmp_path):
     uri = str(tmp_path / "db")
-    code = textwrap.dedent(
-        f"""
-        import sys, time
-        sys.path.insert(0, {str(REPO)!r})
-        from dualmem.stores import LanceDualStore
-        from dualmem.testing import HashEmbeddings
-        db = LanceDualStore({uri!r}, HashEmbeddings(32), lease_ttl_s=60.0, lease_wait_s=5.0)
-        with db.exclusive({NS!r}):
-            print("held", flush=True)
-            time.sleep(120)
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc = holding_process(uri, ttl=60.0)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         with pytest.raises(LeaseTimeout):  # alive: it keeps its namespace

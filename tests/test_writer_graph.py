@@ -4,11 +4,13 @@ with a scripted structured-output model."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
 from dualmem.context import context_of
 from dualmem.graphs.write import builder
+from dualmem.memory.chunking import chunk_sessions
 from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import InMemoryDualStore, LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings
@@ -204,34 +206,40 @@ def test_resume_after_a_crash_in_the_model_step(tmp_settings, store):
 
 
 class _FlakyStore(LanceDualStore):
-    """A real store whose "applied" ledger mark fails once on a chosen chunk (after the rows were written)."""
+    """A real store whose ledger commits marking a chosen chunk applied fail (after its rows were written) until
+    ``broken`` is cleared: the process as if it died there."""
 
-    crash: _CrashOnce
+    crash: Callable[[str], bool]
+    broken = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        mark = self.ledger.mark
+        mark_all = self.ledger.mark_all
 
-        def flaky(namespace, chunk_id, state, payload="", **kw):
-            if state == "applied":
-                self.crash.check(chunk_id)
-            mark(namespace, chunk_id, state, payload, **kw)
+        def flaky(namespace, marks):
+            if self.broken and any(state == "applied" and self.crash(unit) for unit, state, _ in marks):
+                raise RuntimeError("simulated crash")
+            mark_all(namespace, marks)
 
-        self.ledger.mark = flaky
+        self.ledger.mark_all = flaky
 
 
 def test_resume_after_a_crash_in_the_apply_step(tmp_settings, tmp_path):
     store = _FlakyStore(str(tmp_path / "db"), HashEmbeddings(64))
     sessions = _sessions(4)
-    seen: list[str] = []
-    store.crash = _CrashOnce(lambda cid: seen.append(cid) or len(seen) == 3)
+    third = chunk_sessions(sessions, NS, 40)[2]["id"]
+    store.crash = lambda unit: unit == third
     model = FakeChatModel(responses=[_one_fact_each], cycle=True)
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run(tmp_settings, model, store, sessions)
-    assert len(model.calls) == 3
+    store.broken = False
+    # chunk 3's rows were written; the commit marking it applied (with chunk 4's plan) failed
+    assert len(model.calls) == 4
+    assert store.count(NS, kind="fact") == 3
     report = _run(tmp_settings, model, store, sessions)
-    assert len(model.calls) == 4  # the drafted plan of chunk 3 was replayed, not re-asked
+    assert len(model.calls) == 5  # chunk 3's plan was replayed, not re-asked; chunk 4's was never recorded
     assert [r["status"] for r in report.chunks] == ["skipped"] * 2 + ["applied"] * 2
+    assert report.chunks[2].get("recovered") is True
     assert store.count(NS, kind="fact") == 4 and store.count(NS, kind="insight") == 4
     assert store.count(NS, status=None) == 8  # no duplicates, no orphans
 

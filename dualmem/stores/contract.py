@@ -176,6 +176,10 @@ class Ledger(Protocol):
         """Record a unit's state (upsert); call it while holding the namespace's write lease."""
         ...
 
+    def mark_all(self, namespace: Sequence[str], marks: Sequence[tuple[str, str, str]]) -> None:
+        """Record several ``(unit, state, payload)`` at once (one commit); call it while holding the write lease."""
+        ...
+
     def drop(self, namespace: Sequence[str]) -> int:
         """Forget every unit of a namespace; return how many."""
         ...

@@ -107,6 +107,7 @@ class LanceDualStore(DualStore):
         self.ledger: LanceLedger = LanceLedger(self._db)
         self.leases = Leases(self._db, ttl_s=lease_ttl_s, wait_s=lease_wait_s)
         self._last = utcnow()
+        self.tidy_every, self.tidy_keep, self._writes = L.TIDY_EVERY, L.TIDY_KEEP, 0
 
     @property
     def embeddings(self) -> Any:  # type: ignore[override]
@@ -157,8 +158,21 @@ class LanceDualStore(DualStore):
             L.optimize(table, keep_versions_for=L.KEEP_VERSIONS)
         return {"duplicates_removed": repaired, "namespaces_gathered": gathered, "rows": self.table.count_rows()}
 
+    def tidy(self) -> None:
+        """Compact the memory and ledger tables, fold new rows into their indexes and drop versions older than
+        ``tidy_keep``: what keeps files and versions bounded as memory grows. Writing calls it every
+        ``tidy_every`` writes of this object; readers in flight keep the versions they read (younger than
+        ``tidy_keep``, and the latest is never dropped)."""
+        for table in (self.table, self.ledger.table):
+            L.optimize(table, keep_versions_for=self.tidy_keep)
+
     def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
-        return [self._one(op) for op in ops]
+        done = [self._one(op) for op in ops]
+        if any(isinstance(op, (PutItems, SetStatus, DeleteItems)) for op in ops):
+            self._writes += 1
+            if self.tidy_every and self._writes % self.tidy_every == 0:
+                self.tidy()
+        return done
 
     def _one(self, op: MemoryOp) -> Any:
         t = self.table

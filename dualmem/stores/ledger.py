@@ -73,11 +73,19 @@ class LanceLedger:
 
     def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
         """Record a unit's state (call it while holding the namespace's write lease)."""
-        row = {
-            "id": ledger_id(namespace, unit), "namespace": ns_key(namespace), "chunk_id": unit,
-            "payload": payload, "applied_at": utcnow(), "state": state,
-        }  # fmt: skip
-        data = pa.Table.from_pylist([row], schema=self._schema)
+        self.mark_all(namespace, [(unit, state, payload)])
+
+    def mark_all(self, namespace: Sequence[str], marks: Sequence[tuple[str, str, str]]) -> None:
+        """Record several ``(unit, state, payload)`` in one commit (call it while holding the write lease)."""
+        if not marks:
+            return
+        now, key = utcnow(), ns_key(namespace)
+        rows = [
+            {"id": ledger_id(namespace, unit), "namespace": key, "chunk_id": unit, "payload": payload,
+             "applied_at": now, "state": state}
+            for unit, state, payload in marks
+        ]  # fmt: skip
+        data = pa.Table.from_pylist(rows, schema=self._schema)
         L.retry(
             lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
         )

@@ -81,8 +81,13 @@ class InMemoryLedger:
 
     def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
         """Record a unit's state."""
+        self.mark_all(namespace, [(unit, state, payload)])
+
+    def mark_all(self, namespace: Sequence[str], marks: Sequence[tuple[str, str, str]]) -> None:
+        """Record several ``(unit, state, payload)`` at once."""
         with self._lock:
-            self._units[(ns_key(namespace), unit)] = (state, payload)
+            for unit, state, payload in marks:
+                self._units[(ns_key(namespace), unit)] = (state, payload)
 
     def drop(self, namespace: Sequence[str]) -> int:
         """Forget every unit of a namespace; return how many."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
@@ -27,6 +28,7 @@ from langchain_core.messages import BaseMessage
 from typing_extensions import TypedDict
 
 from dualmem.context import Context
+from dualmem.errors import LeaseLost
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan, plan_update
 from dualmem.memory.view import View, build_view, empty_view, newest, view_text
@@ -184,20 +186,112 @@ def apply_plan(store: DualStore, plan: Plan) -> None:
 def flush_pending(
     store: DualStore, namespace: Namespace, pending: Sequence[tuple[str, str]], lease: Any
 ) -> dict[str, Any]:
-    """Apply the namespace's pending plans (this writer's or a dead one's); return chunk id -> its record.
+    """Apply the namespace's pending plans (this writer's or a dead one's) and mark them applied; return chunk id ->
+    its record.
 
     Call it while holding the namespace's write lease; ``lease.check()`` fences each commit.
     """
+    done = _apply_pending(store, pending, lease)
+    lease.check()
+    store.ledger.mark_all(namespace, [(c, "applied", _summary(r)) for c, r in done.items()])
+    return done
+
+
+def _summary(record: dict[str, Any]) -> str:
+    plan = record["plan"]
+    return json.dumps({"applied": plan["applied"], "merged": plan["merged"], "drafted_by": record.get("drafted_by")},
+                      default=str)  # fmt: skip
+
+
+def _apply_pending(store: DualStore, pending: Sequence[tuple[str, str]], lease: Any) -> dict[str, Any]:
     done: dict[str, Any] = {}
     for chunk_id, payload in pending:
         record = json.loads(payload)
-        plan: Plan = record["plan"]
         lease.check()
-        apply_plan(store, plan)
-        summary = {"applied": plan["applied"], "merged": plan["merged"], "drafted_by": record.get("drafted_by")}
-        store.ledger.mark(namespace, chunk_id, "applied", json.dumps(summary, default=str))
+        apply_plan(store, record["plan"])
         done[chunk_id] = record
     return done
+
+
+class Writing:
+    """One writer's hold on a namespace, across any number of chunks: :func:`writing` makes it.
+
+    Invariants: the namespace's write lease is held for the object's whole life, so the
+    ledger it read once at the start stays true (nobody else writes the namespace); a
+    chunk costs two commits — the ledger (this chunk's plan *pending*, and the chunks
+    applied since the last ledger commit marked *applied*, in one commit), then the plan's
+    rows. A chunk whose rows are written but not yet marked applied is *pending* in the
+    ledger: a writer that dies there has its plan re-applied by the next one, and
+    re-applying a plan is a no-op (deterministic ids and rows, keyed upserts), so every
+    chunk is applied exactly once. :meth:`close` marks the last chunks applied.
+    """
+
+    def __init__(self, store: DualStore, namespace: Namespace, lease: Any) -> None:
+        self.store, self.namespace, self.lease = store, tuple(namespace), lease
+        _, pending = store.ledger.look(namespace, "")
+        self.recovered = _apply_pending(store, pending, lease)  # a dead writer's plans, applied word for word
+        self.unmarked = [(c, "applied", _summary(r)) for c, r in self.recovered.items()]
+        self.applied = store.ledger.applied_ids(namespace) | set(self.recovered)
+        self.seq = len(self.applied)  # commit order: chunks this namespace applied before the next one
+
+    def write(
+        self, ctx: Context, persona: Persona, chunk: Chunk, config: Any = None, snapshots: Snapshots | None = None
+    ) -> ChunkRow:
+        """Write one chunk exactly once; return its report row (``skipped``, ``applied`` or ``failed``)."""
+        if chunk["id"] in self.recovered:
+            plan = self.recovered[chunk["id"]]["plan"]
+            return _row(chunk, "applied", attempts=0, applied=plan["applied"], rejected=plan["rejected"],
+                        merged=plan["merged"], recovered=True)  # fmt: skip
+        if chunk["id"] in self.applied:
+            return _row(chunk, "skipped", attempts=0)
+        messages, view = draft(ctx, self.store, self.namespace, persona, chunk, snapshots)
+        out = invoke_structured(
+            ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.max_retries, config=config,
+            policy=ctx.settings,
+        )  # fmt: skip
+        row, plan = decide(ctx, self.store, self.namespace, chunk, view, prompt_tokens(messages), out, self.seq)
+        if plan is None:
+            return row
+        record = {"plan": plan, "drafted_by": row["drafted_by"]}
+        self.lease.check()
+        self.store.ledger.mark_all(
+            self.namespace, [*self.unmarked, (chunk["id"], "pending", json.dumps(record, default=str))]
+        )
+        self.unmarked = []  # from here on, a crash loses nothing
+        self.lease.check()
+        apply_plan(self.store, plan)
+        self.unmarked.append((chunk["id"], "applied", _summary(record)))
+        self.applied.add(chunk["id"])
+        self.seq += 1
+        row["status"] = "applied"
+        return row
+
+    def close(self) -> None:
+        """Mark the chunks applied since the last ledger commit (one commit; nothing when the lease was lost)."""
+        if self.unmarked:
+            try:
+                self.lease.check()
+            except LeaseLost:  # the next writer re-applies them (a no-op) and marks them
+                return
+            self.store.ledger.mark_all(self.namespace, self.unmarked)
+            self.unmarked = []
+
+
+@contextmanager
+def writing(
+    store: DualStore, namespace: Namespace, give_up: Callable[[], bool] | None = None
+) -> Iterator[Writing | None]:
+    """Hold ``namespace``'s write lease for the block and yield a :class:`Writing` (None when ``give_up`` answered True
+    while waiting for another writer)."""
+    with store.exclusive(namespace, give_up=give_up) as lease:
+        if lease is None:
+            yield None
+            return
+        held = Writing(store, namespace, lease)
+        try:
+            yield held
+        finally:
+            held.close()
 
 
 def write_chunk(
@@ -208,41 +302,9 @@ def write_chunk(
 
     ``skipped``: applied before (by any writer); ``applied``: written now (a plan left
     pending by a writer that died is applied, not asked again); ``failed``: no usable answer.
+    To write many chunks of one namespace, hold it once with :func:`writing`.
     """
-    with store.exclusive(namespace, give_up=lambda: store.ledger.applied(namespace, chunk["id"])) as lease:
-        if lease is None:  # another writer applied this chunk while we waited for the namespace
+    with writing(store, namespace, give_up=lambda: store.ledger.applied(namespace, chunk["id"])) as held:
+        if held is None:  # another writer applied this chunk while we waited for the namespace
             return _row(chunk, "skipped", attempts=0)
-        state, pending = store.ledger.look(namespace, chunk["id"])
-        recovered = flush_pending(store, namespace, pending, lease)
-        if chunk["id"] in recovered:
-            plan = recovered[chunk["id"]]["plan"]
-            return _row(
-                chunk,
-                "applied",
-                attempts=0,
-                applied=plan["applied"],
-                rejected=plan["rejected"],
-                merged=plan["merged"],
-                recovered=True,
-            )
-        if state is not None and state[0] == "applied":
-            return _row(chunk, "skipped", attempts=0)
-        seq = len(store.ledger.applied_ids(namespace))  # commit order: chunks this namespace applied before
-        messages, view = draft(ctx, store, namespace, persona, chunk, snapshots)
-        out = invoke_structured(
-            ctx.llm("writer"),
-            messages,
-            MemoryUpdate,
-            retries=ctx.settings.max_retries,
-            config=config,
-            policy=ctx.settings,
-        )
-        row, plan = decide(ctx, store, namespace, chunk, view, prompt_tokens(messages), out, seq)
-        if plan is None:
-            return row
-        payload = json.dumps({"plan": plan, "drafted_by": row["drafted_by"]}, default=str)
-        lease.check()  # type: ignore[union-attr]
-        store.ledger.mark(namespace, chunk["id"], "pending", payload)  # from here on, a crash loses nothing
-        flush_pending(store, namespace, [(chunk["id"], payload)], lease)
-    row["status"] = "applied"
-    return row
+        return held.write(ctx, persona, chunk, config, snapshots)

@@ -1,8 +1,9 @@
 """Write a whole history into memory: the writer's core over its chunks, one after the other, resumable by the ledger.
 
-:func:`write_history` cuts the history into chunks and calls
-:func:`~dualmem.writer.core.write_chunk` on each: a chunk applied before (by this
-or any other process) is skipped, a plan left pending by a killed writer is
+:func:`write_history` cuts the history into chunks and writes them one after the
+other while holding the namespace once (:func:`~dualmem.writer.core.writing`: one
+lease, two commits per chunk): a chunk applied before (by this or any other
+process) is skipped, a plan left pending by a killed writer is
 applied, a failed chunk is reported and asked again when the call is repeated.
 Nothing else keeps state between calls: running it again after a crash, from
 any process, finishes the history, and the memory equals the one an
@@ -26,7 +27,7 @@ from dualmem.retrieval.snapshot import Snapshots
 from dualmem.schema import Dialogue, Persona, Session
 from dualmem.stores import dual_of, open_store
 from dualmem.stores.contract import DualStore
-from dualmem.writer.core import write_chunk
+from dualmem.writer.core import writing
 from dualmem.writer.report import WriteReport, failed_rows
 
 
@@ -97,11 +98,12 @@ def _write(
     snapshots = Snapshots()
     bar = Progress(TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
                    disable=not progress or not todo)  # fmt: skip
-    with bar:
-        task = bar.add_task("write", total=len(todo))
-        for chunk in todo:
-            rows[chunk["id"]] = dict(write_chunk(ctx, store, ns, persona, chunk, snapshots=snapshots))
-            bar.advance(task)
+    if todo:
+        with bar, writing(store, ns, give_up=lambda: {c["id"] for c in todo} <= store.ledger.applied_ids(ns)) as held:
+            task = bar.add_task("write", total=len(todo))
+            for chunk in todo if held is not None else []:  # None: another writer wrote them while we waited
+                rows[chunk["id"]] = dict(held.write(ctx, persona, chunk, snapshots=snapshots))  # type: ignore[union-attr]
+                bar.advance(task)
     skipped = {"status": "skipped", "attempts": 0}
     return [rows.get(c["id"]) or {"chunk_id": c["id"], "index": c["index"], "session_id": c["session_id"],
                                   "turn_ids": c["turn_ids"], **skipped} for c in chunks]  # fmt: skip

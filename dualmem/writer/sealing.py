@@ -17,9 +17,10 @@ How the turns get there and who runs the writes: :mod:`dualmem.chat.formation`.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from langgraph.store.base import BaseStore
 
@@ -97,20 +98,21 @@ def plan_chunks(
 
 def take_pending(
     ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
-    persona: dict[str, Any] | None = None,
+    persona: dict[str, Any] | None = None, lease: Any = None,
 ) -> tuple[list[Chunk], dict[str, Any] | None]:  # fmt: skip
-    """Seal the thread's next chunks under the namespace's write lease; return them and the thread's persona.
+    """Seal the thread's next chunks under the namespace's write lease (``lease``: one the caller holds, else taken
+    here); return them and the thread's persona.
 
     ``store``: the graph's store (a ``LanceDBStore`` / ``DualMemStore``), None for the context's, or a ``DualStore``.
     """
     db = ctx.dual(store)
     thread = PendingThread(graph_store(store or db), namespace, thread_id)
-    with db.exclusive(namespace) as lease:
+    with _held(db, namespace, lease) as held:
         snap = thread.read()
         quiet = flush or is_quiet(snap, ctx.settings.formation_idle_s)
         chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.chunk_tokens, write_tail=quiet)
         if seals:
-            lease.check()  # type: ignore[union-attr]
+            held.check()
             thread.write(seal_ops(thread.ns, snap, seals))
     persona = persona or snap.persona
     if chunks and not persona:
@@ -120,6 +122,16 @@ def take_pending(
     return chunks, persona
 
 
+@contextmanager
+def _held(db: Any, namespace: tuple[str, ...], lease: Any) -> Iterator[Any]:
+    """The caller's lease, or the namespace's taken for the block."""
+    if lease is not None:
+        yield lease
+        return
+    with db.exclusive(namespace) as taken:
+        yield taken
+
+
 def settle_pending(
     ctx: Context,
     store: Any,
@@ -127,17 +139,19 @@ def settle_pending(
     thread_id: str,
     chunks: list[Chunk],
     rows: list[dict[str, Any]],
+    lease: Any = None,
 ) -> dict[str, Any]:
-    """Delete the pending turns whose chunks are applied; return what the thread still has pending."""
+    """Delete the pending turns whose chunks are applied (under ``lease``, else the namespace's taken here); return
+    what the thread still has pending."""
     db = ctx.dual(store)
     thread = PendingThread(graph_store(store or db), namespace, thread_id)
     applied = {r["chunk_id"] for r in rows if r.get("status") in ("applied", "skipped")}
     done = [tid for chunk in chunks if chunk["id"] in applied for tid in chunk["turn_ids"]]
-    with db.exclusive(namespace) as lease:
+    with _held(db, namespace, lease) as held:
         snap = thread.read()
         ops = settle_ops(thread.ns, snap, done)
         if ops:
-            lease.check()  # type: ignore[union-attr]
+            held.check()
             thread.write(ops)
     left = [t for t in snap.turns if t["id"] not in set(done)]
     return {
@@ -150,15 +164,14 @@ def form_pending(
     ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
     persona: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
-    """Seal the thread's pending turns into chunks, write each exactly once, settle them; return the report rows and
-    what is still pending."""
-    from dualmem.writer.core import write_chunk
+    """Seal the thread's pending turns into chunks, write each exactly once, settle them — all under one hold of the
+    namespace's write lease; return the report rows and what is still pending."""
+    from dualmem.writer.core import Writing, writing
 
-    chunks, who = take_pending(ctx, store, namespace, thread_id, flush=flush, persona=persona)
     db = ctx.dual(store)
-    rows = (
-        [dict(write_chunk(ctx, db, namespace, Persona.model_validate(who), chunk)) for chunk in chunks]
-        if chunks
-        else []
-    )
-    return rows, settle_pending(ctx, store, namespace, thread_id, chunks, rows)
+    with writing(db, namespace) as hold:
+        held = cast(Writing, hold)  # no give_up: it waits for the namespace, never None
+        chunks, who = take_pending(ctx, store, namespace, thread_id, flush=flush, persona=persona, lease=held.lease)
+        rows = [dict(held.write(ctx, Persona.model_validate(who), chunk)) for chunk in chunks]
+        left = settle_pending(ctx, store, namespace, thread_id, chunks, rows, lease=held.lease)
+    return rows, left

@@ -42,7 +42,7 @@ from typing import Any
 import dualmem.stores._lance as L
 from dualmem.control import places
 from dualmem.control.checkpoints import check_checkpoints, checkpoint_file, checkpointed_threads, delete_threads
-from dualmem.control.places import KEYS, LEASES, REWRITE, Folder, Target
+from dualmem.control.places import KEYS, LEASES, NS_LEASES, REWRITE, Folder, Target
 from dualmem.control.purge import fragments, purge
 from dualmem.errors import ConfigurationError, LeaseTimeout
 from dualmem.memory.versions import VERSION_OF
@@ -310,17 +310,22 @@ def _forget_item(plan: ForgetPlan, frags: dict[tuple[str, str], set[int]], remov
 
 
 def _release_names(plan: ForgetPlan, users: Sequence[str], purged: dict[str, dict[str, int]], unverified: bool) -> None:
-    """Clear the forgotten namespaces' names from free lease slots, and purge those rows' old versions."""
+    """Clear the forgotten namespaces' names from free lease slots, delete their free lease rows, and purge those
+    rows' old versions."""
     for folder in plan.folders:
         if LEASES not in folder.tables:
             continue
         keys = [ns_key(ns) for ns in places.lease_namespaces(folder, users, plan.target.persona)]
-        table = folder.table(LEASES)
-        where = and_all(sql_in("namespace", keys), "holder = ''") or "FALSE"
-        found = fragments(table, where, "slot")
-        if found:
-            L.retry(lambda t=table, w=where: t.update(where=w, values={"namespace": ""}))  # type: ignore[misc]
-            purged[f"{folder.label()}/{LEASES}"] = purge(table, found, REWRITE[LEASES], delete_unverified=unverified)
+        for name in (LEASES, NS_LEASES):  # _hold's Leases made NS_LEASES if the folder lacked it
+            table = folder.table(name)
+            where = and_all(sql_in("namespace", keys), "holder = ''") or "FALSE"
+            found = fragments(table, where, "namespace")
+            if found:
+                if name == NS_LEASES:
+                    L.retry(lambda t=table, w=where: t.delete(w))  # type: ignore[misc]
+                else:
+                    L.retry(lambda t=table, w=where: t.update(where=w, values={"namespace": ""}))  # type: ignore[misc]
+                purged[f"{folder.label()}/{name}"] = purge(table, found, REWRITE[name], delete_unverified=unverified)
 
 
 def carry_out(

@@ -7,8 +7,8 @@ A memory namespace is exactly ``(persona, user)``. Its data, at a store URI:
   ``lg_items`` / ``lg_vectors`` — LangGraph store items under
   ``(memory_label, persona, user, …)`` (items beside the facts and insights) and
   ``("dualmem_pending", persona, user, thread)`` (chat turns waiting for memory
-  formation, and each chat thread's record); ``write_leases`` — the namespace's
-  name on its lease slot;
+  formation, and each chat thread's record); ``namespace_leases`` — the namespace's
+  lease row (``write_leases``: its name on a slot, written by earlier versions);
 - **each baseline framework's folder** (``{store_uri}/{framework}``): the same tables, where
   records live under ``(persona, user)`` and ``(persona, user, collection)`` and every
   key-value namespace is ``(label, persona, user, …)`` (the framework's values; langmem's
@@ -38,12 +38,14 @@ from dualmem.writer.pending import PENDING_LABEL, label
 KEYS = {"memory": "pk", "chunk_ledger": "id", "lg_items": "id", "lg_vectors": "id"}
 """The data tables a namespace's rows are deleted from, with each one's key column."""
 LEASES = "write_leases"
+NS_LEASES = "namespace_leases"
 REWRITE = {
     "memory": "status",
     "chunk_ledger": "state",
     "lg_items": "namespace",
     "lg_vectors": "namespace",
     LEASES: "namespace",
+    NS_LEASES: "holder",
 }
 """Per table, the (non-key) column a purge sets to itself to move a fragment's rows into a new one."""
 FRAMEWORK_FOLDERS = tuple(

@@ -3,7 +3,8 @@
 Layout at ``uri``: the table ``memory`` (one row per ``MemoryItem``, keyed by
 ``pk`` = namespace + id, declared LanceDB's unenforced primary key so that
 concurrent keyed upserts never insert a key twice), ``chunk_ledger``
-(:mod:`~dualmem.stores.ledger`) and ``write_leases`` (:mod:`~dualmem.stores.leases`).
+(:mod:`~dualmem.stores.ledger`) and the write leases ``namespace_leases`` and ``write_leases``
+(:mod:`~dualmem.stores.leases`).
 Stores of older versions (tables ``facts`` and ``insights``) are copied into
 ``memory`` once, when first opened.
 
@@ -154,7 +155,7 @@ class LanceDualStore(DualStore):
         fold new rows into the indexes and drop versions older than ten minutes; return what was done."""
         repaired = L.repair_duplicates(self.table, "pk") + L.repair_duplicates(self.ledger.table, "id")
         gathered = sum(gather(self.table, key) for key in _namespace_keys(self.table))
-        for table in (self.table, self.ledger.table, self.leases.table):
+        for table in (self.table, self.ledger.table, *self.leases.tables):
             L.optimize(table, keep_versions_for=L.KEEP_VERSIONS)
         return {"duplicates_removed": repaired, "namespaces_gathered": gathered, "rows": self.table.count_rows()}
 

@@ -1,18 +1,29 @@
 """Write leases of the LanceDB backend: one writer at a time per namespace, across threads, processes and machines.
 
-A lease lives in a small LanceDB table created once, atomically, with
-``SLOTS`` rows; a namespace maps to a slot by hash. Taking a lease is one
-conditional update (``holder = '' OR expired OR mine`` -> me): LanceDB's
-optimistic commits let exactly one of several racing updates through, on a
-local disk and on object storage alike. A held lease is renewed every
-``ttl / 3`` by one heartbeat thread per held lease, because a writer holds its
-namespace across a model call that may outlast the TTL; a writer killed with
-``kill -9`` stops renewing: its lease expires after ``ttl``, or at once for a
-writer of this host whose process is gone (:func:`holder_gone`). The lease is
-released when the ``with`` block ends.
+Each namespace has its own lease row in the table ``namespace_leases`` (``namespace`` key, ``holder``,
+``expires``). Taking a lease is one conditional update of that row (``holder = '' OR expired OR mine`` -> me):
+LanceDB's optimistic commits let exactly one of several racing updates through, on a local disk and on object
+storage alike; renewing and releasing are conditional on ``holder = me``. A held lease is renewed every
+``ttl / 3`` by one heartbeat thread per held lease, because a writer holds its namespace across a model call
+that may outlast the TTL; a writer killed with ``kill -9`` stops renewing: its lease expires after ``ttl``, or
+at once for a writer of this host whose process is gone (:func:`holder_gone`). The lease is released when the
+``with`` block ends.
 
-Two namespaces that hash to the same slot share a lease: they take turns,
-which costs waiting, never correctness (4,096 slots).
+Invariants:
+
+- **unrelated namespaces never wait on each other**: a lease is taken, renewed and released on its own row only;
+- **one row per namespace**: LanceDB does not enforce keys (two processes adding one key both succeed), so a
+  namespace's row is created once, lazily, under a *creation guard*: the old fixed table ``write_leases`` of
+  ``SLOTS`` rows, a namespace mapping to a slot by hash (:func:`slot_of`). The creator takes its slot (a
+  conditional update, held for milliseconds, never across a model call), reads whether the row exists, inserts
+  it already held by itself if absent (a keyed ``merge_insert`` on the table's declared primary key: a second line
+  against duplicates), and frees the slot. Namespaces sharing a slot wait on each other only while one of them is
+  created — once per namespace;
+- rows are deleted only while free, by ``forget`` (:mod:`dualmem.control.forget`); a writer that then finds no
+  row creates it again.
+
+Writers of an earlier DualMem, which hold the ``write_leases`` slot itself while writing, do not see these rows:
+stop them before writers of this version write the same store.
 """
 
 from __future__ import annotations
@@ -34,14 +45,22 @@ import dualmem.stores._lance as L
 from dualmem.errors import LeaseLost, LeaseTimeout
 from dualmem.stores._sql import ns_key, sql_str
 
-TABLE = "write_leases"
+TABLE = "write_leases"  # the creation guard: SLOTS rows, a namespace's slot by hash
 SLOTS = 4096
 SCHEMA = pa.schema(
     [
         pa.field("slot", pa.int64()),
         pa.field("holder", pa.string()),
         pa.field("expires", pa.float64()),
-        pa.field("namespace", pa.string()),
+        pa.field("namespace", pa.string()),  # named by writers of earlier versions only (forget clears it)
+    ]
+)
+NS_TABLE = "namespace_leases"  # one lease row per namespace
+NS_SCHEMA = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("holder", pa.string()),
+        pa.field("expires", pa.float64()),
     ]
 )
 
@@ -124,7 +143,7 @@ class Lease:
 
 
 class Leases:
-    """Namespace write leases stored in a LanceDB table of fixed slots."""
+    """Namespace write leases: one LanceDB row per namespace (``rows``), created under the slot guard (``table``)."""
 
     def __init__(self, db: Any, *, ttl_s: float, wait_s: float, poll_s: float = 0.05) -> None:
         if ttl_s <= 0:
@@ -136,35 +155,82 @@ class Leases:
         )
         self.table = L.open_or_create(db, TABLE, SCHEMA, data=data)
         L.ensure_indexes(self.table, L.base_index_configs({"slot": "BTREE"}))
+        self.rows = L.open_or_create(db, NS_TABLE, NS_SCHEMA)
+        L.ensure_primary_key(self.rows, "namespace")
+        L.ensure_indexes(self.rows, L.base_index_configs({"namespace": "BTREE"}))
 
-    def _update(self, where: str, values: dict[str, Any]) -> int:
-        return int(L.retry(lambda: self.table.update(where=where, values=values)).rows_updated)
+    @property
+    def tables(self) -> tuple[Any, Any]:
+        """Both lease tables (the slot guard and the namespace rows), for maintenance."""
+        return self.table, self.rows
+
+    @staticmethod
+    def _update(table: Any, where: str, values: dict[str, Any]) -> int:
+        return int(L.retry(lambda: table.update(where=where, values=values)).rows_updated)
 
     def try_acquire(self, namespace: Sequence[str], owner: str) -> bool:
-        """Take the namespace's lease if it is free, expired or already ours; return whether we hold it."""
-        now = time.time()
-        where = f"slot = {slot_of(namespace)} AND (holder = '' OR holder = {sql_str(owner)} OR expires < {now!r})"
-        values = {"holder": owner, "expires": now + self.ttl_s, "namespace": ns_key(namespace)}
-        if self._update(where, values) == 1:
+        """Take the namespace's lease if it is free, expired or already ours; return whether we hold it.
+
+        One conditional update of the namespace's own row; a namespace without a row yet gets it, held by
+        ``owner``, from :meth:`_create`.
+        """
+        key, now = sql_str(ns_key(namespace)), time.time()
+        values = {"holder": owner, "expires": now + self.ttl_s}
+        where = f"namespace = {key} AND (holder = '' OR holder = {sql_str(owner)} OR expires < {now!r})"
+        if self._update(self.rows, where, values) == 1:
             return True
-        who, _ = self.holder(namespace)
+        rows = L.query_rows(self.rows, f"namespace = {key}", ["holder"], 1)
+        if not rows:
+            return self._create(namespace, owner)
+        who = rows[0]["holder"]
         if who and who != owner and holder_gone(who):  # its process is gone from this host: taken over now
-            return self._update(f"slot = {slot_of(namespace)} AND holder = {sql_str(who)}", values) == 1
+            return self._update(self.rows, f"namespace = {key} AND holder = {sql_str(who)}", values) == 1
         return False
+
+    def _create(self, namespace: Sequence[str], owner: str) -> bool:
+        """Create the namespace's lease row, held by ``owner``, under its slot's guard; False when the guard is busy
+        (another namespace of the slot is being created) or the row appeared meanwhile: the caller tries again."""
+        slot, guard = slot_of(namespace), new_owner("create-")
+        taken = time.time()
+        values = {"holder": guard, "expires": taken + self.ttl_s, "namespace": ""}
+        if self._update(self.table, f"slot = {slot} AND (holder = '' OR expires < {taken!r})", values) != 1:
+            who = L.query_rows(self.table, f"slot = {slot}", ["holder"], 1)[0]["holder"]
+            if not (who and holder_gone(who)):
+                return False
+            if self._update(self.table, f"slot = {slot} AND holder = {sql_str(who)}", values) != 1:
+                return False
+        mine = f"slot = {slot} AND holder = {sql_str(guard)}"
+        try:
+            key = ns_key(namespace)
+            if L.query_rows(self.rows, f"namespace = {sql_str(key)}", ["holder"], 1):
+                return False  # created meanwhile: the caller's next conditional update decides
+            # fence: nobody takes the guard before it expires: within a third of its TTL it is ours, later renewed
+            if (
+                time.time() - taken > self.ttl_s / 3
+                and self._update(self.table, mine, {"expires": time.time() + self.ttl_s}) != 1
+            ):
+                return False
+            row = pa.table(
+                {"namespace": [key], "holder": [owner], "expires": [time.time() + self.ttl_s]}, schema=NS_SCHEMA
+            )
+            L.retry(lambda: self.rows.merge_insert("namespace").when_not_matched_insert_all().execute(row))
+        finally:
+            self._update(self.table, mine, {"holder": "", "expires": 0.0})
+        return self.holder(namespace)[0] == owner  # a row of another creator that won the key (never expected)
 
     def renew(self, namespace: Sequence[str], owner: str) -> bool:
         """Extend our lease; False when it is no longer ours."""
-        where = f"slot = {slot_of(namespace)} AND holder = {sql_str(owner)}"
-        return self._update(where, {"expires": time.time() + self.ttl_s}) == 1
+        where = f"namespace = {sql_str(ns_key(namespace))} AND holder = {sql_str(owner)}"
+        return self._update(self.rows, where, {"expires": time.time() + self.ttl_s}) == 1
 
     def release(self, namespace: Sequence[str], owner: str) -> bool:
         """Give our lease back; False when it was no longer ours."""
-        where = f"slot = {slot_of(namespace)} AND holder = {sql_str(owner)}"
-        return self._update(where, {"holder": "", "expires": 0.0}) == 1
+        where = f"namespace = {sql_str(ns_key(namespace))} AND holder = {sql_str(owner)}"
+        return self._update(self.rows, where, {"holder": "", "expires": 0.0}) == 1
 
     def holder(self, namespace: Sequence[str]) -> tuple[str, float]:
-        """Return (holder, expiry epoch seconds) of the namespace's slot ('' when free)."""
-        rows = L.query_rows(self.table, f"slot = {slot_of(namespace)}", ["holder", "expires"], 1)
+        """Return (holder, expiry epoch seconds) of the namespace's lease ('' when free or never taken)."""
+        rows = L.query_rows(self.rows, f"namespace = {sql_str(ns_key(namespace))}", ["holder", "expires"], 1)
         return (rows[0]["holder"], rows[0]["expires"]) if rows else ("", 0.0)
 
     def acquire(

@@ -43,7 +43,7 @@ from dualmem.evals.journal import JOURNAL, Journal
 from dualmem.evals.personality import assess, interview
 from dualmem.evals.progress import progress_bars
 from dualmem.evals.reports import fmt, md_table
-from dualmem.evals.runners import RunOptions, ingest_session
+from dualmem.evals.runners import RunOptions, ingest_sessions
 from dualmem.evals.runspec import (
     OPERATIONAL,
     claim,
@@ -259,7 +259,7 @@ def run_personality(
                         journal=scope, on_ingest=(lambda _s: advance(ingested)) if ingested is not None else None
                     )
                     for session in subject.history:
-                        ingest_session(agent, session, opts, log)
+                        ingest_sessions(agent, [session], opts, log)
                     results[subject.id]["ingest"] = log
                 for t in tests:
                     answers = interview(

@@ -34,7 +34,7 @@ from typing import Any
 from dualmem.evals import metrics as m
 from dualmem.evals.cost import phase
 from dualmem.evals.journal import StepLog
-from dualmem.frameworks.base import MemoryFramework, RetrievedItem
+from dualmem.frameworks.base import IngestReport, MemoryFramework, RetrievedItem
 from dualmem.schema import DatasetItem, Query, Session, Turn
 
 DIALOGUE_ID = re.compile(r"^D\d+:\d+$")
@@ -165,35 +165,40 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
     return record
 
 
-def ingest_session(framework: MemoryFramework, session: Session, opts: RunOptions, log: list[dict[str, Any]]) -> None:
-    """Ingest one session (skipped when the journal has it), appending its log row; a failure is logged, not raised."""
-    done = opts.journal.get("ingest", session.id) if opts.journal else None
-    if done is not None:  # ingested before a resume: nothing to do
-        log.append(done)
-        if opts.on_ingest:
-            opts.on_ingest(session)
-        return
+def ingest_sessions(
+    framework: MemoryFramework, sessions: Sequence[Session], opts: RunOptions, log: list[dict[str, Any]]
+) -> None:
+    """Ingest sessions in order in one :meth:`MemoryFramework.ingest_history` call (those the journal has are read
+    back), appending a log row per session, each journaled as it is done; a failure is logged, not raised. A
+    session's ``seconds`` run from the session before it (a history written in one pass: the first holds the pass)."""
+    j = opts.journal
+    rows = {s.id: done for s in sessions if j is not None and (done := j.get("ingest", s.id)) is not None}
+    for session in (s for s in sessions if s.id in rows and opts.on_ingest):  # ingested before a resume
+        opts.on_ingest(session)  # type: ignore[misc]
     started = time.perf_counter()
-    try:
-        with phase("writing"):
-            report = framework.ingest(session)
-        errors = report.meta.get("errors") or {}
-        log.append(
-            {
-                "session": session.id,
-                "items": report.items_written,
-                "failed_chunks": list(report.failed_chunks),
-                "chunk_errors": {c: str(errors.get(c) or "no reason recorded") for c in report.failed_chunks},
-                "llm_calls": report.llm_calls,
-                "seconds": round(time.perf_counter() - started, 3),
-            }
-        )
-    except Exception as exc:  # noqa: BLE001 - a failed session is reported, never dropped silently
-        log.append({"session": session.id, "error": f"{type(exc).__name__}: {exc}"})
-    if opts.journal and "error" not in log[-1]:  # a failed session is tried again on resume
-        opts.journal.put("ingest", session.id, log[-1])
-    if opts.on_ingest:
-        opts.on_ingest(session)
+    with phase("writing"):
+        for session, report in framework.ingest_history([s for s in sessions if s.id not in rows]):
+            rows[session.id] = _ingest_row(session, report, time.perf_counter() - started)
+            started = time.perf_counter()
+            if j is not None and "error" not in rows[session.id]:  # a failed session is tried again on resume
+                j.put("ingest", session.id, rows[session.id])
+            if opts.on_ingest:
+                opts.on_ingest(session)
+    log.extend(rows[s.id] for s in sessions if s.id in rows)
+
+
+def _ingest_row(session: Session, report: IngestReport | Exception, seconds: float) -> dict[str, Any]:
+    if isinstance(report, Exception):  # a failed session is reported, never dropped silently
+        return {"session": session.id, "error": f"{type(report).__name__}: {report}"}
+    errors = report.meta.get("errors") or {}
+    return {
+        "session": session.id,
+        "items": report.items_written,
+        "failed_chunks": list(report.failed_chunks),
+        "chunk_errors": {c: str(errors.get(c) or "no reason recorded") for c in report.failed_chunks},
+        "llm_calls": report.llm_calls,
+        "seconds": round(seconds, 3),
+    }
 
 
 def answered(
@@ -338,7 +343,7 @@ def run_realmem(item: DatasetItem, framework: MemoryFramework, opts: RunOptions 
             _finish(answered(framework, query, item, opts, "realmem", score), records, opts)
         if opts.limit is not None and index == len(sessions) - 1:
             break  # the last session was only needed for its queries
-        ingest_session(framework, session, opts, ingest_log)
+        ingest_sessions(framework, [session], opts, ingest_log)
         seen.add(session.id)
     return {"persona": item.dialogue.id, "records": records, "ingest": ingest_log}
 
@@ -347,8 +352,7 @@ def run_locomo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions |
     """Ingest every LoCoMo session, then ask the QA items (categories 1-4 scored, 5 reported apart)."""
     opts = opts or RunOptions()
     ingest_log: list[dict[str, Any]] = []
-    for session in item.dialogue.sessions:
-        ingest_session(framework, session, opts, ingest_log)
+    ingest_sessions(framework, item.dialogue.sessions, opts, ingest_log)
     records: list[dict[str, Any]] = []
     for query in kept_queries(item, opts.limit):
 
@@ -366,8 +370,7 @@ def run_rolememo(item: DatasetItem, framework: MemoryFramework, opts: RunOptions
     if opts.embed is None:
         raise ValueError("RoleMemo recall needs a similarity embedder: pass RunOptions(embed=load_embeddings(...))")
     ingest_log: list[dict[str, Any]] = []
-    for session in item.dialogue.sessions:
-        ingest_session(framework, session, opts, ingest_log)
+    ingest_sessions(framework, item.dialogue.sessions, opts, ingest_log)
     records: list[dict[str, Any]] = []
     for query in kept_queries(item, opts.limit):
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -139,6 +139,19 @@ class MemoryFramework(ABC):
     @abstractmethod
     def ingest(self, session: Session) -> IngestReport:
         """Add one session to memory (sessions arrive in time order)."""
+
+    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[tuple[Session, IngestReport | Exception]]:
+        """Add sessions to memory in time order, yielding each one's report (or the error that stopped it) as it is
+        done. The default ingests them one by one; a framework that writes a whole history in one pass (``dualmem``:
+        one write lease and one ledger read for the history, as ``dualmem ingest`` writes it) yields its sessions'
+        reports once it is written."""
+        for session in sessions:
+            try:
+                report = self.ingest(session)
+            except Exception as exc:  # noqa: BLE001 - reported for this session; the next ones go on
+                yield session, exc
+            else:
+                yield session, report
 
     @abstractmethod
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:

@@ -15,7 +15,7 @@ followed by those facts in the reply prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, cast
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
@@ -46,19 +46,40 @@ class DualMemFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
-        from dualmem.writer import write_history
+        [(_, report)] = self.ingest_history([session])
+        if isinstance(report, Exception):
+            raise report
+        return report
 
-        report = write_history(
-            [session],
-            self.persona,
-            settings=self.context.settings,
-            model=self.context.writer(),
-            store=self.store,
-            namespace=self.namespace,
-            progress=False,
-        )
+    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[tuple[Session, IngestReport | Exception]]:
+        """Write the sessions in one writer pass (one write lease, one ledger read); yield each session's report, made
+        of its chunks' rows (or, for every session, the error that stopped the pass)."""
+        from dualmem.writer import write_history
+        from dualmem.writer.report import WriteReport, failed_rows
+
+        if not sessions:
+            return
+        try:
+            written = write_history(
+                list(sessions),
+                self.persona,
+                settings=self.context.settings,
+                model=self.context.writer(),
+                store=self.store,
+                namespace=self.namespace,
+                progress=False,
+            )
+        except Exception as exc:  # noqa: BLE001 - reported for each session the pass was writing
+            yield from ((session, exc) for session in sessions)
+            return
+        for session in sessions:
+            rows = [row for row in written.chunks if row["session_id"] == session.id]
+            yield session, self._report(session.id, WriteReport(written.namespace, rows, failed_rows(rows)))
+
+    @staticmethod
+    def _report(session_id: str, report: Any) -> IngestReport:
         return IngestReport(
-            session_id=session.id,
+            session_id=session_id,
             items_written=report.facts_written + report.insights_written,
             failed_chunks=[f["chunk_id"] for f in report.failed_chunks],
             llm_calls=report.llm_calls,

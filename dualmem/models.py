@@ -14,6 +14,7 @@ Every public entry point of DualMem also accepts a model object instead.
 from __future__ import annotations
 
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -75,15 +76,16 @@ def load_chat_model(
         model = {"chat": settings.chat_model, "writer": settings.writer, "judge": settings.judge}.get(role)
         if model is None:
             raise ConfigurationError(f"unknown model role {role!r}; use chat, writer or judge")
-    return _build_chat_model(
-        model,
-        settings.openai_base_url,
-        settings.openai_api_key,
-        settings.temperature,
-        settings.max_new_tokens,
-        settings.local_engine,
-        settings.request_timeout,
-    )
+    with _BUILDING:  # threads asking at once (an evaluation's first units) build a spec once, then share it
+        return _build_chat_model(
+            model,
+            settings.openai_base_url,
+            settings.openai_api_key,
+            settings.temperature,
+            settings.max_new_tokens,
+            settings.local_engine,
+            settings.request_timeout,
+        )
 
 
 def _need_key(spec: str, provider: str, given: str = "") -> None:
@@ -95,6 +97,9 @@ def _need_key(spec: str, provider: str, given: str = "") -> None:
             f"model {spec!r} needs an API key: set {var}{extra}, or use an OpenAI-compatible endpoint "
             f"(OPENAI_BASE_URL with vllm:NAME) or the bundled local:smollm2"
         )
+
+
+_BUILDING = threading.Lock()
 
 
 @lru_cache(maxsize=8)

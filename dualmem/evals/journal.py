@@ -45,6 +45,10 @@ class StepLog(Protocol):
         """Record a finished step."""
         ...
 
+    def put_all(self, kind: str, values: dict[str, Any]) -> None:
+        """Record finished steps of ``kind`` by key (steps done together: one write where the log can)."""
+        ...
+
     def judgement(self, query_id: str, judge: str) -> Any:
         """Return the recorded verdict of ``judge`` on ``query_id``, or None."""
         ...
@@ -120,6 +124,11 @@ class PersonaJournal:
     def put(self, kind: str, key: str, value: Any) -> None:
         """Record a finished unit of this persona."""
         self.journal.put(kind, self.persona, key, value)
+
+    def put_all(self, kind: str, values: dict[str, Any]) -> None:
+        """Record finished units of this persona by key."""
+        for key, value in values.items():
+            self.put(kind, key, value)
 
     def judgement(self, query_id: str, judge: str) -> Any:
         """Return the recorded verdict of ``judge`` on ``query_id``, or None."""

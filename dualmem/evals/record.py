@@ -159,10 +159,14 @@ class UnitSteps:
 
     def put(self, kind: str, key: str, value: Any) -> None:
         """Record a finished step (the first write of a step wins), with the cost of the calls made since the last."""
-        full = f"{kind}\x1f{key}"
+        self.put_all(kind, {key: value})
+
+    def put_all(self, kind: str, values: dict[str, Any]) -> None:
+        """Record finished steps of ``kind`` by key in one write (see :meth:`put`)."""
         with self._lock:
-            if full not in self._done:
-                self._write([(full, kind, value), *self._cost()])
+            new = [(full, kind, v) for k, v in values.items() if (full := f"{kind}\x1f{k}") not in self._done]
+            if new:
+                self._write([*new, *self._cost()])
 
     def spend(self) -> None:
         """Record the cost of the calls made since the last step (when a unit ends)."""

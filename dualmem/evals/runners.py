@@ -168,22 +168,22 @@ def ask(framework: MemoryFramework, query: Query, item: DatasetItem, opts: RunOp
 def ingest_sessions(
     framework: MemoryFramework, sessions: Sequence[Session], opts: RunOptions, log: list[dict[str, Any]]
 ) -> None:
-    """Ingest sessions in order in one :meth:`MemoryFramework.ingest_history` call (those the journal has are read
-    back), appending a log row per session, each journaled as it is done; a failure is logged, not raised. A
-    session's ``seconds`` run from the session before it (a history written in one pass: the first holds the pass)."""
+    """Ingest sessions in order in one :meth:`MemoryFramework.ingest_history` call (journaled ones are read back), a log
+    row per session; sessions done together are journaled in one write, their time shared; failures logged, not raised."""
     j = opts.journal
     rows = {s.id: done for s in sessions if j is not None and (done := j.get("ingest", s.id)) is not None}
     for session in (s for s in sessions if s.id in rows and opts.on_ingest):  # ingested before a resume
         opts.on_ingest(session)  # type: ignore[misc]
     started = time.perf_counter()
     with phase("writing"):
-        for session, report in framework.ingest_history([s for s in sessions if s.id not in rows]):
-            rows[session.id] = _ingest_row(session, report, time.perf_counter() - started)
-            started = time.perf_counter()
-            if j is not None and "error" not in rows[session.id]:  # a failed session is tried again on resume
-                j.put("ingest", session.id, rows[session.id])
-            if opts.on_ingest:
-                opts.on_ingest(session)
+        for done in framework.ingest_history([s for s in sessions if s.id not in rows]):
+            seconds, started = (time.perf_counter() - started) / max(1, len(done)), time.perf_counter()
+            new = {session.id: _ingest_row(session, report, seconds) for session, report in done}
+            rows.update(new)
+            if j is not None:  # a failed session is tried again on resume
+                j.put_all("ingest", {key: row for key, row in new.items() if "error" not in row})
+            for session in (s for s, _ in done if opts.on_ingest):
+                opts.on_ingest(session)  # type: ignore[misc]
     log.extend(rows[s.id] for s in sessions if s.id in rows)
 
 

@@ -140,18 +140,18 @@ class MemoryFramework(ABC):
     def ingest(self, session: Session) -> IngestReport:
         """Add one session to memory (sessions arrive in time order)."""
 
-    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[tuple[Session, IngestReport | Exception]]:
-        """Add sessions to memory in time order, yielding each one's report (or the error that stopped it) as it is
-        done. The default ingests them one by one; a framework that writes a whole history in one pass (``dualmem``:
-        one write lease and one ledger read for the history, as ``dualmem ingest`` writes it) yields its sessions'
-        reports once it is written."""
+    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[list[tuple[Session, IngestReport | Exception]]]:
+        """Add sessions to memory in time order, yielding the sessions done together, each with its report (or the
+        error that stopped it). The default ingests them one by one; a framework that writes a whole history in one
+        pass (``dualmem``: one write lease and one ledger read for the history, as ``dualmem ingest`` writes it)
+        yields them all once it is written."""
         for session in sessions:
             try:
                 report = self.ingest(session)
             except Exception as exc:  # noqa: BLE001 - reported for this session; the next ones go on
-                yield session, exc
+                yield [(session, exc)]
             else:
-                yield session, report
+                yield [(session, report)]
 
     @abstractmethod
     def retrieve(self, query: str, k: int = 10, *, context: Sequence[Any] | None = None) -> list[RetrievedItem]:

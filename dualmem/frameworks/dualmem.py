@@ -46,14 +46,14 @@ class DualMemFramework(MemoryFramework):
 
     def ingest(self, session: Session) -> IngestReport:
         """Run the writer over the session's chunks (chunks applied before, by any writer, are skipped)."""
-        [(_, report)] = self.ingest_history([session])
+        [[(_, report)]] = self.ingest_history([session])
         if isinstance(report, Exception):
             raise report
         return report
 
-    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[tuple[Session, IngestReport | Exception]]:
-        """Write the sessions in one writer pass (one write lease, one ledger read); yield each session's report, made
-        of its chunks' rows (or, for every session, the error that stopped the pass)."""
+    def ingest_history(self, sessions: Sequence[Session]) -> Iterator[list[tuple[Session, IngestReport | Exception]]]:
+        """Write the sessions in one writer pass (one write lease, one ledger read); yield them together, each with
+        its report made of its chunks' rows (or the error that stopped the pass)."""
         from dualmem.writer import write_history
         from dualmem.writer.report import WriteReport, failed_rows
 
@@ -70,11 +70,13 @@ class DualMemFramework(MemoryFramework):
                 progress=False,
             )
         except Exception as exc:  # noqa: BLE001 - reported for each session the pass was writing
-            yield from ((session, exc) for session in sessions)
+            yield [(session, exc) for session in sessions]
             return
-        for session in sessions:
-            rows = [row for row in written.chunks if row["session_id"] == session.id]
-            yield session, self._report(session.id, WriteReport(written.namespace, rows, failed_rows(rows)))
+        rows = {s.id: [row for row in written.chunks if row["session_id"] == s.id] for s in sessions}
+        yield [
+            (s, self._report(s.id, WriteReport(written.namespace, rows[s.id], failed_rows(rows[s.id]))))
+            for s in sessions
+        ]
 
     @staticmethod
     def _report(session_id: str, report: Any) -> IngestReport:

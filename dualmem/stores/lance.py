@@ -160,11 +160,11 @@ class LanceDualStore(DualStore):
         return {"duplicates_removed": repaired, "namespaces_gathered": gathered, "rows": self.table.count_rows()}
 
     def tidy(self) -> None:
-        """Compact the memory and ledger tables, fold new rows into their indexes and drop versions older than
-        ``tidy_keep``: what keeps files and versions bounded as memory grows. Writing calls it every
+        """Compact the memory, ledger and lease tables, fold new rows into their indexes and drop versions older
+        than ``tidy_keep``: what keeps files and versions bounded as memory grows. Writing calls it every
         ``tidy_every`` writes of this object; readers in flight keep the versions they read (younger than
         ``tidy_keep``, and the latest is never dropped)."""
-        for table in (self.table, self.ledger.table):
+        for table in (self.table, self.ledger.table, *self.leases.tables):
             L.optimize(table, keep_versions_for=self.tidy_keep)
 
     def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:

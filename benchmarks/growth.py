@@ -1,0 +1,263 @@
+"""Growth curves: how the writer's costs and a fresh reader's first search grow along one long history.
+
+One long history, written by ``write_history`` (the product's entry point, default settings: chunks of 1,024
+tokens, the bundled embedder, the default tidy cadence) with a scripted writer that answers at once (the one of
+``writer_overhead.py``). The history is the RealMem personas' sessions one after the other (ids made unique,
+repeated with new ids when more chunks are asked than they hold), written through the first persona. Along it:
+
+- at chunks 10, 100 and 1,000 (``--marks``): the writer's overhead per chunk (time from one model call's return
+  to the next call's start, median over the 10 chunks around the mark), table commits per chunk over those chunks
+  (every table's version), and on object storage the requests per chunk (lines of the S3 server's request log);
+- after 100, 1,000 (and 10,000) chunks (``--search-at``): a fresh worker's first search — a new process that
+  opens the store and ranks one query with the product's ranking (``dualmem.retrieval.rank``), median of three
+  processes, timed from opening the store to the answer (imports and the embedder's load not counted);
+- at every mark: the store's bytes, files and the memory table's versions.
+
+The same run on a local folder and on an S3-compatible server (moto's, loopback; ``--s3-chunks``). The writer is
+paused while a mark is measured, so the measuring never overlaps a chunk.
+
+    python benchmarks/growth.py --chunks 1000 --s3-chunks 300      # writes benchmarks/results/growth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "realmem"
+RESULTS = REPO / "benchmarks" / "results" / "growth.json"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+FRESH = """
+import json, sys, time
+from dualmem.config import Settings
+from dualmem.retrieval import rank
+from dualmem.stores import open_store
+settings = Settings(store_uri=sys.argv[1], store_options=json.loads(sys.argv[4]))
+from dualmem.models import load_embeddings
+emb = load_embeddings(settings.embedder, settings)
+emb.embed_query("warm up")
+start = time.perf_counter()
+store = open_store(settings, emb)
+hits = rank(store, tuple(json.loads(sys.argv[2])), sys.argv[3], 10, settings=settings)
+print(json.dumps({"ms": (time.perf_counter() - start) * 1000, "hits": len(hits)}))
+"""
+
+
+def history(chunks_wanted: int, data: Path) -> tuple[Any, list[Any]]:
+    """Return (persona, sessions): the RealMem personas' sessions in a row, repeated with fresh ids as needed."""
+    from dualmem.datasets import load_dataset
+
+    files = sorted(data.glob("*_dialogues_256k.json"))
+    if not files:
+        raise SystemExit(f"no RealMem personas in {data}: the benchmark needs ../shared/data")
+    files.insert(0, files.pop(next(i for i, f in enumerate(files) if f.name.startswith("Sophie"))))
+    dialogues = [load_dataset("realmem", f).items[0].dialogue for f in files]
+    sessions, rounds, tokens = [], 0, 0
+    while tokens < chunks_wanted * 1024 * 1.1:
+        for d in dialogues:
+            for s in d.sessions:
+                tag = f"r{rounds}-{d.persona.id}-{s.id}"
+                turns = [t.model_copy(update={"id": f"{tag}-{t.id}"}) for t in s.turns]
+                sessions.append(s.model_copy(update={"id": tag, "turns": turns}))
+                tokens += sum(len(t.text) for t in s.turns) // 4
+        rounds += 1
+    return dialogues[0].persona, sessions
+
+
+def _files(root: Path) -> tuple[int, int]:
+    sizes = [f.stat().st_size for f in root.rglob("*") if f.is_file()]
+    return len(sizes), sum(sizes)
+
+
+class Place:
+    """Where the store lives: a local folder, or a bucket on a loopback S3 server whose request log is counted."""
+
+    def __init__(self, kind: str, tmp: Path) -> None:
+        self.kind, self.tmp, self.proc, self.log = kind, tmp, None, tmp / "s3.log"
+        self.options: dict[str, str] = {}
+        if kind == "local":
+            self.uri = str(tmp / "db")
+            return
+        exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+        if not exe:
+            raise SystemExit("moto_server is missing: pip install 'moto[server]'")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=self.log.open("w"),
+                                     stderr=subprocess.STDOUT)  # fmt: skip
+        endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        import boto3
+
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                               region_name="us-east-1")  # fmt: skip
+        self.s3.create_bucket(Bucket="growth")
+        self.uri = "s3://growth/db"
+        self.options = {"endpoint": endpoint, "allow_http": "true", "aws_access_key_id": "test",
+                        "aws_secret_access_key": "test", "region": "us-east-1"}  # fmt: skip
+
+    def requests(self) -> int:
+        """Requests the S3 server has answered so far (0 for a local folder)."""
+        if self.proc is None:
+            return 0
+        return sum(1 for line in self.log.read_text(errors="replace").splitlines() if '" 20' in line or '" 40' in line)
+
+    def size(self) -> tuple[int, int]:
+        """(files, bytes) of the store."""
+        if self.proc is None:
+            return _files(Path(self.uri))
+        count = total = 0
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket="growth"):
+            for obj in page.get("Contents", []):
+                count, total = count + 1, total + obj["Size"]
+        return count, total
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def fresh_search(settings: Any, ns: tuple[str, ...], query: str, runs: int = 3) -> float:
+    """Median ms of ``runs`` fresh processes' first search."""
+    laps = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", FRESH, settings.store_uri, json.dumps(ns), query, json.dumps(settings.store_options)],
+                             capture_output=True, text=True, timeout=600, cwd=REPO)  # fmt: skip
+        if out.returncode:
+            raise RuntimeError(out.stderr[-2000:])
+        laps.append(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
+    return round(statistics.median(laps), 1)
+
+
+def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Path) -> dict[str, Any]:
+    from writer_overhead import answer
+
+    from dualmem.config import Settings
+    from dualmem.stores import open_store
+    from dualmem.testing import FakeChatModel
+    from dualmem.writer import write_history
+
+    persona, sessions = history(chunks, data)
+    with tempfile.TemporaryDirectory(prefix=f"growth-{kind}-") as tmp:
+        place = Place(kind, Path(tmp))
+        settings = Settings(store_uri=place.uri, store_options=place.options, checkpoint_path=f"{tmp}/c.sqlite")
+        store = open_store(settings)
+        store.embeddings.embed_query("warm up the embedder")
+        ns = (persona.id, "user")
+        calls: list[tuple[float, float]] = []
+        window: dict[int, dict[str, Any]] = {}
+        points: list[dict[str, Any]] = []
+        tables = lambda: {t: store._db.open_table(t).version for t in store._db.list_tables().tables}  # noqa: E731
+        stops = {m - 5 for m in marks} | {m + 5 for m in marks} | set(search_at)
+
+        def timed(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
+            try:
+                return measured(messages, tool)
+            except Exception as exc:  # a failed measurement ends the run (the writer would take it for a model error)
+                raise SystemExit(f"measuring failed: {exc!r}") from exc
+
+        def measured(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
+            start = time.perf_counter()
+            i = len(calls)  # this chunk's index (one call per chunk)
+            if i in stops:
+                for m in marks:
+                    if i == m + 5 and m in window:  # the window's end: requests first, then the (costly) reads
+                        w = window[m]
+                        w["requests"] = place.requests() - w["requests"]
+                        now = tables()
+                        w["commits"] = sum(now[t] - w["versions"].get(t, 0) for t in now)
+                    if i == m - 5:
+                        window[m] = {"versions": tables(), "requests": 0, "from": i}
+                        window[m]["requests"] = place.requests()
+                if i in set(search_at) | set(marks):
+                    files, size = place.size()
+                    point = {"chunks_written": i, "files": files, "bytes": size,
+                             "memory_versions": len(store.table.list_versions()),
+                             "items": store.count(ns, status=None)}  # fmt: skip
+                    if i in search_at:
+                        point["fresh_first_search_ms"] = fresh_search(
+                            settings, ns, "how does the user feel about work?"
+                        )
+                    points.append(point)
+                    print(json.dumps({kind: point}), flush=True)
+                start = time.perf_counter()
+            out = answer(messages, tool)
+            calls.append((start, time.perf_counter()))
+            if len(calls) > chunks:
+                raise KeyboardInterrupt("enough chunks")
+            return out
+
+        model = FakeChatModel(responses=[timed], cycle=True)
+        started = time.perf_counter()
+        try:
+            write_history(sessions, persona, settings=settings, model=model, store=store, progress=False)
+        except KeyboardInterrupt:
+            pass
+        wall = time.perf_counter() - started
+        gaps = [(b[0] - a[1]) * 1000 for a, b in zip(calls, calls[1:], strict=False)]
+        at = []
+        for m in marks:
+            if m in window and "commits" in window[m]:
+                w = window[m]
+                n = m + 5 - w["from"]
+                at.append({"chunk": m, "overhead_ms_p50": round(statistics.median(gaps[w["from"] : m + 4]), 1),
+                           "commits_per_chunk": round(w["commits"] / n, 2),
+                           "requests_per_chunk": round(w["requests"] / n, 1) if kind == "s3" else None})  # fmt: skip
+        place.close()
+    return {"place": kind, "chunks": len(calls) - 1, "wall_s": round(wall, 1), "at": at, "points": points}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=1000)
+    parser.add_argument("--s3-chunks", type=int, default=300, help="0: no S3 run")
+    parser.add_argument("--marks", default="10,100,1000")
+    parser.add_argument("--search-at", default="100,1000,10000")
+    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+    marks = [int(m) for m in args.marks.split(",")]
+    search_at = [int(m) for m in args.search_at.split(",")]
+    runs = []
+    for kind, n in (("local", args.chunks), ("s3", args.s3_chunks)):
+        if n:
+            runs.append(
+                run(kind, n, [m for m in marks if m + 5 <= n], [s for s in search_at if s <= n], Path(args.data))
+            )
+    result = {
+        "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
+                     "worker's first search, files and versions (write_history defaults, instant scripted writer)",
+        "command": "python benchmarks/growth.py " + " ".join(sys.argv[1:]),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "runs": runs,
+        "targets": {"overhead_ms_p50_max": 50.0, "commits_per_chunk_max": 2.0, "fresh_first_search_ms_max": 15.0},
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+    }  # fmt: skip
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -92,6 +92,7 @@ class _Planner:
         self.now, self.seq = now, seq
         self.plan = Plan(upserts=[], vectors={}, supersede=[], applied=[], rejected=[], merged=[])
         self.pending_texts: dict[str, str] = {}  # row id -> text still to embed (rewrites)
+        self.vectors: dict[str, list[float]] = {}  # text -> its vector, for this update's texts (embed_all)
 
     # ------------------------------------------------------------------ helpers
     def reject(self, op: FactOp | InsightOp, stream: str, reason: str) -> None:
@@ -111,10 +112,23 @@ class _Planner:
     def new_id(self, stream: str, label: str) -> str:
         return stable_id(*self.namespace, self.chunk["id"], stream, label, prefix=stream[0])
 
+    def embed_all(self, ops: Sequence[FactOp | InsightOp]) -> None:
+        """Embed every text the operations may need in one call (the passes then take their vectors from it)."""
+        texts = list(dict.fromkeys(t for op in ops if op.op != "DELETE" for t in (op.text, op.text.strip()) if t))
+        if texts and self.embeddings is not None:
+            self.vectors = dict(
+                zip(texts, ([*map(float, v)] for v in self.embeddings.embed_documents(texts)), strict=True)
+            )
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts or self.embeddings is None:
             return [[] for _ in texts]
-        return [list(v) for v in self.embeddings.embed_documents(texts)]
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            self.vectors.update(
+                zip(missing, ([*map(float, v)] for v in self.embeddings.embed_documents(missing)), strict=True)
+            )
+        return [list(self.vectors[t]) for t in texts]
 
     def view_vectors(self, entries: Sequence[ViewEntry]) -> list[list[float]]:
         """Return the view items' stored vectors (embedding only those the view came without)."""
@@ -359,6 +373,7 @@ def plan_update(
     screened = guard.screen(facts, insights, chunk.get("flagged") or [], view["facts"], chunk.get("claims") or [])
     planner.plan["rejected"].extend(screened.rejected)
     planner.requests = dict(screened.requests)
+    planner.embed_all([*screened.facts, *screened.insights])
     planner.facts_pass(screened.facts)
     planner.insights_pass(screened.insights)
     return planner.finish()

@@ -18,7 +18,7 @@ from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.guard import TurnFlag, flag_turns
 from dualmem.schema import Persona, Turn
-from dualmem.writer.pending import EARLIER_MESSAGES, PendingTurn, Snapshot, new_turn, turn_id
+from dualmem.writer.pending import PendingTurn, Snapshot, new_turn, turn_id
 from dualmem.writer.sealing import graph_store
 
 
@@ -46,6 +46,34 @@ def injected_writer(ctx: Context) -> Any:
     return given.get("chat") if not ctx.settings.writer_model else None
 
 
+def handover(
+    persona: Persona,
+    namespace: tuple[str, ...],
+    thread: str,
+    settings: Settings,
+    store: Any,
+    said: Sequence[tuple[str, str, str | None]],
+    earlier: Sequence[str] = (),
+    writer_model: Any = None,
+) -> tuple[FormationRequest, list[PendingTurn]]:
+    """The one hand-over builder (respond graph and chat middleware): an exchange's messages ``(role, text, message
+    id)`` as pending turns of ``thread``, and the formation request that writes them.
+
+    Turn ids come from the message ids (a resumed run hands nothing over twice); each user turn keeps the user's
+    messages before it (``earlier``, read by the memory-poisoning guard when the turns are written).
+    """
+    turns, earlier = [], list(earlier)
+    for seq, (role, text, message_id) in enumerate(said):
+        speaker = persona.name if role == "assistant" else ""
+        turns.append(new_turn(turn_id(thread, message_id, role, text), role, text, speaker=speaker, earlier=earlier,
+                              seq=seq))  # fmt: skip
+        if role == "user":
+            earlier = [*earlier, text]
+    request = FormationRequest(persona.model_dump(mode="json"), tuple(namespace), thread, settings, store=store,
+                               writer_model=writer_model)  # fmt: skip
+    return request, turns
+
+
 def exchange_handover(
     ctx: Context,
     runtime: Any,
@@ -55,29 +83,18 @@ def exchange_handover(
     earlier: Sequence[str] = (),
     message_ids: tuple[str | None, str | None] = (None, None),
 ) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
-    """Return the exchange (query, reply) as pending turns of the run's thread, the formation request and the guard's flags.
+    """Return the respond graph's exchange (query, reply) handed over (:func:`handover`) and the guard's flags.
 
-    ``message_ids``: the ids of the user's and the reply's messages (stable turn ids: a resumed run hands nothing over twice).
+    ``message_ids``: the ids of the user's and the reply's messages.
     """
-    thread = chat_thread(runtime)
     query, reply_text = exchange
-    earlier = list(earlier)[-EARLIER_MESSAGES:]
-    user = new_turn(turn_id(thread, message_ids[0], "user", query), "user", query, earlier=earlier)
-    reply = new_turn(
-        turn_id(thread, message_ids[1], "assistant", reply_text), "assistant", reply_text, speaker=persona.name, seq=1
-    )
     store = graph_store(getattr(runtime, "store", None) or ctx.dual(getattr(runtime, "store", None)))
-    request = FormationRequest(
-        persona.model_dump(mode="json"),
-        tuple(namespace),
-        thread,
-        ctx.settings,
-        store=store,
-        writer_model=injected_writer(ctx),
-    )
-    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(earlier)]
-    flags = list(flag_turns([Turn(id=user["id"], role="user", text=user["text"])], context=context).values())
-    return request, [user, reply], flags
+    said = [("user", query, message_ids[0]), ("assistant", reply_text, message_ids[1])]
+    request, turns = handover(persona, namespace, chat_thread(runtime), ctx.settings, store, said, earlier,
+                              injected_writer(ctx))  # fmt: skip
+    context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
+    flags = list(flag_turns([Turn(id=turns[0]["id"], role="user", text=query)], context=context).values())
+    return request, turns, flags
 
 
 def pending_state(request: FormationRequest, snap: Snapshot, flags: list[TurnFlag]) -> dict[str, Any]:

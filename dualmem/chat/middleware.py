@@ -31,7 +31,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 
-from dualmem.chat.exchange import formation_for
+from dualmem.chat.exchange import formation_for, handover
 from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
 from dualmem.chat.recall import memory_prompt, recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
@@ -40,7 +40,7 @@ from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
 from dualmem.prompts.respond import message_text
 from dualmem.schema import Persona
-from dualmem.writer.pending import PendingTurn, new_turn, turn_id
+from dualmem.writer.pending import PendingTurn
 
 
 class DualMemState(AgentState[Any]):
@@ -130,25 +130,9 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         said, earlier = exchange(messages)
         if not self.remember or not said:
             return None
-        turns = []
-        for seq, m in enumerate(said):
-            role = "user" if isinstance(m, HumanMessage) else "assistant"
-            text = message_text(m)
-            speaker = turn.persona.name if role == "assistant" else ""
-            turns.append(
-                new_turn(turn_id(turn.thread, m.id, role, text), role, text, speaker=speaker, earlier=earlier, seq=seq)
-            )
-            if role == "user":
-                earlier = [*earlier, text]
-        request = FormationRequest(
-            turn.persona.model_dump(mode="json"),
-            turn.namespace,
-            turn.thread,
-            self.settings,
-            store=turn.store,
-            writer_model=self.writer_model,
-        )
-        return request, turns
+        messages_said = [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said]
+        return handover(turn.persona, turn.namespace, turn.thread, self.settings, turn.store, messages_said, earlier,
+                        self.writer_model)  # fmt: skip
 
     @staticmethod
     def _with_memory(request: ModelRequest[Any]) -> ModelRequest[Any]:

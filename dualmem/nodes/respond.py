@@ -163,17 +163,21 @@ def _exchange(state: RespondState) -> tuple[list[str], tuple[str | None, str | N
     return earlier, (getattr(asked, "id", None), getattr(answered, "id", None))
 
 
-def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any] | None:
-    """Return the hand-over of a framework that forms memory in the background (None: it ingests the exchange)."""
+def _forms_in_background(ctx: Context) -> bool:
+    """Whether the run's framework forms memory in the background (a class constant: nothing is built to read it)."""
+    from dualmem.frameworks import framework_class
+
+    return (ctx.memory if ctx.memory is not None else framework_class(ctx.settings.framework)).forms_in_background
+
+
+def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any]:
+    """Return the exchange handed over to background formation: request, pending turns, the guard's flags, formation."""
     from dualmem.chat.exchange import exchange_handover, formation_for
 
     ctx = context_of(runtime)
-    persona, namespace = persona_of(state), tuple(state["namespace"])
-    if not memory_of(ctx, runtime, namespace, persona).forms_in_background:
-        return None
     earlier, ids = _exchange(state)
     request, turns, flags = exchange_handover(
-        ctx, runtime, namespace, persona, (state["query"], state["reply"]), earlier, ids
+        ctx, runtime, tuple(state["namespace"]), persona_of(state), (state["query"], state["reply"]), earlier, ids
     )
     return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
 
@@ -193,10 +197,9 @@ def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     from dualmem.chat.exchange import pending_state
     from dualmem.chat.formation import hand_over
 
-    handover = _handover(state, runtime)
-    if handover is None:
+    if not _forms_in_background(context_of(runtime)):
         return _ingest(state, runtime)
-    request, turns, flags, formation = handover
+    request, turns, flags, formation = _handover(state, runtime)
     return {"written": [], "pending": pending_state(request, hand_over(request, turns, formation), flags)}
 
 
@@ -205,10 +208,9 @@ async def aremember(state: RespondState, runtime: Runtime[Context]) -> dict[str,
     from dualmem.chat.exchange import pending_state
     from dualmem.chat.formation import ahand_over
 
-    handover = await asyncio.to_thread(_handover, state, runtime)
-    if handover is None:
+    if not _forms_in_background(context_of(runtime)):
         return await asyncio.to_thread(_ingest, state, runtime)
-    request, turns, flags, formation = handover
+    request, turns, flags, formation = await asyncio.to_thread(_handover, state, runtime)
     return {"written": [], "pending": pending_state(request, await ahand_over(request, turns, formation), flags)}
 
 

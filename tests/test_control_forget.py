@@ -202,3 +202,51 @@ def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
             namespace=("mara", "bob"), settings=settings, persona=PERSONA, embeddings=HashEmbeddings(64)
         )
         assert open_framework(name, ctx).retrieve("garden tomatoes", 3), f"{name} still serves bob"
+
+
+@pytest.mark.parametrize("backend", ["memory", "lance"])
+def test_a_store_forgets_a_namespace_and_an_item_through_its_own_methods(backend, tmp_path):
+    from dualmem.errors import LeaseTimeout
+    from dualmem.memory.versions import VERSION_OF
+    from dualmem.schema import MemoryItem
+    from dualmem.stores import InMemoryDualStore
+    from dualmem.stores._sql import ns_key
+
+    marker = f"qzv{uuid.uuid4().hex[:10]}"
+    if backend == "memory":
+        dual = InMemoryDualStore(HashEmbeddings(64))
+    else:
+        dual = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
+    alice, bob = (PERSONA.id, "alice"), (PERSONA.id, "bob")
+    for ns, word in ((alice, marker), (bob, "plainword")):
+        dual.upsert([MemoryItem(id=f"f{i}", namespace=ns, kind="fact", text=f"fact {i} {word}") for i in range(3)])
+        old = MemoryItem(id="v0", namespace=ns, kind="fact", text=f"old {word}", status="superseded",
+                         meta={VERSION_OF: "f0"})  # fmt: skip
+        dual.upsert([old])
+        plan = {"facts": [{"id": "f0", "text": f"fact 0 {word}"}, {"id": "f1", "text": f"fact 1 {word}"}]}
+        dual.ledger.mark(ns, "c1", "applied", json.dumps(plan))
+
+    if backend == "lance":
+        assert files_holding(tmp_path, marker.encode()), "the scan finds alice's text before the forget"
+    # one item: its row, its version rows and its text in the ledger's plans; nothing else
+    assert dual.forget_item(bob, "f0") == {"items": 2, "ledger": 1}
+    assert sorted(i.id for i in dual.list(bob, status=None)) == ["f1", "f2"]
+    assert json.loads(dual.ledger.look(bob, "c1")[0][1]) == {"facts": [{"id": "f1", "text": "fact 1 plainword"}]}
+    bob_before = [(i.id, i.text, i.status, i.updated_at) for i in dual.list(bob, status=None)]
+    bob_hits = [(h.item.id, round(h.score, 6)) for h in dual.search(bob, "fact plainword", k=5)]
+
+    with dual.exclusive(alice):  # a writer holds alice: refused before anything is deleted
+        with pytest.raises(LeaseTimeout):
+            dual.forget_namespace(alice)
+    assert dual.count(alice, status=None) == 4
+
+    assert dual.forget_namespace(alice) == {"items": 4, "ledger": 1}
+    assert dual.count(alice, status=None) == 0 and not dual.ledger.applied(alice, "c1")
+    assert dual.namespaces((PERSONA.id,)) == [bob]
+    assert [(i.id, i.text, i.status, i.updated_at) for i in dual.list(bob, status=None)] == bob_before
+    assert [(h.item.id, round(h.score, 6)) for h in dual.search(bob, "fact plainword", k=5)] == bob_hits
+    assert dual.ledger.applied(bob, "c1")
+    if backend == "lance":
+        assert files_holding(tmp_path, marker.encode()) == [], "no file holds alice's text, in any version"
+        leases = dual.leases.rows.to_arrow().column("namespace").to_pylist()
+        assert ns_key(alice) not in leases, "alice's lease row went too"

@@ -1,7 +1,7 @@
 """Forget a user, every user of a persona, or one item — every trace of it, and say what went.
 
 ``forget(persona, user)`` removes, for the namespace ``(persona, user)``
-(:mod:`~dualmem.control.places` says where each part lives):
+(:mod:`~dualmem.control.places` says where each part lives, :mod:`~dualmem.stores.erase` which tables hold it):
 
 1. its facts, insights and their version rows, and its ledger rows;
 2. the LangGraph store items of the namespace: items beside the memory under
@@ -9,7 +9,7 @@
    formation and each chat thread's record (``("dualmem_pending", persona, user, thread)``);
 3. every baseline framework's records, values, ledger rows (``{store_uri}/{framework}``);
 4. the checkpoints of the user's threads in the SQLite checkpointer (:mod:`~dualmem.control.checkpoints`);
-5. the bytes: each table that lost rows is purged (:mod:`~dualmem.control.purge`): fragments
+5. the bytes: each table that lost rows is purged (:mod:`~dualmem.stores.purge`): fragments
    rewritten, indexes rebuilt, every older version dropped — **with no grace period**, so a
    reader or writer in the middle of one operation on an older version may fail that operation;
 6. the namespace's name on its write-lease slot.
@@ -20,7 +20,8 @@ its text in the ledger's plans (the dialogue it came from stays). ``forget(perso
 The same from a graph: ``await aforget(persona, user, store=runtime.store)`` (the
 LangGraph store over the LanceDB store); from the shell: ``dualmem forget``.
 The persona's own registration (``personas`` table) is not user data and stays.
-A store in RAM (``InMemoryDualStore``) forgets with ``drop_namespace``: nothing is on disk.
+A store in RAM (``InMemoryDualStore``) forgets with ``forget_namespace``: nothing is on disk. A store's own
+``forget_namespace(namespace)`` / ``forget_item(namespace, item_id)`` forget in that store alone.
 
 Invariants: nothing of another namespace is selected (exact namespace matches,
 quoted literals); a forget holds the write lease of every namespace it
@@ -42,11 +43,12 @@ from typing import Any
 import dualmem.stores._lance as L
 from dualmem.control import places
 from dualmem.control.checkpoints import check_checkpoints, checkpoint_file, checkpointed_threads, delete_threads
-from dualmem.control.places import KEYS, LEASES, NS_LEASES, REWRITE, Folder, Target
-from dualmem.control.purge import fragments, purge
+from dualmem.control.places import Target
 from dualmem.errors import ConfigurationError, LeaseTimeout
 from dualmem.memory.versions import VERSION_OF
-from dualmem.stores._sql import and_all, ns_eq_sql, ns_key, ns_parse, ns_prefix_sql, sql_in, sql_str
+from dualmem.stores import erase
+from dualmem.stores._sql import ns_eq_sql, ns_parse, ns_prefix_sql
+from dualmem.stores.erase import Folder, Frags
 
 USER_BATCH = 32  # users of a persona forgotten under one set of held leases
 
@@ -143,13 +145,10 @@ def locate(settings: Any = None, store: Any = None) -> Location:
 # --------------------------------------------------------------------------- planning
 
 
-def _rows(folder: Folder, table: str, where: str, columns: list[str]) -> list[dict[str, Any]]:
-    return L.query_rows(folder.table(table), where, columns) if table in folder.tables else []
-
-
 def _known_users(folder: Folder, persona: str) -> list[str]:
-    rows = _rows(folder, "memory", ns_prefix_sql((persona,)) or "FALSE", ["namespace"])
-    return sorted({ns_parse(r["namespace"])[1] for r in rows if len(ns_parse(r["namespace"])) >= 2})
+    return sorted(
+        {ns[1] for ns in erase.memory_namespaces(folder, ns_prefix_sql((persona,)) or "FALSE") if len(ns) >= 2}
+    )
 
 
 def _nothing(target: Target, main: Folder) -> ConfigurationError:
@@ -157,7 +156,7 @@ def _nothing(target: Target, main: Folder) -> ConfigurationError:
     if target.user is not None and users:
         return ConfigurationError(f"nothing stored for user {target.user!r} of persona {target.persona!r} in {main.uri}; "
                                   f"its users: {', '.join(users)} (check --user)")  # fmt: skip
-    personas = sorted({ns_parse(r["namespace"])[0] for r in _rows(main, "memory", "TRUE", ["namespace"])})
+    personas = sorted({ns[0] for ns in erase.memory_namespaces(main, "TRUE")})
     return ConfigurationError(f"nothing stored for persona {target.persona!r} in {main.uri}; personas with memory: "
                               f"{', '.join(personas) or 'none'} (check --persona and --store)")  # fmt: skip
 
@@ -165,10 +164,9 @@ def _nothing(target: Target, main: Folder) -> ConfigurationError:
 def _item_plan(target: Target, where: Location, main: Folder) -> ForgetPlan:
     assert target.user is not None and target.item is not None
     ns = (target.persona, target.user)
-    rows = _rows(main, "memory", ns_eq_sql(ns), ["pk", "id", "meta"])
-    mine = [r for r in rows if r["id"] == target.item or json.loads(r["meta"] or "{}").get(VERSION_OF) == target.item]
+    mine = erase.item_rows(main, ns, target.item)
     if not mine:
-        if not rows:
+        if not erase.memory_rows(main, ns_eq_sql(ns), ["pk"]):
             raise _nothing(target, main)
         raise ConfigurationError(f"no item {target.item!r} in {ns} at {where.uri}; `dualmem inspect --persona {ns[0]} "
                                  f"--user {ns[1]} --all` lists the item ids")  # fmt: skip
@@ -189,7 +187,7 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
     """Count what forgetting ``target`` removes; raise a ConfigurationError naming the fix for an unknown target."""
     folders = places.open_folders(where.uri, where.options)
     main = next((f for f in folders if f.main), None)
-    if main is None or "memory" not in main.tables:
+    if main is None or not main.has_memory:
         raise ConfigurationError(
             f"no DualMem store at {where.uri}; check --store (DUALMEM_STORE_URI) and DUALMEM_STORE_OPTIONS"
         )
@@ -199,12 +197,12 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
     users: set[str] = set() if target.user is None else {target.user}
     chat_threads: set[str] = set()
     for folder in folders:
-        mem = _rows(folder, "memory", places.memory_where(target), ["namespace", "kind", "meta"])
+        mem = erase.memory_rows(folder, places.memory_where(target), ["namespace", "kind", "meta"])
         users |= {u for r in mem if (u := places.user_of(ns_parse(r["namespace"]), folder, "memory"))}
-        _, owned = places.kv_where(folder, target, where.memory_label)
+        owned = places.kv_owned(folder, target, where.memory_label)
         users |= {u for ns in owned if (u := places.user_of(ns, folder, "kv"))}
-        ledger = len(_rows(folder, "chunk_ledger", places.memory_where(target), ["id"]))
-        kv = len(_rows(folder, "lg_items", sql_in("namespace", [ns_key(ns) for ns in owned]), ["id"]))
+        ledger = erase.ledger_count(folder, places.memory_where(target))
+        kv = erase.kv_count(folder, owned)
         if folder.main:
             chat_threads |= set(places.threads_of(owned))
             counts.update(_memory_counts(mem))
@@ -225,12 +223,10 @@ def plan_forget(target: Target, where: Location, threads: Sequence[str] = ()) ->
 
 def _hold(stack: ExitStack, plan: ForgetPlan, users: Sequence[str], wait_s: float) -> None:
     """Hold the write lease of every namespace of ``users`` in every folder (refusing or waiting while one is held)."""
-    from dualmem.stores.leases import Leases
-
     for folder in plan.folders:
-        if LEASES not in folder.tables:
+        leases = erase.lease_tables(folder, plan.where.lease_ttl_s, wait_s)
+        if leases is None:
             continue
-        leases = Leases(folder.db, ttl_s=plan.where.lease_ttl_s, wait_s=wait_s)
         for ns in places.lease_namespaces(folder, users, plan.target.persona):
             try:
                 stack.enter_context(leases.hold(ns, owner=None, wait_s=wait_s))
@@ -241,98 +237,38 @@ def _hold(stack: ExitStack, plan: ForgetPlan, users: Sequence[str], wait_s: floa
                 ) from None
 
 
-def _delete(folder: Folder, table: str, where: str, frags: dict[tuple[str, str], set[int]]) -> int:
-    if table not in folder.tables or where == "FALSE":
-        return 0
-    t = folder.table(table)
-    found = fragments(t, where, KEYS[table])
-    if not found:
-        return 0
-    frags.setdefault((folder.name, table), set()).update(found)
-    return int(L.retry(lambda: t.delete(where)).num_deleted_rows)
-
-
-def _forget_users(plan: ForgetPlan, users: Sequence[str], frags: dict[tuple[str, str], set[int]], removed: dict[str, int],
+def _forget_users(plan: ForgetPlan, users: Sequence[str], frags: Frags, removed: dict[str, int],
                   threads: set[str]) -> None:  # fmt: skip
     """Delete every row of ``users`` (a batch of the persona's users, or the one user) from every folder."""
     targets = [Target(plan.target.persona, u) for u in users]
     memory_sql = " OR ".join(f"({places.memory_where(t)})" for t in targets) or "FALSE"
     for folder in plan.folders:
-        owned = [ns for t in targets for ns in places.kv_where(folder, t, plan.where.memory_label)[1]]
+        owned = [ns for t in targets for ns in places.kv_owned(folder, t, plan.where.memory_label)]
         if folder.main:
             threads.update(places.threads_of(owned))
-        kv_sql = sql_in("namespace", [ns_key(ns) for ns in owned])
-        for table in KEYS:
-            gone = _delete(folder, table, memory_sql if table in ("memory", "chunk_ledger") else kv_sql, frags)
-            key = f"{folder.label()}/{table}"
+        for key, gone in erase.delete_rows(folder, memory_sql, owned, frags).items():
             removed[key] = removed.get(key, 0) + gone
 
 
-def scrub(value: Any, ids: set[str]) -> Any:
-    """Return a ledger payload without anything about ``ids``: records and rows naming them, vectors keyed by them."""
-    if isinstance(value, list):
-        return [scrub(v, ids) for v in value if not _about(v, ids)]
-    if isinstance(value, dict):
-        return {k: scrub(v, ids) for k, v in value.items() if k not in ids}
-    return value
-
-
-def _about(value: Any, ids: set[str]) -> bool:
-    if not isinstance(value, dict):
-        return False
-    named = {value.get(k) for k in ("id", "store_id", "into")} | {(value.get("meta") or {}).get(VERSION_OF)}
-    return bool(named & ids)
-
-
-def _forget_item(plan: ForgetPlan, frags: dict[tuple[str, str], set[int]], removed: dict[str, int]) -> None:
-    main = plan.folders[0]
+def _forget_item(plan: ForgetPlan, frags: Frags, removed: dict[str, int]) -> None:
     assert plan.target.user is not None and plan.target.item is not None
     ns = (plan.target.persona, plan.target.user)
-    rows = _rows(main, "memory", sql_in("pk", plan.item_rows), ["id"])
-    ids = {r["id"] for r in rows} | {plan.target.item}
-    removed["store/memory"] = _delete(
-        main, "memory", and_all(ns_eq_sql(ns), sql_in("pk", plan.item_rows)) or "FALSE", frags
-    )
-    if "chunk_ledger" not in main.tables:
-        return
-    ledger = main.table("chunk_ledger")
-    touched = [
-        r
-        for r in _rows(main, "chunk_ledger", ns_eq_sql(ns), ["id", "payload"])
-        if any(i in (r["payload"] or "") for i in ids)
-    ]
-    for row in touched:
-        where = f"id = {sql_str(row['id'])}"
-        frags.setdefault(("", "chunk_ledger"), set()).update(fragments(ledger, where, "id"))
-        text = json.dumps(scrub(json.loads(row["payload"]), ids), default=str)
-        L.retry(lambda w=where, t=text: ledger.update(where=w, values={"payload": t}))  # type: ignore[misc]
-    removed["store/chunk_ledger (plans scrubbed)"] = len(touched)
+    removed.update(erase.forget_item_rows(plan.folders[0], ns, plan.item_rows, plan.target.item, frags))
 
 
 def _release_names(plan: ForgetPlan, users: Sequence[str], purged: dict[str, dict[str, int]], unverified: bool) -> None:
     """Clear the forgotten namespaces' names from free lease slots, delete their free lease rows, and purge those
     rows' old versions."""
     for folder in plan.folders:
-        if LEASES not in folder.tables:
-            continue
-        keys = [ns_key(ns) for ns in places.lease_namespaces(folder, users, plan.target.persona)]
-        for name in (LEASES, NS_LEASES):  # _hold's Leases made NS_LEASES if the folder lacked it
-            table = folder.table(name)
-            where = and_all(sql_in("namespace", keys), "holder = ''") or "FALSE"
-            found = fragments(table, where, "namespace")
-            if found:
-                if name == NS_LEASES:
-                    L.retry(lambda t=table, w=where: t.delete(w))  # type: ignore[misc]
-                else:
-                    L.retry(lambda t=table, w=where: t.update(where=w, values={"namespace": ""}))  # type: ignore[misc]
-                purged[f"{folder.label()}/{name}"] = purge(table, found, REWRITE[name], delete_unverified=unverified)
+        names = places.lease_namespaces(folder, users, plan.target.persona)
+        purged.update(erase.release_names(folder, names, unverified))
 
 
 def carry_out(
     plan: ForgetPlan, *, wait_s: float = 0.0, threads: Sequence[str] = (), delete_unverified: bool = False
 ) -> ForgetReport:
     """Forget what ``plan`` names (see the module docstring); return what was removed."""
-    frags: dict[tuple[str, str], set[int]] = {}
+    frags: Frags = {}
     removed: dict[str, int] = {}
     found_threads: set[str] = set(plan.threads) | set(threads)
     users = plan.users if plan.target.user is None else [plan.target.user]
@@ -359,10 +295,8 @@ def carry_out(
     return ForgetReport(plan.target, users, removed, sorted(found_threads | set(ckpt)), deleted, purged)
 
 
-def _purge_all(plan: ForgetPlan, frags: dict[tuple[str, str], set[int]], unverified: bool) -> dict[str, dict[str, int]]:
-    by_name = {f.name: f for f in plan.folders}
-    return {f"{by_name[name].label()}/{table}": purge(by_name[name].table(table), found, REWRITE[table], delete_unverified=unverified)
-            for (name, table), found in sorted(frags.items())}  # fmt: skip
+def _purge_all(plan: ForgetPlan, frags: Frags, unverified: bool) -> dict[str, dict[str, int]]:
+    return erase.purge_all(plan.folders, frags, unverified)
 
 
 # --------------------------------------------------------------------------- the Python API

@@ -1,15 +1,13 @@
-"""Where a user's memory lives: the store folders, the rows of each table that belong to a namespace, the threads.
+"""Where a user's memory lives: the store folders, the namespaces that belong to a user, the threads.
 
 A memory namespace is exactly ``(persona, user)``. Its data, at a store URI:
 
-- **the store** (``store_uri``): table ``memory`` — rows of namespace ``(persona, user)``
-  (facts, insights, their version rows); ``chunk_ledger`` — its rows;
-  ``lg_items`` / ``lg_vectors`` — LangGraph store items under
+- **the store** (``store_uri``): the memory rows of namespace ``(persona, user)``
+  (facts, insights, their version rows) and its ledger rows; LangGraph store items under
   ``(memory_label, persona, user, …)`` (items beside the facts and insights) and
   ``("dualmem_pending", persona, user, thread)`` (chat turns waiting for memory
-  formation, and each chat thread's record); ``namespace_leases`` — the namespace's
-  lease row (``write_leases``: its name on a slot, written by earlier versions);
-- **each baseline framework's folder** (``{store_uri}/{framework}``): the same tables, where
+  formation, and each chat thread's record); the namespace's write lease;
+- **each baseline framework's folder** (``{store_uri}/{framework}``): the same kinds of data, where
   records live under ``(persona, user)`` and ``(persona, user, collection)`` and every
   key-value namespace is ``(label, persona, user, …)`` (the framework's values; langmem's
   memories, ledger and sources);
@@ -20,34 +18,22 @@ A memory namespace is exactly ``(persona, user)``. Its data, at a store URI:
 
 Matching is exact on every namespace part (never a prefix of a part), so nothing
 of another namespace is selected; SQL is built from quoted literals only.
+
+Which tables hold each kind, and deleting it, is :mod:`dualmem.stores.erase`'s business.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 from urllib.parse import unquote
 
-import dualmem.stores._lance as L
 from dualmem.frameworks import REGISTRY
-from dualmem.stores._sql import ns_key, ns_parse, ns_prefix_sql, sql_in
+from dualmem.stores import erase
+from dualmem.stores._sql import ns_prefix_sql
+from dualmem.stores.erase import Folder
 from dualmem.writer.pending import PENDING_LABEL, label
 
-KEYS = {"memory": "pk", "chunk_ledger": "id", "lg_items": "id", "lg_vectors": "id"}
-"""The data tables a namespace's rows are deleted from, with each one's key column."""
-LEASES = "write_leases"
-NS_LEASES = "namespace_leases"
-REWRITE = {
-    "memory": "status",
-    "chunk_ledger": "state",
-    "lg_items": "namespace",
-    "lg_vectors": "namespace",
-    LEASES: "namespace",
-    NS_LEASES: "holder",
-}
-"""Per table, the (non-key) column a purge sets to itself to move a fragment's rows into a new one."""
 FRAMEWORK_FOLDERS = tuple(
     name for name in REGISTRY if name != "dualmem"
 )  # dualmem keeps its memory in the store itself
@@ -71,55 +57,16 @@ class Target:
         return f"item {self.item!r} of {who}" if self.item else who
 
 
-@dataclass
-class Folder:
-    """One LanceDB database holding DualMem tables: the store (``name`` "") or a framework's folder."""
-
-    name: str
-    uri: str
-    db: Any
-    tables: list[str] = field(default_factory=list)
-
-    @property
-    def main(self) -> bool:
-        """True for the store itself."""
-        return not self.name
-
-    def table(self, name: str) -> Any:
-        """Return an open table of this folder."""
-        return self.db.open_table(name)
-
-    def label(self) -> str:
-        """Return how reports name this folder."""
-        return "store" if self.main else self.name
-
-
-def _exists(uri: str) -> bool:
-    """Return True unless ``uri`` is a local folder that does not exist (object storage: listed, not created)."""
-    if "://" in uri and not uri.startswith("file://"):
-        return True
-    return Path(uri.split("://", 1)[-1]).expanduser().is_dir()
-
-
 def open_folders(uri: str, options: Mapping[str, str] | None) -> list[Folder]:
     """Return the store and every framework folder under it that holds tables (nothing is created)."""
-    found = []
-    for name in ("", *FRAMEWORK_FOLDERS):
-        where = uri if not name else f"{uri.rstrip('/')}/{name}"
-        if not _exists(where):
-            continue
-        db = L.connect(where, options)
-        tables = L.table_names(db)
-        if tables:
-            found.append(Folder(name, where, db, tables))
-    return found
+    return erase.open_folders(uri, options, FRAMEWORK_FOLDERS)
 
 
-# --------------------------------------------------------------------------- which rows belong to a target
+# --------------------------------------------------------------------------- which data belong to a target
 
 
 def memory_where(target: Target) -> str:
-    """Return the SQL selecting a target's rows of a ``memory`` or ``chunk_ledger`` table (its namespaces and below)."""
+    """Return the SQL selecting a target's memory and ledger rows (its namespaces and below)."""
     prefix = (target.persona,) if target.user is None else (target.persona, target.user)
     return ns_prefix_sql(prefix) or "FALSE"
 
@@ -145,20 +92,10 @@ def store_labels(memory_label: str) -> dict[str, bool]:
     return {memory_label: False, PENDING_LABEL: True}
 
 
-def kv_namespaces(folder: Folder) -> list[tuple[str, ...]]:
-    """Return every namespace the folder's LangGraph store items and vectors use."""
-    keys: set[str] = set()
-    for name in ("lg_items", "lg_vectors"):
-        if name in folder.tables:
-            keys.update(L.scan(folder.table(name), None, ["namespace"]).column("namespace").unique().to_pylist())
-    return [ns_parse(k) for k in sorted(keys)]
-
-
-def kv_where(folder: Folder, target: Target, memory_label: str) -> tuple[str, list[tuple[str, ...]]]:
-    """Return the SQL selecting a target's LangGraph store rows of the folder, and the namespaces it names."""
+def kv_owned(folder: Folder, target: Target, memory_label: str) -> list[tuple[str, ...]]:
+    """Return the folder's LangGraph store namespaces that belong to ``target``."""
     labels = store_labels(memory_label) if folder.main else None
-    owned = [ns for ns in kv_namespaces(folder) if owns_kv(ns, target, labels)]
-    return sql_in("namespace", [ns_key(ns) for ns in owned]), owned
+    return [ns for ns in erase.kv_namespaces(folder) if owns_kv(ns, target, labels)]
 
 
 def user_of(namespace: Sequence[str], folder: Folder, kind: str) -> str | None:

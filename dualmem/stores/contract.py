@@ -45,13 +45,7 @@ Namespace = tuple[str, ...]
 SearchMode = Literal["hybrid", "vector", "fts"]
 Columns = Literal["stamps", "items", "vectors"]
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
-FILTERABLE = {
-    "id": "id",
-    "session_id": "session_id",
-    "chunk_id": "chunk_id",
-    "event_time": "event_time",
-    "status": "status",
-}
+FILTERABLE = {name: name for name in ("id", "session_id", "chunk_id", "event_time", "status")}
 """Fields a structured ``filter`` may name (public key -> column)."""
 RRF_K = 60
 
@@ -294,6 +288,17 @@ class DualStore(ABC):
         gone = int(self.batch([DeleteItems(tuple(namespace), None)])[0])
         self.ledger.drop(namespace)
         return gone
+
+    def forget_namespace(self, namespace: Namespace, wait_s: float | None = 0.0) -> dict[str, int]:
+        """Forget a namespace for good under its write lease (``wait_s``: how long to wait for a writer): every item and
+        ledger unit, on disk also their bytes and the lease row; return ``{"items": n, "ledger": n}``."""
+        with self.exclusive(tuple(namespace), wait_s=wait_s):
+            items = int(self.batch([DeleteItems(tuple(namespace), None)])[0])
+            return {"items": items, "ledger": self.ledger.drop(namespace)}
+
+    def forget_item(self, namespace: Namespace, item_id: str, wait_s: float | None = 0.0) -> dict[str, int]:
+        """Forget one item for good, like :meth:`forget_namespace`: its row, its version rows, its text in the ledger's plans."""
+        raise NotImplementedError(f"{type(self).__name__} cannot forget an item")
 
     # ------------------------------------------------------------------ reads
 

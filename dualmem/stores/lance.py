@@ -39,6 +39,7 @@ import dualmem.stores._lance as L
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import utcnow
+from dualmem.stores import erase
 from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, one_per_key, row_to_item
 from dualmem.stores._sql import and_all, filter_sql, ns_eq_sql, ns_parse, ns_prefix_sql, row_key, sql_in, sql_str
 from dualmem.stores.contract import (
@@ -158,6 +159,21 @@ class LanceDualStore(DualStore):
         for table in (self.table, self.ledger.table, *self.leases.tables):
             L.optimize(table, keep_versions_for=L.KEEP_VERSIONS)
         return {"duplicates_removed": repaired, "namespaces_gathered": gathered, "rows": self.table.count_rows()}
+
+    def forget_namespace(self, namespace: Namespace, wait_s: float | None = 0.0) -> dict[str, int]:
+        """Forget a namespace for good under its write lease: its memory and ledger rows, then their bytes (fragments
+        rewritten, indexes rebuilt, old versions dropped with no grace period: :mod:`~dualmem.stores.purge`), then
+        its lease row; return ``{"items": n, "ledger": n}``."""
+        with self.exclusive(namespace, wait_s=wait_s):
+            gone = erase.forget_namespace(erase.folder_of(self._db, self.uri), namespace)
+        erase.release_names(erase.folder_of(self._db, self.uri), [tuple(namespace)])
+        return gone
+
+    def forget_item(self, namespace: Namespace, item_id: str, wait_s: float | None = 0.0) -> dict[str, int]:
+        """Forget one item for good under the namespace's write lease: its row, its version rows, its text in the
+        ledger's plans, and their bytes; return ``{"items": rows gone, "ledger": plans scrubbed}``."""
+        with self.exclusive(namespace, wait_s=wait_s):
+            return erase.forget_item(erase.folder_of(self._db, self.uri), namespace, item_id)
 
     def tidy(self) -> None:
         """Compact the memory, ledger and lease tables, fold new rows into their indexes and drop versions older

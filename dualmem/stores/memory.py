@@ -12,6 +12,7 @@ go to the smaller key.
 from __future__ import annotations
 
 import builtins
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +26,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.memory import InMemoryStore
 
 from dualmem.errors import ConfigurationError, LeaseTimeout
+from dualmem.memory.versions import VERSION_OF
 from dualmem.schema import utcnow
 from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, row_to_item
 from dualmem.stores._sql import in_window, ns_key, ns_parse, row_key, row_matches
@@ -44,6 +46,7 @@ from dualmem.stores.contract import (
     put_rows,
     rrf,
 )
+from dualmem.stores.erase import scrub
 from dualmem.stores.results import ScoredItem
 
 
@@ -89,6 +92,16 @@ class InMemoryLedger:
             for unit, state, payload in marks:
                 self._units[(ns_key(namespace), unit)] = (state, payload)
 
+    def scrub(self, namespace: Sequence[str], ids: set[str]) -> int:
+        """Remove ``ids`` from the plans of a namespace's units; return how many units changed."""
+        key, changed = ns_key(namespace), 0
+        with self._lock:
+            for (ns, unit), (state, payload) in list(self._units.items()):
+                if ns == key and payload and any(i in payload for i in ids):
+                    self._units[(ns, unit)] = (state, json.dumps(scrub(json.loads(payload), ids), default=str))
+                    changed += 1
+        return changed
+
     def drop(self, namespace: Sequence[str]) -> int:
         """Forget every unit of a namespace; return how many."""
         key = ns_key(namespace)
@@ -112,7 +125,7 @@ class InMemoryDualStore(DualStore):
         self.uri = "memory://"
         self.embeddings = embeddings
         self.dims = dims or embedding_dims(embeddings)
-        self.ledger = InMemoryLedger()
+        self.ledger: InMemoryLedger = InMemoryLedger()
         self.lease_wait_s = lease_wait_s
         self._schema = item_schema(self.dims)
         self._rows: dict[str, dict[str, Any]] = {}  # pk -> row
@@ -152,6 +165,15 @@ class InMemoryDualStore(DualStore):
             yield _NoLease()
         finally:
             lock.release()
+
+    def forget_item(self, namespace: Namespace, item_id: str, wait_s: float | None = 0.0) -> dict[str, int]:
+        """Forget one item under the namespace's lock: its row, its version rows, its text in the ledger's plans."""
+        ns = tuple(namespace)
+        with self.exclusive(ns, wait_s=wait_s):
+            with self._lock:
+                rows = self._select(ns, None, None)
+            ids = [r["id"] for r in rows if item_id in (r["id"], json.loads(r["meta"] or "{}").get(VERSION_OF))]
+            return {"items": self.delete(ns, ids), "ledger": self.ledger.scrub(ns, {*ids, item_id})}
 
     def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
         with self._lock:

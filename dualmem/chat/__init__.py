@@ -10,7 +10,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what static tools (type checkers, the API check, the docs) see; imported lazily below
+    from dualmem.chat.executor import FormationExecutor, default_executor
+    from dualmem.chat.middleware import DualMemMiddleware
+    from dualmem.chat.server import ServerFormation
 
 __all__ = ["DualMemMiddleware", "FormationExecutor", "ServerFormation", "default_executor"]
 

@@ -2,8 +2,9 @@
 item's history, reach it over MCP.
 
 - :mod:`~dualmem.control.forget` — :func:`forget` a user, every user of a persona, or one item
-  (:mod:`~dualmem.control.places` says where a user's data lives, :mod:`~dualmem.control.purge` makes deleted rows
-  physically gone, :mod:`~dualmem.control.checkpoints` finds and deletes the user's checkpointed threads);
+  (:mod:`~dualmem.control.places` says where a user's data lives, :mod:`dualmem.stores.erase` deletes it from the
+  tables and :mod:`dualmem.stores.purge` makes deleted rows physically gone, :mod:`~dualmem.control.checkpoints`
+  finds and deletes the user's checkpointed threads);
 - :mod:`~dualmem.control.export` — the documented export file, :func:`export_namespace`, :func:`read_export`,
   :func:`import_archive`;
 - :mod:`~dualmem.control.history` — :func:`item_history`: every ADD / UPDATE / DELETE of an item;

@@ -32,7 +32,7 @@ from dualmem.stores._sql import sql_in
 
 T = TypeVar("T")
 KEEP_VERSIONS = timedelta(minutes=10)  # maintenance keeps versions this recent: readers in flight may still read them
-TIDY_EVERY = 64  # writes by one store object between two tidies of the tables it writes (compaction + cleanup)
+TIDY_EVERY = 64  # the writer of every 64th memory table version tidies the store (compaction + cleanup)
 TIDY_KEEP = timedelta(minutes=1)  # a tidy keeps versions this recent (a read lasting longer may fail; none does)
 
 _CONFLICT_MARKERS = (

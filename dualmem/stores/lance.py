@@ -109,7 +109,7 @@ class LanceDualStore(DualStore):
         self.ledger: LanceLedger = LanceLedger(self._db)
         self.leases = Leases(self._db, ttl_s=lease_ttl_s, wait_s=lease_wait_s)
         self._last = utcnow()
-        self.tidy_every, self.tidy_keep, self._writes = L.TIDY_EVERY, L.TIDY_KEEP, 0
+        self.tidy_every, self.tidy_keep = L.TIDY_EVERY, L.TIDY_KEEP
 
     @property
     def embeddings(self) -> Any:  # type: ignore[override]
@@ -177,21 +177,21 @@ class LanceDualStore(DualStore):
 
     def tidy(self) -> None:
         """Compact the memory, ledger and lease tables, fold new rows into their indexes and drop versions older
-        than ``tidy_keep``: what keeps files and versions bounded as memory grows. Writing calls it every
-        ``tidy_every`` writes of this object; readers in flight keep the versions they read (younger than
+        than ``tidy_keep``: what keeps files and versions bounded as memory grows. The write that makes a memory
+        table version divisible by ``tidy_every`` calls it — whichever process or store object that is, so many
+        short-lived writers tidy as one long one does; readers in flight keep the versions they read (younger than
         ``tidy_keep``, and the latest is never dropped)."""
         for table in (self.table, self.ledger.table, *self.leases.tables):
             L.optimize(table, keep_versions_for=self.tidy_keep)
 
     def _apply(self, ops: Sequence[MemoryOp]) -> builtins.list[Any]:
-        done = [self._one(op) for op in ops]
-        if any(isinstance(op, (PutItems, SetStatus, DeleteItems)) for op in ops):
-            self._writes += 1
-            if self.tidy_every and self._writes % self.tidy_every == 0:
-                self.tidy()
+        committed: builtins.list[int] = []  # the memory table versions these operations made
+        done = [self._one(op, committed) for op in ops]
+        if self.tidy_every and any(v % self.tidy_every == 0 for v in committed):
+            self.tidy()
         return done
 
-    def _one(self, op: MemoryOp) -> Any:
+    def _one(self, op: MemoryOp, committed: builtins.list[int]) -> Any:
         t = self.table
         if isinstance(op, GetItems):
             rows = one_per_key(L.scan(t, sql_in("pk", [row_key(op.namespace, i) for i in op.ids]), ITEM_COLUMNS))
@@ -208,17 +208,20 @@ class LanceDualStore(DualStore):
             return self._search(op)
         if isinstance(op, PutItems):
             data = pa.Table.from_pylist(put_rows(op, self.dims, self._now()), schema=self._schema)
-            L.retry(lambda: t.merge_insert("pk").when_matched_update_all().when_not_matched_insert_all().execute(data))
+            merge = t.merge_insert("pk").when_matched_update_all().when_not_matched_insert_all()
+            committed.append(L.retry(lambda: merge.execute(data)).version)
             return None
         if isinstance(op, SetStatus):
             where = sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
             values = {"status": op.status, "updated_at": self._now()}
-            L.retry(lambda: t.update(where=where, values=values))
+            committed.append(L.retry(lambda: t.update(where=where, values=values)).version)
             return None
         if isinstance(op, DeleteItems):
             only = None if op.ids is None else sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
             where = and_all(ns_eq_sql(op.namespace), only) or ""
-            return int(L.retry(lambda: t.delete(where)).num_deleted_rows)
+            deleted = L.retry(lambda: t.delete(where))
+            committed.append(deleted.version)
+            return int(deleted.num_deleted_rows)
         if isinstance(op, ListNamespaces):
             under = and_all(ns_prefix_sql(op.prefix), None if op.kind is None else f"kind = {sql_str(op.kind)}")
             return [ns_parse(k) for k in L.scan(t, under, ["namespace"]).column("namespace").unique().to_pylist()]

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from dualmem.config import Settings  # noqa: E402
 from dualmem.datasets._validate import write_json_atomic  # noqa: E402
 from dualmem.frameworks import REGISTRY  # noqa: E402
-from dualmem.local import resolve_engine  # noqa: E402
+from dualmem.models.local import resolve_engine  # noqa: E402
 
 DATA = REPO / ".." / "shared" / "data" / "realmem" / "Sophie_Dubois_dialogues_256k.json"
 OUT = REPO / "benchmarks" / "results" / "frameworks_local.json"

@@ -78,7 +78,7 @@ class LookupEmbeddings(Embeddings):
 
 def vocabulary() -> list[str]:
     """Return real English words (the bundled WordPiece vocabulary, whole alphabetic words)."""
-    from dualmem.local.bundled import bundled_embedder_path
+    from dualmem.models.local.bundled import bundled_embedder_path
 
     vocab = (bundled_embedder_path() / "vocab.txt").read_text().split()
     return [w for w in vocab if w.isalpha() and w.isascii() and len(w) >= 4]

@@ -1,7 +1,9 @@
 """DualMem: long-term memory for role-playing agents, written through their persona."""
 
+from dualmem import _moved
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DatasetError, DualMemError
 
 __version__ = "0.2.0"
+_moved.install()  # the modules moved in 0.3.0 keep their old names until 0.4.0
 __all__ = ["ConfigurationError", "DatasetError", "DualMemError", "Settings", "__version__"]

@@ -30,7 +30,7 @@ from langchain_core.language_models import BaseChatModel
 
 from dualmem.config import STORE_SCHEMES, Settings
 from dualmem.errors import ConfigurationError, ModelCallError
-from dualmem.retry import RetryPolicy, invoke_with_retry
+from dualmem.models.retry import RetryPolicy, invoke_with_retry
 
 # LanceDB's object stores (lance 0.40) plus LanceDB Cloud's db://
 CHECK_TIMEOUT = 10.0

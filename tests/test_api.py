@@ -92,3 +92,28 @@ def test_the_check_catches_a_removed_public_name(tmp_path):
     kinds = {(b.obj.path, b.kind.value) for b in griffe.find_breaking_changes(old, new)}
     assert ("dualmem.stores.choose_user", "Public object was removed") in kinds
     assert Path(tmp_path).is_dir()
+
+
+def test_moved_modules_import_by_their_old_names_with_a_warning():
+    import importlib
+    import subprocess
+    import sys
+
+    from dualmem._moved import MOVED
+
+    for old, new in MOVED.items():
+        code = (
+            "import importlib, warnings\n"
+            "warnings.simplefilter('error', DeprecationWarning)\n"
+            f"try:\n    importlib.import_module({old!r})\nexcept DeprecationWarning as w:\n    print(w)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert f"{old} moved to {new}" in out.stdout, out.stdout + out.stderr
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from dualmem.local.bundled import pack_adapter  # the path the 0.2.0 training guide gave
+
+        assert importlib.import_module("dualmem.structured") is importlib.import_module("dualmem.models.structured")
+    assert pack_adapter is importlib.import_module("dualmem.models.local.bundled").pack_adapter

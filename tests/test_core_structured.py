@@ -4,8 +4,8 @@ import asyncio
 
 from langchain_core.messages import HumanMessage
 
+from dualmem.models.structured import ainvoke_structured, extract_json, invoke_structured
 from dualmem.schema import FactOp, MemoryUpdate
-from dualmem.structured import ainvoke_structured, extract_json, invoke_structured
 from dualmem.testing import FakeChatModel
 
 GOOD = MemoryUpdate(facts=[FactOp(op="ADD", id="N1", text="works night shifts")])

@@ -20,9 +20,9 @@ from dualmem.evals.ingest import ingest_histories, plan_histories
 from dualmem.evals.runspec import read_run
 from dualmem.evaluate import compare, run_eval
 from dualmem.models import RemoteEmbeddings
-from dualmem.retry import RetryPolicy, invoke_with_retry
+from dualmem.models.retry import RetryPolicy, invoke_with_retry
+from dualmem.models.tokens import count_tokens
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.tokens import count_tokens
 
 PHASE_OF = {
     "MemoryUpdate": "writing",

@@ -11,8 +11,8 @@ import pytest
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
-from dualmem.limits import LocalGate, RateWindow, SharedGate, gate_for, install, slot
-from dualmem.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
+from dualmem.models.limits import LocalGate, RateWindow, SharedGate, gate_for, install, slot
+from dualmem.models.retry import RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 
 def test_no_more_calls_in_flight_than_the_limit_from_many_threads():

@@ -84,7 +84,7 @@ def test_new_note_links_its_nearest_note_and_evolves_it(tmp_settings):
 
 
 def test_neighbours_are_shown_cut_to_neighbour_tokens_but_the_new_note_whole(tmp_settings):
-    from dualmem.tokens import count_tokens
+    from dualmem.models.tokens import count_tokens
 
     script = Script()
     fw = _framework(tmp_settings, script, link_k=1, neighbour_tokens=5)

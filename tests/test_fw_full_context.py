@@ -5,9 +5,9 @@ from __future__ import annotations
 from dualmem.frameworks import FrameworkContext, open_framework
 from dualmem.frameworks.full_context import FullContextFramework
 from dualmem.frameworks.kit import Space, truncate_tokens
+from dualmem.models.tokens import count_tokens
 from dualmem.schema import Session, Turn
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.tokens import count_tokens
 
 
 def _session(sid: str, n: int, words: int = 12) -> Session:

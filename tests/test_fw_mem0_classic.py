@@ -181,7 +181,7 @@ def test_exchanges_group_user_and_assistant_turns():
 
 
 def test_summary_refresh_and_recent_context_are_token_bounded(tmp_settings):
-    from dualmem.tokens import count_tokens
+    from dualmem.models.tokens import count_tokens
 
     def run(chunk_tokens: int) -> FakeChatModel:
         model = FakeChatModel(responses=[script], cycle=True)

@@ -6,9 +6,9 @@ import re
 
 from dualmem.frameworks import FrameworkContext, open_framework
 from dualmem.frameworks.memagent import MemAgentFramework
+from dualmem.models.tokens import count_tokens
 from dualmem.schema import Session, Turn
 from dualmem.testing import FakeChatModel, HashEmbeddings
-from dualmem.tokens import count_tokens
 
 
 def _session(sid: str, n: int) -> Session:

@@ -8,8 +8,8 @@ import pytest
 
 from dualmem.datasets import dump_rolememo, load_dataset
 from dualmem.generators.assemble import assemble_history, split_woven
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.schema import Persona
-from dualmem.tokens import count_tokens_batch
 
 PERSONA = Persona(id="mara", name="Mara Okafor", description="counsellor")
 

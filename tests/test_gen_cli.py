@@ -65,14 +65,14 @@ def test_generate_rolememo_runs_offline_on_the_sample_persona(env, spec):
 
 
 def test_a_run_that_keeps_nothing_exits_1_with_the_rejections_by_kind(env, monkeypatch):
-    import dualmem.scripted
+    import dualmem.testing.scripted
     from dualmem.models import _build_chat_model
 
-    class Generic(dualmem.scripted.WeaveScript):
+    class Generic(dualmem.testing.scripted.WeaveScript):
         def __init__(self) -> None:
             super().__init__(generic=("insight",))  # every insight fails the specificity check
 
-    monkeypatch.setattr(dualmem.scripted, "WeaveScript", Generic)
+    monkeypatch.setattr(dualmem.testing.scripted, "WeaveScript", Generic)
     _build_chat_model.cache_clear()
     try:
         result = run(
@@ -100,14 +100,14 @@ def test_a_run_that_keeps_nothing_exits_1_with_the_rejections_by_kind(env, monke
 
 
 def test_a_simulation_with_no_session_exits_1_with_its_issues(env, monkeypatch):
-    import dualmem.scripted
+    import dualmem.testing.scripted
     from dualmem.models import _build_chat_model
 
-    class NoPlans(dualmem.scripted.SimScript):
+    class NoPlans(dualmem.testing.scripted.SimScript):
         def __call__(self, messages, tool):
             return {"projects": []} if tool == "ProjectOutline" else super().__call__(messages, tool)
 
-    monkeypatch.setattr(dualmem.scripted, "SimScript", NoPlans)
+    monkeypatch.setattr(dualmem.testing.scripted, "SimScript", NoPlans)
     _build_chat_model.cache_clear()
     try:
         result = run(

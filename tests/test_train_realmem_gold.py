@@ -97,7 +97,7 @@ def test_cli_exports_realmem(tmp_path):
 
 @pytest.fixture(scope="module")
 def smol_tokenizer():
-    from dualmem.local.bundled import load_transformers
+    from dualmem.models.local.bundled import load_transformers
 
     return load_transformers("smollm2")[1]
 
@@ -141,8 +141,8 @@ def test_a_lora_adapter_folder_is_a_local_model(tmp_path):
     import torch
     from fixtures.tiny_model import random_smollm2_adapter
 
-    from dualmem.local.bundled import load_transformers
-    from dualmem.local.model import load_local_chat_model
+    from dualmem.models.local.bundled import load_transformers
+    from dualmem.models.local.model import load_local_chat_model
 
     tok = random_smollm2_adapter(tmp_path / "adapter")
     model = load_local_chat_model(str(tmp_path / "adapter"), engine="auto", max_new_tokens=8)
@@ -157,7 +157,7 @@ def test_a_lora_adapter_folder_is_a_local_model(tmp_path):
 
 
 def test_bad_local_names_and_engines_are_one_line_errors(tmp_path):
-    from dualmem.local.model import load_local_chat_model
+    from dualmem.models.local.model import load_local_chat_model
 
     with pytest.raises(ConfigurationError, match="unknown local model 'gpt5'.*local:smollm2-writer"):
         load_local_chat_model("gpt5")
@@ -170,8 +170,8 @@ def test_bad_local_names_and_engines_are_one_line_errors(tmp_path):
 
 def test_a_trained_adapter_gets_the_writer_prompt_it_was_trained_on(tmp_path, monkeypatch):
     """The base model's structured calls carry a schema hint; an adapter's do not (its SFT prompts had none)."""
-    from dualmem.local.bundled import usage
-    from dualmem.local.model import LocalChatModel
+    from dualmem.models.local.bundled import usage
+    from dualmem.models.local.model import LocalChatModel
 
     (tmp_path / "adapter_config.json").write_text("{}")
     seen: list[str] = []
@@ -192,8 +192,8 @@ def test_the_shipped_writer_adapter_loads_and_changes_the_model():
     """local:smollm2-writer: the LoRA of benchmarks/writer_sft.py, shipped packed (int8 + scales, xz) in dualmem/data/writer_lora."""
     import torch
 
-    from dualmem.local.bundled import PACKED, adapter_dir, load_transformers
-    from dualmem.local.model import load_local_chat_model
+    from dualmem.models.local.bundled import PACKED, adapter_dir, load_transformers
+    from dualmem.models.local.model import load_local_chat_model
 
     folder = adapter_dir("smollm2-writer")
     assert folder is not None and (folder / PACKED).stat().st_size < 5_000_000
@@ -209,7 +209,7 @@ def test_a_packed_adapter_unpacks_within_one_percent(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from dualmem.local.bundled import pack_adapter, packed_adapter
+    from dualmem.models.local.bundled import pack_adapter, packed_adapter
 
     source = tmp_path / "adapter"
     source.mkdir()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dualmem.memory.chunking import chunk_sessions
 from dualmem.memory.plan import plan_update
 from dualmem.memory.view import build_view, view_text
+from dualmem.models.tokens import count_tokens
 from dualmem.prompts.writer import format_chunk, render_writer_messages
 from dualmem.schema import Fact, FactOp, Insight, InsightOp, MemoryUpdate, Persona, Session, SourceRef, Turn
 from dualmem.testing import HashEmbeddings
-from dualmem.tokens import count_tokens
 
 NS = ("dr-lee", "user")
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist", core_values=["empathy"])

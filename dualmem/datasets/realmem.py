@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dualmem.datasets._validate import json_files, read_json, validate, write_json_atomic
 from dualmem.errors import DatasetError
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.schema import Dataset, DatasetItem, Dialogue, GoldEvidence, MemoryPoint, Persona, Query, Session, Turn
-from dualmem.tokens import count_tokens_batch
 
 TURN_KEYS = {"speaker", "content", "is_query", "query_id"}
 

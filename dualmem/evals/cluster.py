@@ -5,7 +5,7 @@
 - a :class:`SharedGate` actor on the head node: the endpoint's limits for
   every process of the run (``endpoint_concurrency`` calls in flight,
   ``endpoint_rpm`` started per minute); each worker installs it as its
-  process's gate (:mod:`dualmem.limits`), so every model call of every node
+  process's gate (:mod:`dualmem.models.limits`), so every model call of every node
   waits on it. A slot not given back within its lease (a worker killed
   mid-call) is taken back when the lease ends.
 - a :class:`Board` actor on the head node: progress marks, counted once per
@@ -41,7 +41,7 @@ from typing import Any
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.evals.unit import Unit, UnitEnv, run_unit
-from dualmem.limits import SharedGate, endpoint_of, install
+from dualmem.models.limits import SharedGate, endpoint_of, install
 from dualmem.preflight import require_extra
 from dualmem.schema import DatasetItem
 
@@ -109,7 +109,7 @@ def disconnect() -> None:
 
 
 class RayGate:
-    """A worker process's view of the run's :class:`SharedGate` (:class:`dualmem.limits.Gate`)."""
+    """A worker process's view of the run's :class:`SharedGate` (:class:`dualmem.models.limits.Gate`)."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle

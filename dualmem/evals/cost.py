@@ -1,13 +1,13 @@
 """What memory costs: the model and embedding calls of a run, counted per phase, framework and persona.
 
-Every model call passes :mod:`dualmem.retry`, which reports each attempt to the
+Every model call passes :mod:`dualmem.models.retry`, which reports each attempt to the
 call observer of its context. A :class:`Meter` is such an observer: it adds
 each attempt to the row of the current phase — ``writing`` (a framework's
 ingest), ``retrieval``, ``answering`` (``respond``), ``judging``, set by the
 evaluation with :func:`phase`; calls outside them are ``other`` (similarity
 metrics with a remote embedder) — with, per row, the requests sent (chat and
 embedding), input and output tokens (the endpoint's usage figures; where it
-reported none, counted here with :func:`dualmem.tokens.count_tokens`, and how
+reported none, counted here with :func:`dualmem.models.tokens.count_tokens`, and how
 many were), retries, failed attempts, seconds spent in calls, and the
 same per model, so that a price table (setting ``prices``) turns tokens into
 money.
@@ -19,7 +19,7 @@ once; the calls of a step a crash cut short before it was recorded (a
 half-written session) are not counted, as that step's work is redone.
 
 >>> meter = Meter()
->>> from dualmem.usage import CallRecord
+>>> from dualmem.models.usage import CallRecord
 >>> with phase("answering"):
 ...     meter(CallRecord("chat", "m", 1, 10, 5, ("", ""), 0.2, 1, False))
 >>> meter.phases()["answering"]["input_tokens"]
@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from dualmem.errors import ConfigurationError
-from dualmem.tokens import count_tokens
-from dualmem.usage import CallRecord, call_observer, observe_calls
+from dualmem.models.tokens import count_tokens
+from dualmem.models.usage import CallRecord, call_observer, observe_calls
 
 PHASES = ("writing", "retrieval", "answering", "judging")
 FIELDS = (
@@ -105,7 +105,7 @@ def _row(call: CallRecord) -> dict[str, Any]:
 
 
 class Meter:
-    """A call observer (:mod:`dualmem.retry`) that counts calls per phase; ``take`` hands over what is new since."""
+    """A call observer (:mod:`dualmem.models.retry`) that counts calls per phase; ``take`` hands over what is new since."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -46,7 +46,7 @@ class History:
         """Write this history (in any process); return its :class:`~dualmem.writer.report.WriteReport`, whose ``cost``
         counts the model calls made (:mod:`dualmem.evals.cost`) against the tokens of the turns written now."""
         from dualmem.evals.cost import Meter, cost_summary
-        from dualmem.tokens import count_tokens_batch
+        from dualmem.models.tokens import count_tokens_batch
         from dualmem.writer import write_history
 
         with Meter().counting("writing") as meter:

@@ -1,7 +1,7 @@
 """LLM judges as LangSmith-compatible evaluators ``(inputs, outputs, reference_outputs) -> dict``.
 
 Each judge asks any chat model (a ``provider:model`` spec or a model object)
-for a JSON verdict through :func:`dualmem.structured.invoke_structured`, so a
+for a JSON verdict through :func:`dualmem.models.structured.invoke_structured`, so a
 malformed or out-of-range answer is fed back and retried; a verdict that
 still fails is reported as an error (``score`` None, ``extra["errors"]``) and
 never as a zero. Role-play judges run ``repetitions`` times (``Settings.judge_repetitions``)
@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, create_model
 
 from dualmem.config import Settings, setting_default
 from dualmem.models import load_chat_model
+from dualmem.models.structured import invoke_structured
 from dualmem.prompts.judges import (
     JUDGE_SYSTEM,
     LOCOMO_CORRECTNESS,
@@ -32,7 +33,6 @@ from dualmem.prompts.judges import (
     REALMEM_MEMORY,
     ROLEPLAY_DIMENSIONS,
 )
-from dualmem.structured import invoke_structured
 
 Evaluator = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], dict[str, Any]]
 ROLEPLAY_KEYS: tuple[str, ...] = tuple(ROLEPLAY_DIMENSIONS)

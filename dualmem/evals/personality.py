@@ -25,8 +25,8 @@ from dualmem.config import setting_default
 from dualmem.evals.incharacter import Questionnaire, split_batches
 from dualmem.evals.journal import PersonaJournal
 from dualmem.frameworks.base import MemoryFramework
+from dualmem.models.structured import invoke_structured
 from dualmem.prompts.personality import ASSESS_BACKGROUND, CONVERSATIONS, EXCHANGE, ONE_SCORE_OUTPUT, TWO_SCORE_OUTPUT
-from dualmem.structured import invoke_structured
 
 PARTICIPANT = "<the participant>"
 Tick = Callable[[], None]

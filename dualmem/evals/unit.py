@@ -38,8 +38,8 @@ from dualmem.evals.record import RunRecord
 from dualmem.evals.runners import FAILED_CALLS, RunOptions, kept_queries, persona_text, run_item
 from dualmem.evals.runspec import write_run
 from dualmem.frameworks import FrameworkContext, MemoryFramework, open_framework
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.schema import DatasetItem
-from dualmem.tokens import count_tokens_batch
 
 RECALL_K = 10
 DEEP_K = 20

@@ -18,8 +18,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from dualmem.config import Settings
+from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import format_memory_lines, message_text, render_respond_messages
-from dualmem.retry import invoke_with_retry
 from dualmem.schema import Persona, Session
 
 

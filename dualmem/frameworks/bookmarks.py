@@ -39,10 +39,10 @@ from tqdm.auto import tqdm
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import Space, render_turn, session_chunks, truncate_tokens
+from dualmem.models.structured import invoke_structured
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.prompts.bookmarks import BOOKMARKS_CREATE, BOOKMARKS_DERIVE, BOOKMARKS_PROPOSE, BOOKMARKS_SYSTEM
 from dualmem.schema import Session, stable_id
-from dualmem.structured import invoke_structured
-from dualmem.tokens import count_tokens_batch
 
 MARKS = "bookmarks"
 

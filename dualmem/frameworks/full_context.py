@@ -4,7 +4,7 @@ Every turn is kept verbatim as a record of the framework's space
 (:class:`~dualmem.frameworks.kit.Space`, ``{uri}/full-context``), so ingest is
 incremental, exactly once per session and survives restarts. The window is
 the newest turns whose rendered lines fit in ``max_tokens`` tokens (default
-``settings.context_tokens``, counted with :func:`dualmem.tokens.count_tokens`);
+``settings.context_tokens``, counted with :func:`dualmem.models.tokens.count_tokens`);
 a single turn longer than the window is cut to its last tokens.
 
 ``retrieve(query, k)`` ignores the query: it returns the ``k`` newest turns of
@@ -21,8 +21,8 @@ from typing import Any
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import Space, render_turn, truncate_tokens
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.schema import Session
-from dualmem.tokens import count_tokens_batch
 
 
 class FullContextFramework(MemoryFramework):

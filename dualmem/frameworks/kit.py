@@ -25,10 +25,10 @@ from pydantic import BaseModel
 
 from dualmem.frameworks.base import FrameworkContext, IngestReport
 from dualmem.memory.chunking import split_turns
+from dualmem.models.structured import invoke_structured
+from dualmem.models.tokens import count_tokens
 from dualmem.schema import Fact, Session, SourceRef, Turn
 from dualmem.stores.langgraph_store import langgraph_view
-from dualmem.structured import invoke_structured
-from dualmem.tokens import count_tokens
 
 RECORD = "records"
 

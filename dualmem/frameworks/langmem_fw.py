@@ -16,7 +16,7 @@ reports where a memory came from; on the LanceDB store a session is ingested
 under the namespace's write lease, so two processes never apply a chunk twice. The library's own default instructions are
 used (that is the point of the baseline). The model must support tool calling
 (``bind_tools``): the bundled ``local:smollm2`` has one, decoding the calls
-under a grammar of the tools' schemas (:mod:`dualmem.local`).
+under a grammar of the tools' schemas (:mod:`dualmem.models.local`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import session_chunks
 from dualmem.models import embedding_dims
-from dualmem.retry import invoke_with_retry
+from dualmem.models.retry import invoke_with_retry
 from dualmem.schema import Session, Turn, stable_id
 
 

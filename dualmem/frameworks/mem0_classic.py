@@ -35,10 +35,10 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import Space, ask, render_turn, truncate_tokens
+from dualmem.models.retry import invoke_with_retry
+from dualmem.models.tokens import count_tokens
 from dualmem.prompts.mem0 import MEM0_EXTRACT, MEM0_EXTRACT_SYSTEM, MEM0_SUMMARY, MEM0_UPDATE, MEM0_UPDATE_SYSTEM
-from dualmem.retry import invoke_with_retry
 from dualmem.schema import Fact, MemoryItem, Session, SourceRef, Turn, stable_id
-from dualmem.tokens import count_tokens
 
 T = TypeVar("T", bound=BaseModel)
 

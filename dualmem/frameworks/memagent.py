@@ -31,10 +31,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, IngestReport, MemoryFramework, RetrievedItem
 from dualmem.frameworks.kit import Space, record_failure, render_turn, session_chunks, truncate_tokens
+from dualmem.models.retry import invoke_with_retry
+from dualmem.models.tokens import count_tokens
 from dualmem.prompts.memagent import MEMAGENT_FOCUS, MEMAGENT_SHORTEN, MEMAGENT_SYSTEM, MEMAGENT_UPDATE
-from dualmem.retry import invoke_with_retry
 from dualmem.schema import Session, stable_id
-from dualmem.tokens import count_tokens
 
 DEFAULT_MEMORY_TOKENS = 1024
 MEMORY_KEY = "memory"

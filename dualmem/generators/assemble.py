@@ -4,7 +4,7 @@ Pure and seeded: the same woven sessions, target and seed give the same
 history. Each woven dialogue is split between its two fragment turns so the
 two fragments of one query land in different sessions ``fragment_distance``
 sessions apart; the first part is placed at a depth (beginning / middle / end)
-cycling over the queries. Tokens are counted with :mod:`dualmem.tokens` over
+cycling over the queries. Tokens are counted with :mod:`dualmem.models.tokens` over
 the turn texts; the total lands within ``tolerance`` of the target. Every
 evidence position is recorded (session id, turn id, depth fraction).
 """
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.schema import DatasetItem, Dialogue, GoldEvidence, Persona, Query, Session, Turn
-from dualmem.tokens import count_tokens_batch
 
 # depth slots as fractions of the history; the queries of one slot spread evenly inside it
 DEPTHS: dict[str, tuple[float, float]] = {"beginning": (0.02, 0.25), "middle": (0.4, 0.6), "end": (0.75, 0.98)}

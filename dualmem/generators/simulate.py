@@ -4,7 +4,7 @@ Planning (outline, events, summaries), the scheduler (interleaving projects,
 cool-down between projects of one topic, dates 1–3 days apart), the user
 agent behind a time firewall, the assistant answering from a memory
 framework, the goal evaluator and the memory manager (extract, deduplicate).
-Every structured call goes through :func:`dualmem.structured.invoke_structured`.
+Every structured call goes through :func:`dualmem.models.structured.invoke_structured`.
 """
 
 from __future__ import annotations

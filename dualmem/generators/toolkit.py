@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
-from dualmem.structured import Structured, invoke_structured
+from dualmem.models.structured import Structured, invoke_structured
 
 Opts = TypeVar("Opts")
 

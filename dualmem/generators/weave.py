@@ -1,6 +1,6 @@
 """Model steps of the RoleMemo ``weave`` generator: ideate, check, write fragments, weave.
 
-Every structured call goes through :func:`dualmem.structured.invoke_structured`;
+Every structured call goes through :func:`dualmem.models.structured.invoke_structured`;
 an answer still malformed after the repairs becomes a rejection with its
 reason (stage, error, attempts), never a silent drop. :func:`build_query`
 runs one insight through all per-insight steps and returns one result row.
@@ -19,10 +19,10 @@ from dualmem.context import Context
 from dualmem.errors import ModelCallError
 from dualmem.generators.checks import difficulty_check, flag_turns, fragment_overlap
 from dualmem.generators.toolkit import ask, options_of
+from dualmem.models.retry import invoke_with_retry
+from dualmem.models.structured import Structured
 from dualmem.prompts import weave as P
-from dualmem.retry import invoke_with_retry
 from dualmem.schema import TASK_TYPES, Persona, stable_id
-from dualmem.structured import Structured
 
 # --------------------------------------------------------------------------- LLM output schemas
 

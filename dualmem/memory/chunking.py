@@ -22,9 +22,9 @@ from typing import Any, NotRequired
 from typing_extensions import TypedDict
 
 from dualmem.memory.guard import Claim, TurnFlag, flag_turns, turn_claims
+from dualmem.models.tokens import count_tokens_batch
 from dualmem.prompts.writer import format_chunk, format_turn, speaker_label
 from dualmem.schema import Dialogue, Session, Turn, stable_id
-from dualmem.tokens import count_tokens_batch
 
 QUOTE_CHARS = 600  # characters of a source turn kept with the facts it sources (the memory browser shows them)
 

@@ -25,8 +25,8 @@ from dualmem.auth import whose_memory
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
+from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import message_text, render_respond_messages
-from dualmem.retry import invoke_with_retry
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
 
 EARLIER_USER_MESSAGES = 4  # the guard reads this many of the user's earlier messages when an exchange is remembered

@@ -93,7 +93,7 @@ class EpisodeRunner:
         if self._grammar is None:
             from langchain_core.utils.function_calling import convert_to_json_schema
 
-            from dualmem.local.grammar import compile_grammar
+            from dualmem.models.local.grammar import compile_grammar
             from dualmem.schema import MemoryUpdate
 
             schema = json.dumps(convert_to_json_schema(MemoryUpdate))  # the schema the writer asks a local model for
@@ -106,7 +106,7 @@ class EpisodeRunner:
         """Play ``episode`` ``groups`` times at once (batched generation), chunk by chunk, and score each."""
         import torch
 
-        from dualmem.local.bundled import stop_ids
+        from dualmem.models.local.bundled import stop_ids
 
         clock = time.time(), time.process_time()
         trajectories = [Trajectory(episode.memory(self.ctx)) for _ in range(groups)]

@@ -35,9 +35,9 @@ from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import setting_default
 from dualmem.evals.metrics import FACT_THRESHOLD, INSIGHT_THRESHOLD, best_similarities
-from dualmem.retry import invoke_with_retry
+from dualmem.models.retry import invoke_with_retry
+from dualmem.models.structured import invoke_structured
 from dualmem.schema import Persona
-from dualmem.structured import invoke_structured
 
 DATA_SOURCE = "dualmem/rolememo-writer"
 

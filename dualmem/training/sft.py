@@ -126,7 +126,7 @@ def load_model_and_tokenizer(cfg: SFTRunConfig) -> tuple[Any, Any]:
     if cfg.model_name_or_path.startswith(
         "local:"
     ):  # the bundled model (de-quantised from its GGUF, no hub) or a LoRA adapter of it
-        from dualmem.local.bundled import adapter_dir, check_name, load_local
+        from dualmem.models.local.bundled import adapter_dir, check_name, load_local
 
         name = cfg.model_name_or_path.removeprefix("local:")
         try:

@@ -52,10 +52,10 @@ from dualmem.context import Context, context_of
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan
 from dualmem.memory.view import View, seq_of
+from dualmem.models.structured import Structured
 from dualmem.retrieval.snapshot import Snapshots
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona
 from dualmem.stores.memory import InMemoryDualStore
-from dualmem.structured import Structured
 from dualmem.writer.core import ChunkRow, decide, draft, flush_pending
 
 ROLE = {"system": "system", "human": "user", "user": "user", "ai": "assistant", "assistant": "assistant"}

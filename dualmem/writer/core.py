@@ -32,13 +32,13 @@ from dualmem.errors import LeaseLost
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan, plan_update
 from dualmem.memory.view import View, build_view, empty_view, newest, view_text
+from dualmem.models.structured import Structured, invoke_structured
+from dualmem.models.tokens import count_tokens
 from dualmem.prompts.writer import render_writer_messages
 from dualmem.retrieval import plain
 from dualmem.retrieval.snapshot import Snapshot, Snapshots
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona, utcnow
 from dualmem.stores.contract import DualStore, Namespace
-from dualmem.structured import Structured, invoke_structured
-from dualmem.tokens import count_tokens
 
 SEQ_KEY = "dualmem.writer:seq"
 

@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from dualmem.config import setting_default
 from dualmem.errors import ConfigurationError
+from dualmem.models.structured import Structured, ainvoke_structured, invoke_structured
 from dualmem.prompts.emotion import EMOTION_SCORE, EMOTION_SYSTEM
 from dualmem.schema import EMOTIONS
-from dualmem.structured import Structured, ainvoke_structured, invoke_structured
 from dualmem.vectors import cosine, cosines
 
 STRATEGIES: tuple[str, ...] = ("C-A", "C-M", "S-S", "S-E")

@@ -29,8 +29,8 @@ from urllib.parse import unquote
 from langgraph.store.base import BaseStore, Item, PutOp, SearchOp
 from typing_extensions import TypedDict
 
+from dualmem.models.tokens import count_tokens
 from dualmem.schema import stable_id
-from dualmem.tokens import count_tokens
 
 PENDING_LABEL = "dualmem_pending"
 THREAD_KEY, WRITTEN_KEY = "thread", "written"

@@ -9,7 +9,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from dualmem.local.bundled import CONTEXT_TOKENS, bundled_gguf_path, chat_dicts, check_name, usage
+from dualmem.models.local.bundled import CONTEXT_TOKENS, bundled_gguf_path, chat_dicts, check_name, usage
 
 END_STRINGS = ["<|im_end|>", "<|endoftext|>"]
 

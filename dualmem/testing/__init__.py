@@ -172,7 +172,7 @@ def said(messages: list[BaseMessage]) -> str:
 
 def _echo_memory(messages: list[BaseMessage], tool: str | None) -> Any:
     """Answer MemoryUpdate requests with one fact and one insight taken from the chunk, other schemas filled with it."""
-    from dualmem.scripted import generator_answer
+    from dualmem.testing.scripted import generator_answer
 
     user = said(messages)
     scripted_answer = generator_answer(messages, tool)
@@ -197,9 +197,9 @@ def make_fake(name: str) -> FakeChatModel:
     from the dialogue; the data generators' steps it answers as ``fake:weave``
     and ``fake:simulate`` do. Those two answer every step of the ``weave``
     (RoleMemo) and ``simulate`` (RealMem) graphs with scripted, valid content
-    (:mod:`dualmem.scripted`).
+    (:mod:`dualmem.testing.scripted`).
     """
-    from dualmem.scripted import SimScript, WeaveScript
+    from dualmem.testing.scripted import SimScript, WeaveScript
 
     if name in {"memory", "echo", ""}:
         return FakeChatModel(responses=[_echo_memory], cycle=True)

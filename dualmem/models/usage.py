@@ -1,6 +1,6 @@
 """What each model call costs: the call observer of the calling context and the record of one attempt.
 
-:func:`dualmem.retry.invoke_with_retry` (the one place every model call passes) reports every attempt to the
+:func:`dualmem.models.retry.invoke_with_retry` (the one place every model call passes) reports every attempt to the
 observer set with :func:`observe_calls` — evaluation runs and ``dualmem ingest`` set one to count what memory
 costs: a :class:`CallRecord` with the chat requests it made, their input and output tokens (LangChain's own
 ``AIMessage.usage_metadata``, as :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` reads it, else the

@@ -11,7 +11,7 @@ from typing import Any
 def _tokenizer() -> Any:
     from tokenizers import Tokenizer
 
-    from dualmem.local.bundled import bundled_embedder_path
+    from dualmem.models.local.bundled import bundled_embedder_path
 
     tok = Tokenizer.from_file(str(bundled_embedder_path() / "tokenizer.json"))
     tok.no_truncation()

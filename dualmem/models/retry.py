@@ -17,7 +17,7 @@ What ends a call, raised from the original exception:
   any other exception from the model): callers record it — a failed chunk, a
   judge error — and go on.
 
-Each attempt holds one slot of the endpoint's gate (:mod:`dualmem.limits`:
+Each attempt holds one slot of the endpoint's gate (:mod:`dualmem.models.limits`:
 ``endpoint_concurrency`` calls in flight, ``endpoint_rpm`` started per minute,
 shared by every node of a cluster run), taken in :func:`_call` / :func:`_acall`,
 the one place every model call passes; a backoff between attempts holds none.
@@ -25,7 +25,7 @@ the one place every model call passes; a backoff between attempts holds none.
 Sync and async calls share :func:`next_wait`; only the sleeping differs.
 
 Every attempt is also reported to the call observer of the calling context,
-when one is set (:mod:`dualmem.usage`: tokens, requests, latency, failure).
+when one is set (:mod:`dualmem.models.usage`: tokens, requests, latency, failure).
 
 >>> policy = RetryPolicy(retries=2, backoff=0.0, max_wait=1.0)
 >>> invoke_with_retry(lambda x: x + 1, 1, policy=policy)
@@ -48,8 +48,8 @@ from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DualMemError, ModelCallError
-from dualmem.limits import Gate, aslot, gate_for, slot
-from dualmem.usage import observing
+from dualmem.models.limits import Gate, aslot, gate_for, slot
+from dualmem.models.usage import observing
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 CONFIG_STATUS = {
@@ -73,7 +73,7 @@ class RetryPolicy:
     retries: int
     backoff: float
     max_wait: float
-    gate: Gate | None = field(default=None, compare=False)  # the endpoint's limits (dualmem.limits); None: none
+    gate: Gate | None = field(default=None, compare=False)  # the endpoint's limits (dualmem.models.limits); None: none
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> RetryPolicy:
@@ -196,7 +196,7 @@ class RetryOptions(TypedDict, total=False):
     passthrough: tuple[
         type[BaseException], ...
     ]  # re-raised untouched (a caller's own handling, e.g. structured repair)
-    on_retry: OnRetry | None  # hears of each retry (every retry is also logged on the ``dualmem.retry`` logger)
+    on_retry: OnRetry | None  # hears of each retry (every retry is also logged on the ``dualmem.models.retry`` logger)
 
 
 class _Attempts:

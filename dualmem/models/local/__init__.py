@@ -16,12 +16,12 @@ the prompt format, the context truncation, the grammar bounds and the tool-call
 format, so even this tiny model answers in valid JSON. It is a smoke-test
 model: it checks pipelines, not quality.
 
-Modules: :mod:`~dualmem.local.bundled` (packaged weights, cache, engines),
-:mod:`~dualmem.local.model` (the chat model), :mod:`~dualmem.local.llamacpp`,
-:mod:`~dualmem.local.grammar`.
+Modules: :mod:`~dualmem.models.local.bundled` (packaged weights, cache, engines),
+:mod:`~dualmem.models.local.model` (the chat model), :mod:`~dualmem.models.local.llamacpp`,
+:mod:`~dualmem.models.local.grammar`.
 """
 
-from dualmem.local.bundled import resolve_engine
-from dualmem.local.model import LocalChatModel, load_local_chat_model
+from dualmem.models.local.bundled import resolve_engine
+from dualmem.models.local.model import LocalChatModel, load_local_chat_model
 
 __all__ = ["LocalChatModel", "load_local_chat_model", "resolve_engine"]

@@ -16,8 +16,8 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
-import dualmem.local.llamacpp as llamacpp
-from dualmem.local.bundled import (
+import dualmem.models.local.llamacpp as llamacpp
+from dualmem.models.local.bundled import (
     CONTEXT_TOKENS,
     LOCAL_MODELS,
     chat_dicts,
@@ -27,7 +27,7 @@ from dualmem.local.bundled import (
     stop_ids,
     usage,
 )
-from dualmem.local.grammar import grammar_factory
+from dualmem.models.local.grammar import grammar_factory
 
 
 class LocalChatModel(BaseChatModel):
@@ -289,7 +289,7 @@ class LocalChatModel(BaseChatModel):
 
 
 def _loose_json(text: str) -> Any:
-    from dualmem.structured import extract_json
+    from dualmem.models.structured import extract_json
 
     return extract_json(text)
 

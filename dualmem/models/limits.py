@@ -1,6 +1,6 @@
 """Endpoint limits: at most ``endpoint_concurrency`` model calls in flight and ``endpoint_rpm`` started per minute.
 
-Every model call goes through :func:`dualmem.retry.invoke_with_retry` (or its
+Every model call goes through :func:`dualmem.models.retry.invoke_with_retry` (or its
 async twin), which holds one slot of the endpoint's :class:`Gate` for each
 attempt: the slot is taken before the request is sent and given back when the
 answer (or the error) is in, so waiting out a retry's backoff holds no slot.

@@ -59,7 +59,7 @@ def bundled_embedder_path() -> Path:
 def adapter_dir(name: str) -> Path | None:
     """Return the LoRA adapter folder ``name`` stands for (a shipped adapter's name or a folder path), else None."""
     if name in ADAPTERS:
-        return Path(__file__).resolve().parent.parent / "data" / ADAPTERS[name]
+        return Path(__file__).resolve().parents[2] / "data" / ADAPTERS[name]
     path = Path(name).expanduser()
     return path if name not in LOCAL_MODELS and (path / "adapter_config.json").exists() else None
 

@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from dualmem.local.bundled import load_transformers, stop_ids
+from dualmem.models.local.bundled import load_transformers, stop_ids
 
 MAX_STRING = 200
 MIN_TEXT = 12
@@ -87,7 +87,7 @@ class LlamaGrammarProcessor:
 def compile_grammar(tok: Any, vocab_size: int, schema_json: str, max_new_tokens: int = 512) -> Any:
     """Return ``schema_json`` compiled by xgrammar for ``tok``, bounded to fit ``max_new_tokens`` (None without xgrammar).
 
-    Decoding stops on any of the tokenizer's end-of-turn tokens (:func:`~dualmem.local.bundled.stop_ids`).
+    Decoding stops on any of the tokenizer's end-of-turn tokens (:func:`~dualmem.models.local.bundled.stop_ids`).
     """
     try:
         import xgrammar as xgr
@@ -108,7 +108,7 @@ def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engi
     if compiled is None:
         return None
     if engine == "llama.cpp":
-        from dualmem.local.llamacpp import llama
+        from dualmem.models.local.llamacpp import llama
 
         end = llama(name).token_eos()
         return lambda: LlamaGrammarProcessor(compiled, end)

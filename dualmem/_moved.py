@@ -1,0 +1,68 @@
+"""Modules that moved in 0.3.0, importable by their old names until 0.4.0 (each import warns with the new name).
+
+The model-call layer moved into :mod:`dualmem.models` (``structured``, ``retry``, ``limits``, ``usage``,
+``tokens``, ``local``) and the offline fakes into :mod:`dualmem.testing` (``scripted``). An import of an old
+name — or of anything under it, such as ``dualmem.local.bundled`` — returns the module at its new name (the same
+object, so patching either patches both) and warns once per old name with :class:`DeprecationWarning`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+MOVED = {
+    "dualmem.structured": "dualmem.models.structured",
+    "dualmem.retry": "dualmem.models.retry",
+    "dualmem.limits": "dualmem.models.limits",
+    "dualmem.usage": "dualmem.models.usage",
+    "dualmem.tokens": "dualmem.models.tokens",
+    "dualmem.local": "dualmem.models.local",
+    "dualmem.scripted": "dualmem.testing.scripted",
+}
+
+
+def new_name(old: str) -> str | None:
+    """Return where the module ``old`` lives now (None: it did not move)."""
+    for before, after in MOVED.items():
+        if old == before or old.startswith(before + "."):
+            return after + old[len(before) :]
+    return None
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: Any) -> ModuleType:
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is the one at its new name, already executed."""
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds a moved module under its old name (see the module docstring)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        moved = new_name(fullname)
+        if moved is None:
+            return None
+        if fullname in MOVED:
+            warnings.warn(f"{fullname} moved to {moved}; import it from there (the old name goes in 0.4.0)",
+                          DeprecationWarning, stacklevel=2)  # fmt: skip
+        spec = importlib.util.spec_from_loader(
+            fullname, _Alias(moved), is_package=hasattr(sys.modules.get(moved), "__path__")
+        )
+        return spec
+
+
+def install() -> None:
+    """Let the old names import (once per process)."""
+    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedFinder())  # first: the path finder would load a second copy of a submodule

@@ -176,7 +176,7 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
         window: dict[int, dict[str, Any]] = {}
         points: list[dict[str, Any]] = []
         tables = lambda: {t: store._db.open_table(t).version for t in store._db.list_tables().tables}  # noqa: E731
-        stops = {m - 5 for m in marks} | {m + 5 for m in marks} | set(search_at)
+        stops = {m - 5 for m in marks} | {m + 5 for m in marks} | set(marks) | set(search_at)
 
         def timed(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
             try:
@@ -247,9 +247,12 @@ def main() -> int:
     runs = []
     for kind, n in (("local", args.chunks), ("s3", args.s3_chunks)):
         if n:
+            # a mark's window ends 5 chunks after it: a run to chunk n writes 5 more when n is a mark
+            extra = 5 if n in marks else 0
             runs.append(
-                run(kind, n, [m for m in marks if m + 5 <= n], [s for s in search_at if s <= n], Path(args.data))
-            )
+                run(kind, n + extra, [m for m in marks if m + 5 <= n + extra], [s for s in search_at if s <= n],
+                    Path(args.data))
+            )  # fmt: skip
     result = {
         "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
                      "worker's first search, files and versions (write_history defaults, instant scripted writer)",

@@ -94,11 +94,60 @@ def render_writer_overhead(d: dict[str, Any]) -> str:
             f"{d['chunks']} chunks of RealMem {d['persona']} (first {d['sessions']} sessions), {d['items_written']} items written.",
             "",
             _table(
-                ["per chunk p50 ms", "p95 ms", "mean ms", "target p50 ms"],
-                [[per["p50"], per["p95"], per["mean"], d["target"]["per_chunk_p50_ms_max"]]],
+                ["per chunk p50 ms", "p95 ms", "mean ms", "target p50 ms", "table commits per chunk", "files per chunk"],
+                [[per["p50"], per["p95"], per["mean"], d["target"]["per_chunk_p50_ms_max"],
+                  d.get("commits_per_chunk", "—"), d.get("files_per_chunk", "—")]],
             ),
         ]
-    )
+    )  # fmt: skip
+
+
+def render_growth(d: dict[str, Any]) -> str:
+    """Costs along one long history: the writer per chunk, a fresh worker's first search, files and versions."""
+    out = []
+    for run in d["runs"]:
+        place = "a local folder" if run["place"] == "local" else "an S3-compatible server (moto, loopback)"
+        at = [
+            [
+                f"{a['chunk']:,}",
+                a["overhead_ms_p50"],
+                a["commits_per_chunk"],
+                "—" if a["requests_per_chunk"] is None else a["requests_per_chunk"],
+            ]
+            for a in run["at"]
+        ]
+        points = [
+            [
+                f"{p['chunks_written']:,}",
+                f"{p['items']:,}",
+                f"{p['files']:,}",
+                f"{p['bytes'] / 1e6:.1f}",
+                p["memory_versions"],
+                f"{p['fresh_first_search']['ms']:g} ({p['fresh_first_search']['of_which_query_embedding_ms']:g})"
+                if "fresh_first_search" in p
+                else "—",
+            ]
+            for p in run["points"]
+        ]
+        out += [
+            f"**{place}**: {run['chunks']:,} chunks in {run['wall_s']:g} s.",
+            "",
+            _table(["at chunk", "writer overhead p50 ms", "table commits per chunk", "S3 requests per chunk"], at),
+            "",
+            _table(
+                [
+                    "chunks written",
+                    "items",
+                    "files",
+                    "MB",
+                    "memory table versions",
+                    "fresh worker's first search ms (of which the query's embedding)",
+                ],
+                points,
+            ),
+            "",
+        ]
+    return "\n".join(out) + f"machine: {d['machine']['cpus']} cores, load {d['machine']['load_avg_1m']}."  # fmt: skip
 
 
 def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:

@@ -380,6 +380,50 @@ def render_ui_load(d: dict[str, Any]) -> str:
     )
 
 
+def render_rolememo_dry_run(d: dict[str, Any]) -> str:
+    """Batch ingest of many synthetic personas on a Ray cluster into S3, and the projection of the full corpus."""
+    m, store, per = d["measured"], d["measured"]["store"], d["measured"]["steady_state"]["per_chunk"]
+    run = [
+        [
+            d["setup"]["personas"],
+            m["chunks_written"],
+            m["wall_s"],
+            m["chunks_per_s"],
+            per["harness_cpu_s"],
+            per["commits"],
+            per["requests"],
+            m["driver_peak_rss_mb"],
+            m["lease_timeouts"],
+        ]
+    ]
+    tiers = [
+        [
+            f"{t['history_tokens'] // 1000}k",
+            f"{t['chunks']:,}",
+            t["wall_h"],
+            t["bound_by"].removesuffix("_s"),
+            f"{t['commits']:,}",
+            f"{t['requests']:,}",
+        ]
+        for t in d["projection"]["tiers"]
+    ]
+    checks = (
+        f"{store['chunks_applied']}/{store['chunks_expected']} chunks applied, "
+        f"{store['namespaces_not_exactly_applied']} namespaces not exactly once, "
+        f"{store['memory_pk_duplicated']} duplicated rows, {store['lease_rows_still_held']} leases left held"
+    )
+    inputs = d["projection"]["inputs"]
+    return "\n".join([
+        _table(["personas", "chunks", "wall s", "chunks/s", "harness CPU s per chunk", "commits per chunk",
+                "S3 requests per chunk", "driver peak MB", "lease timeouts"], run),
+        "", f"Checked in the store afterwards: {checks}.", "",
+        f"Projection of {inputs['P']:,} personas (`{d['projection']['formula']}`; T = {inputs['T_calls_per_s']:g} "
+        f"calls/s, {inputs['concurrency']} histories in flight, {inputs['latency_s']:g} s per call, "
+        f"{inputs['cores']} cores; per-chunk figures of the steady state above):", "",
+        _table(["history", "chunks", "wall h", "bound by", "commits", "S3 requests"], tiers),
+    ])  # fmt: skip
+
+
 def render_bench(name: str) -> str:
     """Return the markdown of one results file (its table and the command that produced it)."""
     path = RESULTS / f"{name}.json"

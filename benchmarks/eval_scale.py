@@ -167,7 +167,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "mode": args.mode,
         "personas": args.personas,
         "limit": args.limit_calls,
-        "units_in_flight": settings.concurrency,
+        "units_in_flight": settings.evaluation.concurrency,
         "calls": len(calls),
         "wall_s": round(wall, 1),
         "calls_per_s": round(rate, 2),

@@ -248,7 +248,7 @@ def check_store(uri: str, options: dict[str, str], data: Path, sessions: int | N
 
     db = L.connect(uri, L.storage_options(options))
     versions = {name: int(db.open_table(name).version) for name in sorted(L.table_names(db))}
-    chunk_tokens = Settings().chunk_tokens
+    chunk_tokens = Settings().tuning.chunk_tokens
     expected: dict[str, set[str]] = {}
     slots: Counter[int] = Counter()
     for item in load_dataset("rolememo", data).items:
@@ -359,7 +359,7 @@ def main() -> int:
 
     defaults = Settings()
     embedder = args.embedder or defaults.embedder
-    concurrency = args.concurrency or defaults.concurrency
+    concurrency = args.concurrency or defaults.evaluation.concurrency
     every = args.every or max(1, args.personas // 20)
     work = Path(tempfile.mkdtemp(prefix="rolememo-dry-")) if args.work is None else args.work
     shutil.rmtree(work, ignore_errors=True)
@@ -499,7 +499,7 @@ def main() -> int:
             "chat_model": "fake:memory",
             "embedder": embedder,
             "concurrency": concurrency,
-            "chunk_tokens": defaults.chunk_tokens,
+            "chunk_tokens": defaults.tuning.chunk_tokens,
             "dataset_bytes": data_bytes,
             "store": "moto_server (loopback), " + s3.uri,
         },  # fmt: skip
@@ -509,7 +509,7 @@ def main() -> int:
         "every persona is its own namespace with its own lease row, written by one task, so writers never wait on "
         "each other's namespace; namespaces_sharing_a_creation_slot may wait once, for milliseconds, while a row is "
         "created",
-        "projection": projection(measured, args, defaults.chunk_tokens, concurrency),
+        "projection": projection(measured, args, defaults.tuning.chunk_tokens, concurrency),
         "machine": {
             "cpus": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),

@@ -78,7 +78,7 @@ def coverage(run_dir: Path, persona: str, limit: int) -> dict[str, float]:
     insights = [i.text for i in written if i.kind == "insight"]
     points = [p.content for s in ingested for p in s.memory_points]
     chance = chance_ndcg(run_dir, written, [s.id for s in sessions])
-    chunks = len(chunk_sessions(ingested, ("p",), settings.chunk_tokens))
+    chunks = len(chunk_sessions(ingested, ("p",), settings.tuning.chunk_tokens))
     rec = memory_point_recall(points, facts, embed)["memory_point_recall"] if facts and points else 0.0
     fact_texts = {_norm(t) for t in facts}
     copies = sum(_norm(t) in fact_texts for t in insights)

@@ -439,13 +439,29 @@ def render_bench(name: str) -> str:
 
 
 def settings_table() -> str:
-    """Return the table of every setting, from the code."""
+    """Return the tables of every setting, one per object that holds them (deployment, tuning, evaluation), from the
+    code."""
+    from dualmem.config import EvalOptions, Settings, Tuning
     from dualmem.config import settings_table as rows
 
-    return _table(
-        ["setting", "environment variable", "default", "what it does"],
-        [[f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")] for name, var, default, text in rows()],
-    )
+    titles = {
+        "settings": ("Deployment: `Settings`", Settings),
+        "tuning": ("Tuning: `Settings.tuning` (`Tuning`)", Tuning),
+        "evaluation": ("Evaluation: `Settings.evaluation` (`EvalOptions`)", EvalOptions),
+    }
+    parts = []
+    for group, (title, kind) in titles.items():
+        summary = (kind.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        table = _table(
+            ["setting", "environment variable", "default", "what it does"],
+            [
+                [f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")]
+                for owner, name, var, default, text in rows()
+                if owner == group
+            ],
+        )
+        parts.append(f"### {title}\n\n{summary}\n\n{table}")
+    return "\n\n".join(parts)
 
 
 def on_files(files: Any, config: Any, **_: Any) -> Any:

@@ -4,6 +4,6 @@ from dualmem import _moved
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError, DatasetError, DualMemError
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 _moved.install()  # the modules moved in 0.3.0 keep their old names until 0.4.0
 __all__ = ["ConfigurationError", "DatasetError", "DualMemError", "Settings", "__version__"]

@@ -90,7 +90,7 @@ class Context:
             return given[role]
         if role == "writer" and self.settings.writer_for(chat_given="chat" in given) is None:
             return given["chat"]  # the chat model handed over also writes
-        if role == "judge" and not self.settings.judge_model and "chat" in given:
+        if role == "judge" and not self.settings.evaluation.judge_model and "chat" in given:
             return given["chat"]
         built: dict[str, Any] = self._built  # type: ignore[attr-defined]
         if role not in built:

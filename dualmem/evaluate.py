@@ -167,8 +167,8 @@ def run_evals(
     respond_and_judge = respond and judge is not None
     if calibrate_judge and not respond_and_judge:
         raise ConfigurationError("--calibrate-judge measures the judge: pass --judge MODEL (and leave answering on)")
-    if settings.prices:
-        price_table(settings.prices)  # a malformed table is one line, before anything runs
+    if settings.evaluation.prices:
+        price_table(settings.evaluation.prices)  # a malformed table is one line, before anything runs
     writes = {n: True for n in names}  # a framework given as a factory may write with the writer model
     if framework_factory is None:  # a wrong name or embedder fails before the run folder is claimed
         from dualmem.frameworks import framework_class
@@ -209,10 +209,12 @@ def run_evals(
         record = RunRecord(record_uri(store, run["fingerprint"]), settings.store_options)
         record.write_spec(run)
         runs.append((name, spec, run_dir, run, store, record))
-    if similarity is None and settings.eval_embedder and not cluster:  # once, before branches (threads) race to load it
+    if (
+        similarity is None and settings.evaluation.eval_embedder and not cluster
+    ):  # once, before branches (threads) race to load it
         from dualmem.models import load_embeddings
 
-        similarity = load_embeddings(settings.eval_embedder)
+        similarity = load_embeddings(settings.evaluation.eval_embedder)
     chat = load_chat_model(model, settings) if model is not None and not cluster else model
     judges: dict[str, Any] = {}
     if respond_and_judge:
@@ -255,7 +257,7 @@ def run_evals(
         "respond": respond,
         "personas": list(personas or []),
     }
-    config: RunnableConfig = {"max_concurrency": settings.concurrency, "recursion_limit": 100}
+    config: RunnableConfig = {"max_concurrency": settings.evaluation.concurrency, "recursion_limit": 100}
     console = Console(stderr=True)
     units = len(items) * len(names)
     if any(len(r[3]["segments"]) > 1 for r in runs):

@@ -71,7 +71,7 @@ def run_graph(
     """
     config = {
         "configurable": {"thread_id": thread_id},
-        "max_concurrency": context.settings.concurrency,
+        "max_concurrency": context.settings.evaluation.concurrency,
         "recursion_limit": recursion_limit,
     }
     resumed = False

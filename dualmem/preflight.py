@@ -158,7 +158,9 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
             return
     s = settings or Settings()
     policy = RetryPolicy(
-        retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0)
+        retries=min(s.call_retries, 2),
+        backoff=min(s.tuning.retry_backoff, 1.0),
+        max_wait=min(s.tuning.retry_max_wait, 10.0),
     )
     if hasattr(model, "openai_api_base"):
         _check_openai(model, policy)
@@ -269,7 +271,9 @@ def check_embedder(settings: Settings, embeddings: Any = None) -> None:
         return
     s = settings
     policy = RetryPolicy(
-        retries=min(s.call_retries, 2), backoff=min(s.retry_backoff, 1.0), max_wait=min(s.retry_max_wait, 10.0)
+        retries=min(s.call_retries, 2),
+        backoff=min(s.tuning.retry_backoff, 1.0),
+        max_wait=min(s.tuning.retry_max_wait, 10.0),
     )
     try:
         invoke_with_retry(built.inner.embed_query, "probe", policy=policy)

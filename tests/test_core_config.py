@@ -1,21 +1,24 @@
 from __future__ import annotations
 
+import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from dualmem.config import Settings, settings_table
+from dualmem.cli.common import _set_options
+from dualmem.config import GROUPS, EvalOptions, Settings, Tuning, setting_default, settings_table
 from dualmem.errors import ConfigurationError
 
 
 def test_precedence_run_over_env_over_default(monkeypatch):
     monkeypatch.delenv("DUALMEM_RETRIEVAL_K", raising=False)
-    assert Settings().retrieval_k == 10
+    assert Settings().tuning.retrieval_k == 10
     monkeypatch.setenv("DUALMEM_RETRIEVAL_K", "7")
-    assert Settings().retrieval_k == 7
-    assert Settings(retrieval_k=3).retrieval_k == 3
-    assert Settings.resolve({"retrieval_k": 4}).retrieval_k == 4
+    assert Settings().tuning.retrieval_k == 7
+    assert Settings(retrieval_k=3).tuning.retrieval_k == 3
+    assert Settings.resolve({"retrieval_k": 4}).tuning.retrieval_k == 4
 
 
 def test_openai_aliases_are_read(monkeypatch):
@@ -42,7 +45,9 @@ def test_role_models_fall_back_to_chat_model():
 
 def test_settings_are_frozen():
     with pytest.raises(AttributeError):
-        Settings().retrieval_k = 1  # type: ignore[misc]
+        Settings().store_uri = "elsewhere"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        Settings().tuning.retrieval_k = 1  # type: ignore[misc]
 
 
 def _docs_hooks():
@@ -66,7 +71,7 @@ def test_the_docs_settings_table_matches_code():
     assert "<!-- settings-table -->" not in rendered
     rows = [line for line in hooks.settings_table().splitlines() if line.startswith("| `")]
     assert len(rows) == len(settings_table()), "one row per setting, no more"
-    for name, var, default, help_text in settings_table():
+    for _, name, var, default, help_text in settings_table():
         row = next((line for line in rows if line.startswith(f"| `{name}` ")), None)
         assert row is not None, f"the docs settings table lacks {name}"
         assert f"`{var}`" in row and f"`{default}`" in row, f"docs row of {name} drifted from code: {row}"
@@ -77,6 +82,48 @@ def test_the_docs_settings_table_matches_code():
                 assert not re.search(rf"^\| `{name}` \| `DUALMEM_", other.read_text(), re.M), (
                     f"{other} types a settings row"
                 )
+
+
+def test_three_objects_one_name_per_setting(monkeypatch):
+    """A deployment's settings stay few; tuning and evaluation live in their own objects, and every setting keeps one
+    name for its keyword, its environment variable and --set."""
+    own = [f.name for f in fields(Settings) if f.name not in GROUPS]
+    assert len(own) <= 20, own
+    assert set(GROUPS) == {"tuning", "evaluation"}
+    names = Settings.field_names()
+    assert len(names) == len(set(names)) == len(own) + len(fields(Tuning)) + len(fields(EvalOptions))
+    for owner, name, var, _, _ in settings_table():  # every number settable from the environment and by --set
+        value = setting_default(name)
+        if type(value) not in (int, float):
+            continue
+        other = value + 1
+        assert _set_options([f"{name}={other}"]) == {name: other}
+        monkeypatch.setenv(var, str(other))
+        s = Settings()
+        assert (getattr(s, name) if owner == "settings" else getattr(getattr(s, owner), name)) == other, name
+        monkeypatch.delenv(var)
+    s = Settings(store_uri="db", chunk_tokens=300, framework="mem0")  # keywords go where each setting lives
+    assert (s.store_uri, s.tuning.chunk_tokens, s.evaluation.framework) == ("db", 300, "mem0")
+    assert s.replace(view_k=2, user_id="u").tuning.view_k == 2 and s.tuning.view_k == setting_default("view_k")
+    assert Settings(tuning=Tuning(view_k=3), view_recent=1).tuning == Tuning(view_k=3, view_recent=1)
+    assert pickle.loads(pickle.dumps(s)) == s and s.flat()["chunk_tokens"] == 300 and len(s.flat()) == len(names)
+    with pytest.raises(ConfigurationError, match="concurrency must be >= 1"):
+        Settings(concurrency=0)
+
+
+def test_flat_reads_warn_with_the_new_place():
+    """Code written against the release before the split still runs for one minor release, warned where to go."""
+    s = Settings(chunk_tokens=256)
+    with pytest.warns(DeprecationWarning, match=r"settings\.tuning\.chunk_tokens"):
+        assert s.chunk_tokens == 256  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match=r"settings\.evaluation\.judge_model"):
+        assert s.judge_model == ""  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="nope"):
+        s.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_api_key_stays_out_of_the_repr():
+    assert "sk-secret" not in repr(Settings(openai_api_key="sk-secret"))
 
 
 def test_who_writes_memory():

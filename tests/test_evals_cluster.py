@@ -344,7 +344,7 @@ def test_batch_ingest_on_the_cluster_writes_what_an_in_process_ingest_writes(clu
                     "store_options",
                     "concurrency",
                 ):
-                    monkeypatch.setenv(ENV_ALIASES.get(name, f"DUALMEM_{name.upper()}"), str(getattr(settings, name)))
+                    monkeypatch.setenv(ENV_ALIASES.get(name, f"DUALMEM_{name.upper()}"), str(settings.flat()[name]))
                 result = CliRunner().invoke(
                     app,
                     ["ingest", str(data), "--sessions", "2", "--store", settings.store_uri, "--ray", cluster.address],

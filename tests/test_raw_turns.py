@@ -26,7 +26,7 @@ def _ingest_sample(fw: RawTurnsFramework) -> int:
 def test_registered_and_opened_by_name(context):
     assert "raw-turns" in available()
     fw = open_framework("raw-turns", context)
-    assert isinstance(fw, RawTurnsFramework) and fw.ranker.spec == context.settings.ranker == "learned"
+    assert isinstance(fw, RawTurnsFramework) and fw.ranker.spec == context.settings.tuning.ranker == "learned"
 
 
 def test_every_turn_stored_once_in_its_own_folder(context, tmp_path):

@@ -79,7 +79,7 @@ def raw(tmp_path):
 
 
 def test_the_default_ranker_is_the_shipped_learned_one_and_its_file_names_its_features():
-    assert Settings().ranker == "learned"
+    assert Settings().tuning.ranker == "learned"
     weights = load_weights("learned")
     assert set(weights.features) <= set(FEATURES) and any(w != 0 for w in weights.weights)
     data = json.loads(shipped_path().read_text())

@@ -98,9 +98,9 @@ def test_a_gold_records_prompt_is_the_products_prompt_for_the_products_view():
         store,
         ep.namespace,
         ep.chunks[k]["text"],
-        k=settings.view_k,
-        recent=settings.view_recent,
-        mode=settings.search_mode,
+        k=settings.tuning.view_k,
+        recent=settings.tuning.view_recent,
+        mode=settings.tuning.search_mode,
     )
     product = render_writer_messages(ep.persona, view_text(view), ep.chunks[k]["text"])
     assert [m["content"] for m in recs[k]["messages"][:2]] == [m.content for m in product]

@@ -94,7 +94,7 @@ def test_navigate_search_export_forget_and_fresh_reads(browser, tmp_path):
         shown = page.locator("ol.ranked li").evaluate_all("els => els.map(e => e.dataset.id)")
         api = [
             h.item.id
-            for h in Ranker.from_settings(settings).rank(dual, (PERSONA, "alice"), query, settings.retrieval_k)
+            for h in Ranker.from_settings(settings).rank(dual, (PERSONA, "alice"), query, settings.tuning.retrieval_k)
         ]
         assert shown == api and shown
 

@@ -69,7 +69,7 @@ class FormationExecutor:
             plan = self._plans.setdefault(request.key, _Plan(request))
             plan.request = request
             plan.now = plan.now or now
-            plan.quiet_at = time.monotonic() + request.settings.formation_idle_s
+            plan.quiet_at = time.monotonic() + request.settings.tuning.formation_idle_s
             self._cv.notify_all()
 
     async def aschedule(self, request: FormationRequest, *, now: bool) -> None:
@@ -207,7 +207,11 @@ class FormationExecutor:
                     if self._flushes:  # a flush is waiting: write the tail now
                         self._plans[key] = _Plan(plan.request, now=True, flush=True)
                     else:  # write the tail once the thread is quiet
-                        later = (formed.newest_at or time.time()) + plan.request.settings.formation_idle_s - time.time()
+                        later = (
+                            (formed.newest_at or time.time())
+                            + plan.request.settings.tuning.formation_idle_s
+                            - time.time()
+                        )
                         self._plans[key] = _Plan(plan.request, quiet_at=time.monotonic() + max(0.0, later))
                 elif key in self._plans and self._flushes:
                     self._plans[key].now = self._plans[key].flush = True

@@ -75,14 +75,14 @@ class Formed:
 def hand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
     """Add a chat exchange to its thread's pending turns and schedule the thread's write."""
     snap = PendingThread(_store(request), request.namespace, request.thread).append(turns, request.persona)
-    formation.schedule(request, now=snap.unsealed_tokens >= request.settings.chunk_tokens)
+    formation.schedule(request, now=snap.unsealed_tokens >= request.settings.tuning.chunk_tokens)
     return snap
 
 
 async def ahand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
     """Async :func:`hand_over`."""
     snap = await PendingThread(_store(request), request.namespace, request.thread).aappend(turns, request.persona)
-    await formation.aschedule(request, now=snap.unsealed_tokens >= request.settings.chunk_tokens)
+    await formation.aschedule(request, now=snap.unsealed_tokens >= request.settings.tuning.chunk_tokens)
     return snap
 
 

@@ -117,7 +117,7 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         if not messages or not isinstance(messages[-1], HumanMessage):  # a resumed turn: keep its memory, or show none
             return None if current else {"dualmem_prompt": memory_prompt(turn.persona, "")}
         window = messages[
-            -self.settings.ranker_context_turns - 1 : -1
+            -self.settings.tuning.ranker_context_turns - 1 : -1
         ]  # the turns the ranker reads as the query's context
         recent = [m for m in window if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
         db = context_of(self.settings).dual(turn.store)

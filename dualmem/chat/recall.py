@@ -41,7 +41,7 @@ def recall_for_chat(
         store=store,
     )
     memory = DualMemFramework(fctx)
-    return memory.memory_text(memory.retrieve(query, settings.retrieval_k, context=list(recent)))
+    return memory.memory_text(memory.retrieve(query, settings.tuning.retrieval_k, context=list(recent)))
 
 
 def memory_prompt(persona: Persona, memory_text: str) -> str:

@@ -45,7 +45,7 @@ def formation_thread(request: FormationRequest) -> str:
 def _context(request: FormationRequest) -> dict[str, Any]:
     """Return the write run's context: the caller's chunking and quiet time (never its keys or endpoints)."""
     s = request.settings
-    return {"options": {"chunk_tokens": s.chunk_tokens, "formation_idle_s": s.formation_idle_s}}
+    return {"options": {"chunk_tokens": s.tuning.chunk_tokens, "formation_idle_s": s.tuning.formation_idle_s}}
 
 
 class ServerFormation:
@@ -64,7 +64,7 @@ class ServerFormation:
             "multitask_strategy": "enqueue", "if_not_exists": "create",
         }  # fmt: skip
         runs: list[dict[str, Any]] = [{**common, "metadata": {_TAG: "chunk"}}] if now else []
-        delay = int(math.ceil(request.settings.formation_idle_s))
+        delay = int(math.ceil(request.settings.tuning.formation_idle_s))
         runs.append({**common, "metadata": {_TAG: "quiet"}, "after_seconds": delay})
         return formation_thread(request), runs
 

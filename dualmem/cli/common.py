@@ -189,11 +189,9 @@ def _print_report(report: Any, persona_id: str) -> None:
 
 def _set_options(pairs: list[str] | None) -> dict[str, Any]:
     """Turn ``--set name=value`` pairs into settings overrides (typed by the field's default)."""
-    from dataclasses import fields
+    from dualmem.config import ENV_PREFIX, setting_kind
 
-    from dualmem.config import ENV_PREFIX
-
-    kinds = {f.name: type(f.metadata["env_default"]) for f in fields(Settings)}
+    kinds = {name: setting_kind(name) for name in Settings.field_names()}
     out: dict[str, Any] = {}
     for pair in pairs or []:
         name, sep, raw = pair.partition("=")

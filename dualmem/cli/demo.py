@@ -63,7 +63,7 @@ def run_demo(
             f"{report.insights_written} insights written, {len(report.failed_chunks)} chunk(s) failed"
         )
     answers = []
-    replying = settings.replace(max_new_tokens=min(reply_tokens, settings.max_new_tokens))
+    replying = settings.replace(max_new_tokens=min(reply_tokens, settings.tuning.max_new_tokens))
     for query in sample.queries:
         console.rule(f"[bold]{query.task_type or 'query'}[/]: {query.text}")
         reply = respond(query.text, persona, settings=replying)

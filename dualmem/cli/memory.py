@@ -71,11 +71,11 @@ def ingest(
 
         check_address(settings.ray_address)
     who = load_persona_file(persona) if persona else None
-    price_table(settings.prices)  # a malformed price table is one line, before anything is written
+    price_table(settings.evaluation.prices)  # a malformed price table is one line, before anything is written
     histories = plan_histories(
         load_dataset(dataset, path), settings, persona=who, sessions=sessions, user=user, source=path
     )
-    _preflight(settings, ("writer", "chat") if settings.emotion_strategy else ("writer",), checkpoints=True)
+    _preflight(settings, ("writer", "chat") if settings.tuning.emotion_strategy else ("writer",), checkpoints=True)
     failed = 0
 
     def report(done: Any, history: Any) -> None:

@@ -155,7 +155,7 @@ def eval_(
         run_dir = run_personality(
             Path(args[1]),
             dataset_kind=dataset,
-            framework=settings.framework,
+            framework=settings.evaluation.framework,
             settings=settings,
             questionnaires=questionnaires,
             labels=labels,
@@ -186,20 +186,21 @@ def eval_(
         from dualmem.frameworks import framework_class
         from dualmem.preflight import check_models
 
-        names = [n.strip() for n in settings.framework.split(",") if n.strip()]
+        names = [n.strip() for n in settings.evaluation.framework.split(",") if n.strip()]
         writer = ("writer",) if any(framework_class(n).uses_writer for n in names) else ()
         if settings.ray_address:  # a bad or unreachable address is one line, before the models are checked
             from dualmem.evals.cluster import check_address
 
             check_address(settings.ray_address)
         check_models(
-            settings.replace(framework=names[0]), ("chat", *writer) + (("judge",) if settings.judge_model else ())
+            settings.replace(framework=names[0]),
+            ("chat", *writer) + (("judge",) if settings.evaluation.judge_model else ()),
         )
         run_dirs = run_evals(
             dataset,
             Path(args[0]),
             names,
-            judge=judge or settings.judge_model or None,
+            judge=judge or settings.evaluation.judge_model or None,
             limit=limit,
             out=out,
             settings=settings.replace(framework=names[0]),

@@ -147,8 +147,8 @@ def calibrate(
         judged = verdicts(
             items,
             judges or answer_judges(dataset_kind, judge, settings),
-            limit=settings.calibration_queries,
-            workers=settings.concurrency,
+            limit=settings.evaluation.calibration_queries,
+            workers=settings.evaluation.concurrency,
             journal=journal,
         )
     spent = meter.phases().get("calibration")
@@ -161,7 +161,7 @@ def calibrate(
         "judge_model": judge if isinstance(judge, str) else model_name(judge),
         "queries": kinds["gold"],
         "candidates": kinds,
-        **rates(judged, settings.judge_leniency_max),
+        **rates(judged, settings.evaluation.judge_leniency_max),
         "rules": {
             "answer judges": {k: f"accepts at score >= {v:g}" for k, v in ACCEPT_AT.items()},
             "role-play dimensions": f"a wrong answer is accepted when it scores at least the gold answer's score; "

@@ -198,7 +198,7 @@ class RayRunner:
             s.endpoint_concurrency, s.endpoint_rpm, lease
         )
         self.board = ray.remote(num_cpus=0, **here)(Board).remote()
-        self._worker_class = ray.remote(num_cpus=1, max_concurrency=max(1, s.concurrency))(UnitWorker)
+        self._worker_class = ray.remote(num_cpus=1, max_concurrency=max(1, s.evaluation.concurrency))(UnitWorker)
         self._env_ref = ray.put(env)
         self.busy: dict[Any, int] = {}
         self.lost = 0

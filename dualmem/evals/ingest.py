@@ -56,7 +56,9 @@ class History:
         written = {t for row in report.chunks if row.get("status") != "skipped" for t in row.get("turn_ids") or []}
         texts = [t.text for s in self.dialogue.sessions for t in s.turns if t.id in written]
         read = sum(count_tokens_batch(texts)) if texts else 0
-        report.cost = cost_summary({self.label: {"phases": meter.phases(), "history_tokens": read}}, 0, settings.prices)
+        report.cost = cost_summary(
+            {self.label: {"phases": meter.phases(), "history_tokens": read}}, 0, settings.evaluation.prices
+        )
         return report
 
 
@@ -131,7 +133,7 @@ def ingest_histories(
                 return report
 
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(settings.concurrency, len(histories)))) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, min(settings.evaluation.concurrency, len(histories)))) as pool:
                 for i, report in enumerate(pool.map(write, histories)):
                     reports[i] = report
                     if on_report is not None:

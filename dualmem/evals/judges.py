@@ -149,8 +149,8 @@ def roleplay_judge(
     if dimension not in ROLEPLAY_DIMENSIONS:
         raise ValueError(f"unknown role-play dimension {dimension!r}; use one of {', '.join(ROLEPLAY_KEYS)}")
     chat = _model(model, settings)
-    retries = (settings or Settings()).max_retries
-    reps = repetitions or (settings or Settings()).judge_repetitions
+    retries = (settings or Settings()).tuning.max_retries
+    reps = repetitions or (settings or Settings()).evaluation.judge_repetitions
     schema = verdict_schema("RolePlayVerdict", 0, 5)
     template = ROLEPLAY_DIMENSIONS[dimension]
 
@@ -182,7 +182,7 @@ def realmem_answer_judge(
 ) -> Evaluator:
     """Return RealMem's 0-3 answer judge (memory used correctly, style ignored)."""
     chat = _model(model, settings)
-    retries = (settings or Settings()).max_retries
+    retries = (settings or Settings()).tuning.max_retries
     schema = verdict_schema("AnswerVerdict", 0, 3)
 
     def realmem_answer(
@@ -211,7 +211,7 @@ def realmem_memory_judge(
 ) -> Evaluator:
     """Return RealMem's memory judge: ``mem_recall`` (0-1) and ``mem_helpfulness`` (0-2) of the top-k retrieved."""
     chat = _model(model, settings)
-    retries = (settings or Settings()).max_retries
+    retries = (settings or Settings()).tuning.max_retries
 
     def realmem_memory(
         inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: dict[str, Any]
@@ -249,7 +249,7 @@ def locomo_correctness_judge(
 ) -> Evaluator:
     """Return the LoCoMo answer-correctness judge (1 correct, 0 wrong)."""
     chat = _model(model, settings)
-    retries = (settings or Settings()).max_retries
+    retries = (settings or Settings()).tuning.max_retries
     schema = verdict_schema("CorrectnessVerdict", 0, 1)
 
     def locomo_correctness(

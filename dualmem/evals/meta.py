@@ -29,7 +29,7 @@ def run_meta(
     similar = (
         describe_embeddings(similarity)
         if similarity is not None and not isinstance(similarity, str)
-        else (settings.eval_embedder or settings.embedder)
+        else (settings.evaluation.eval_embedder or settings.embedder)
     )
     return {
         "dataset": spec.dataset_kind,
@@ -37,14 +37,14 @@ def run_meta(
         "framework": spec.framework,
         "chat_model": spec.chat_model,
         "judge_model": spec.judge_model or "none (pass --judge MODEL)",
-        "judge_repetitions": settings.judge_repetitions
+        "judge_repetitions": settings.evaluation.judge_repetitions
         if spec.judge_model and spec.dataset_kind == "rolememo"
         else None,
         "similarity_embedder": similar,
         "limit": spec.limit,
         "respond": spec.respond,
-        "retrieval_k": settings.retrieval_k,
-        "retrieval_mode": settings.retrieval_mode,
+        "retrieval_k": settings.tuning.retrieval_k,
+        "retrieval_mode": settings.tuning.retrieval_mode,
         "store": public_url(store),
         "workers": where,
         "langsmith": langsmith,
@@ -63,9 +63,9 @@ def run_meta(
 def operational_here() -> dict[str, Any]:
     """Return the operational settings this process's environment sets (the endpoint, concurrency, the cluster…): a
     resumed run follows them, not the ones it recorded; its store stays the run's."""
-    here = Settings()
+    here = Settings().flat()
     return {
-        k: getattr(here, k)
+        k: here[k]
         for k in sorted(OPERATIONAL - {"store_uri", "store_options"})
-        if k in Settings.field_names() and os.environ.get(ENV_ALIASES.get(k, ENV_PREFIX + k.upper()))
+        if k in here and os.environ.get(ENV_ALIASES.get(k, ENV_PREFIX + k.upper()))
     }

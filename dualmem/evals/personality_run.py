@@ -179,20 +179,19 @@ def run_personality(
     mode = _mode(source)
     if mode == "run":  # the run's framework and settings; where and how to run, and the judge, from this call
         run = spec_of(source)
-        here = {
-            k: getattr(settings, k)
-            for k in OPERATIONAL
-            if k not in ("store_uri", "openai_api_key") and hasattr(settings, k)
-        }
+        values = settings.flat()
+        here = {k: values[k] for k in OPERATIONAL if k not in ("store_uri", "openai_api_key") and k in values}
         framework = run.framework
-        settings = settings_of(run, **here, **({"judge_model": settings.judge_model} if settings.judge_model else {}))
-    framework = framework or settings.framework
+        settings = settings_of(
+            run, **here, **({"judge_model": settings.evaluation.judge_model} if settings.evaluation.judge_model else {})
+        )
+    framework = framework or settings.evaluation.framework
     names = [
         ic.questionnaire_name(q)
         for q in (questionnaires.split(",") if isinstance(questionnaires, str) else questionnaires)
         if q.strip()
     ]
-    data_dir = source if mode == "incharacter" else Path(settings.incharacter_dir).expanduser()
+    data_dir = source if mode == "incharacter" else Path(settings.evaluation.incharacter_dir).expanduser()
     tests = [ic.load_questionnaire(data_dir, n) for n in names]
     chat = load_chat_model(model, settings)
     rater = load_chat_model(judge, settings, role="judge")
@@ -263,7 +262,7 @@ def run_personality(
                     results[subject.id]["ingest"] = log
                 for t in tests:
                     answers = interview(
-                        agent, t, condition, scope, k=settings.retrieval_k, on_answer=lambda: advance(asked)
+                        agent, t, condition, scope, k=settings.tuning.retrieval_k, on_answer=lambda: advance(asked)
                     )
                     results[subject.id]["conditions"].setdefault(condition, {})[t.name] = assess(
                         rater,
@@ -272,11 +271,13 @@ def run_personality(
                         condition,
                         scope,
                         names=subject.names,
-                        retries=settings.max_retries,
+                        retries=settings.tuning.max_retries,
                         on_rating=lambda: advance(rated),
                     )
 
-            _parallel([functools.partial(test, s, c) for s in subjects for c in conditions], settings.concurrency)
+            _parallel(
+                [functools.partial(test, s, c) for s in subjects for c in conditions], settings.evaluation.concurrency
+            )
         report = _report(spec, subjects, tests, conditions, results)
         (run_dir / RESULTS).write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
         with (run_dir / INTERVIEWS).open("w", encoding="utf-8") as fh:

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dualmem.config import Settings
+from dualmem.config import Settings, setting_default
 from dualmem.datasets._validate import read_json
 from dualmem.errors import ConfigurationError, DatasetError
 from dualmem.redact import CREDENTIAL_SETTINGS, MASK, public_url, redact_settings
@@ -72,7 +72,7 @@ KEY_PACKAGES = (
 
 def run_store(settings: Settings, run_dir: Path) -> str:
     """Return the store of a run: the one set explicitly (--store / env), else ``<run>/lancedb``."""
-    default = next(f.metadata["env_default"] for f in fields(Settings) if f.name == "store_uri")
+    default = setting_default("store_uri")
     return settings.store_uri if settings.store_uri != default else str(run_dir / "lancedb")
 
 
@@ -86,7 +86,7 @@ def settings_of(spec: Any, **changes: Any) -> Settings:
 
 def recorded_settings(settings: Settings) -> dict[str, Any]:
     """Return the settings a run records: every field, with no credential (:func:`dualmem.redact.redact_settings`)."""
-    return redact_settings({f.name: getattr(settings, f.name) for f in fields(settings)})
+    return redact_settings(settings.flat())
 
 
 def implied_writer(settings: Settings, model: Any = None) -> str | None:
@@ -106,9 +106,9 @@ def ranker_stamp(settings: Settings) -> str | None:
     """
     from dualmem.retrieval.weights import PLAIN, shipped_path
 
-    if settings.ranker in PLAIN:
+    if settings.tuning.ranker in PLAIN:
         return None
-    path = shipped_path() if settings.ranker == "learned" else Path(settings.ranker).expanduser()
+    path = shipped_path() if settings.tuning.ranker == "learned" else Path(settings.tuning.ranker).expanduser()
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
 
 
@@ -331,7 +331,7 @@ def provenance(spec: Any, settings: Settings, similarity: str) -> dict[str, Any]
         "endpoint": public_url(settings.openai_base_url) or None,
         "prompts": prompt_hashes(),
         "seeds": {
-            "temperature": settings.temperature,
+            "temperature": settings.tuning.temperature,
             "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED"),
             "sampling": "none: the harness draws no random numbers; calibration perturbs deterministically",
         },

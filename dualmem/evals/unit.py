@@ -75,7 +75,9 @@ class JudgePlan:
 
     def build(self, dataset_kind: str, settings: Settings) -> Judging:
         """Return the judging of this plan (an uploading one reopens the run's experiment by id)."""
-        judges = judges_for(dataset_kind, self.model, settings=settings, repetitions=settings.judge_repetitions)
+        judges = judges_for(
+            dataset_kind, self.model, settings=settings, repetitions=settings.evaluation.judge_repetitions
+        )
         if not self.upload:
             return Judging(judges, dataset_name=self.dataset_name, experiment_prefix=self.experiment_prefix)
         import langsmith
@@ -133,8 +135,8 @@ class UnitEnv:
 
             self.similarity = (
                 self.embeddings
-                if not self.settings.eval_embedder and self.embeddings is not None
-                else load_embeddings(self.settings.eval_embedder or None, self.settings)
+                if not self.settings.evaluation.eval_embedder and self.embeddings is not None
+                else load_embeddings(self.settings.evaluation.eval_embedder or None, self.settings)
             )
         return self.similarity
 
@@ -184,9 +186,9 @@ def run_unit(unit: Unit, item: DatasetItem, env: UnitEnv) -> dict[str, Any]:
     framework = factory(unit.framework, item, env)
     opts = RunOptions(
         # RoleMemo scores the top-10 of one retrieve(query, 10); RealMem / LoCoMo need depth 20 for @20
-        retrieve_k=RECALL_K if unit.dataset_kind == "rolememo" else max(DEEP_K, env.settings.retrieval_k),
+        retrieve_k=RECALL_K if unit.dataset_kind == "rolememo" else max(DEEP_K, env.settings.tuning.retrieval_k),
         recall_k=RECALL_K,
-        respond_k=env.settings.retrieval_k,
+        respond_k=env.settings.tuning.retrieval_k,
         respond=unit.respond,
         limit=unit.limit,
         embed=env.similarity_embedder() if unit.dataset_kind in ("rolememo", "realmem") else None,

@@ -59,7 +59,7 @@ def open_framework(
         context_kwargs.setdefault("settings", Settings())
         context_kwargs.setdefault("namespace", ("persona", context_kwargs["settings"].user))
         context = FrameworkContext(**context_kwargs)
-    return framework_class(name or context.settings.framework)(context)
+    return framework_class(name or context.settings.evaluation.framework)(context)
 
 
 __all__ = [

@@ -82,7 +82,7 @@ class AMemFramework(MemoryFramework):
     ) -> None:
         super().__init__(context)
         self.link_k, self.neighbour_tokens = link_k, neighbour_tokens
-        self.note_tokens = note_tokens or context.settings.chunk_tokens
+        self.note_tokens = note_tokens or context.settings.tuning.chunk_tokens
         self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
 

@@ -87,7 +87,7 @@ class BookmarksFramework(MemoryFramework):
         self.max_questions = max_questions
         self.same_question = same_question
         self.evidence_k = evidence_k
-        self.read_tokens = read_tokens or 4 * context.settings.chunk_tokens
+        self.read_tokens = read_tokens or 4 * context.settings.tuning.chunk_tokens
         self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
         self.last_actions: list[tuple[str, str, str | None]] = []
@@ -123,7 +123,7 @@ class BookmarksFramework(MemoryFramework):
         ordinal = len(meta["sessions"]) + 1
         seq = self.space.count()
         records: list[dict[str, Any]] = []
-        parts = session_chunks(session, self.context.settings.chunk_tokens)
+        parts = session_chunks(session, self.context.settings.tuning.chunk_tokens)
         for index, turns in enumerate(tqdm(parts, desc=f"bookmarks {session.id}", disable=len(parts) < 4, leave=False)):
             records.append(
                 {
@@ -154,7 +154,7 @@ class BookmarksFramework(MemoryFramework):
             self.context.chat(),
             messages,
             schema,
-            retries=self.context.settings.max_retries,
+            retries=self.context.settings.tuning.max_retries,
             policy=self.context.settings,
         )
         if not result.ok:

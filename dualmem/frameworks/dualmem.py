@@ -35,7 +35,7 @@ class DualMemFramework(MemoryFramework):
 
     def __init__(self, context: FrameworkContext, mode: Literal["merged", "dual"] | None = None) -> None:
         super().__init__(context)
-        chosen = mode or context.settings.retrieval_mode
+        chosen = mode or context.settings.tuning.retrieval_mode
         if chosen not in ("merged", "dual"):
             raise ValueError(f"mode {chosen!r}: use merged or dual")
         self.mode = cast(Literal["merged", "dual"], chosen)
@@ -97,7 +97,7 @@ class DualMemFramework(MemoryFramework):
     def recall(self, query: str, k: int, *, context: Sequence[Any] | None = None) -> DualResult:
         """Return ``k`` facts and ``k`` insights (``dual``) or one top-``k`` pool (``merged``), insights grounded,
         ranked by the ``ranker`` setting after the conversation ``context``."""
-        if not self.context.settings.emotion_strategy:
+        if not self.context.settings.tuning.emotion_strategy:
             return self.ranker.dual(
                 self.store, self.namespace, query, k, k, merged=self.mode == "merged", context=context
             )
@@ -107,10 +107,10 @@ class DualMemFramework(MemoryFramework):
         from dualmem.writer.emotion import DEFAULT_POOL, check_strategy, rerank, score_emotion
 
         s = self.context.settings
-        check_strategy(s.emotion_strategy)
+        check_strategy(s.tuning.emotion_strategy)
         size = max(DEFAULT_POOL, k)
         pool = self.ranker.dual(self.store, self.namespace, query, size, size, context=context)
-        scored = score_emotion(self.context.chat(), query, retries=s.max_retries, policy=s)
+        scored = score_emotion(self.context.chat(), query, retries=s.tuning.max_retries, policy=s)
         q_emotion = scored.value.vector() if scored.value is not None else None
         embeddings = self.store.embeddings
         q_vector = embeddings.embed_query(query)
@@ -119,7 +119,7 @@ class DualMemFramework(MemoryFramework):
             if not hits:
                 return []
             vectors = embeddings.embed_documents([h.item.text for h in hits])
-            order = rerank(s.emotion_strategy, q_vector, q_emotion, vectors, [h.item.emotion for h in hits], k=k)
+            order = rerank(s.tuning.emotion_strategy, q_vector, q_emotion, vectors, [h.item.emotion for h in hits], k=k)
             return [ScoredItem(hits[i].item, score) for i, score in order]
 
         if self.mode == "merged":

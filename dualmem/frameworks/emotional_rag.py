@@ -44,9 +44,9 @@ class EmotionalRAGFramework(MemoryFramework):
         fragment_tokens: int | None = None,
     ) -> None:
         super().__init__(context)
-        self.strategy = check_strategy(strategy or context.settings.emotion_strategy or "C-A")
+        self.strategy = check_strategy(strategy or context.settings.tuning.emotion_strategy or "C-A")
         self.pool = pool
-        self.fragment_tokens = fragment_tokens or context.settings.chunk_tokens
+        self.fragment_tokens = fragment_tokens or context.settings.tuning.chunk_tokens
         self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
         self._query_emotions: dict[str, list[float] | None] = {}
@@ -63,7 +63,7 @@ class EmotionalRAGFramework(MemoryFramework):
         done = {f["id"] for f in self.space.records()}
         seq = len(done)
         chunks = session_chunks(session, self.fragment_tokens)
-        model, retries = self.context.chat(), self.context.settings.max_retries
+        model, retries = self.context.chat(), self.context.settings.tuning.max_retries
         pending: list[dict[str, Any]] = []
         for index, turns in enumerate(
             tqdm(chunks, desc=f"emotional-rag {session.id}", disable=len(chunks) < 4, leave=False)
@@ -101,7 +101,10 @@ class EmotionalRAGFramework(MemoryFramework):
         """Return the query's emotion vector, scored once per query text (None if scoring failed)."""
         if query not in self._query_emotions:
             result = score_emotion(
-                self.context.chat(), query, retries=self.context.settings.max_retries, policy=self.context.settings
+                self.context.chat(),
+                query,
+                retries=self.context.settings.tuning.max_retries,
+                policy=self.context.settings,
             )
             self._query_emotions[query] = result.value.vector() if result.value is not None else None
         return self._query_emotions[query]

@@ -33,7 +33,7 @@ class FullContextFramework(MemoryFramework):
 
     def __init__(self, context: FrameworkContext, max_tokens: int | None = None) -> None:
         super().__init__(context)
-        self.max_tokens = int(max_tokens or context.settings.context_tokens)
+        self.max_tokens = int(max_tokens or context.settings.evaluation.context_tokens)
         self.space = Space(context, self.name)
         self.namespace = tuple(context.namespace)
 

@@ -78,7 +78,7 @@ def ask(
     Every call counts in ``report.llm_calls``; a failure is recorded under ``label``.
     """
     s = context.settings
-    out = invoke_structured(context.chat(), messages, schema, retries=s.max_retries, policy=s)
+    out = invoke_structured(context.chat(), messages, schema, retries=s.tuning.max_retries, policy=s)
     report.llm_calls += out.attempts
     if not out.ok or out.value is None:
         record_failure(report, label, out.error)

@@ -111,7 +111,7 @@ class LangMemFramework(MemoryFramework):
 
         report = IngestReport(session_id=session.id)
         manager = self.manager()
-        chunks = session_chunks(session, self.context.settings.chunk_tokens)
+        chunks = session_chunks(session, self.context.settings.tuning.chunk_tokens)
         with self._exclusive(), Progress(transient=True, disable=len(chunks) < 4) as progress:
             task = progress.add_task(f"langmem {session.id}", total=len(chunks))
             for index, turns in enumerate(chunks):

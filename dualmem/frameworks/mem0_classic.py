@@ -127,7 +127,8 @@ class Mem0ClassicFramework(MemoryFramework):
         """Return the candidate facts of one exchange (None when the model failed: recorded under ``label``)."""
         prompt = MEM0_EXTRACT.format(
             summary=summary or "(none yet)",
-            recent=truncate_tokens("\n".join(recent), self.context.settings.chunk_tokens, keep="end") or "(none)",
+            recent=truncate_tokens("\n".join(recent), self.context.settings.tuning.chunk_tokens, keep="end")
+            or "(none)",
             date=session.time or "unknown",
             exchange="\n".join(render_turn(t) for t in exchange),
         )
@@ -183,7 +184,7 @@ class Mem0ClassicFramework(MemoryFramework):
         return decision.event
 
     def _summarize(self, summary: str, messages: list[str], report: IngestReport) -> str:
-        recent = truncate_tokens("\n".join(messages), 2 * self.context.settings.chunk_tokens, keep="end")
+        recent = truncate_tokens("\n".join(messages), 2 * self.context.settings.tuning.chunk_tokens, keep="end")
         prompt = MEM0_SUMMARY.format(summary=summary or "(empty)", messages=recent, max_words=self.summary_words)
         report.llm_calls += 1
         try:  # the answer is cut to ~2 tokens a word anyway: generating more is wasted
@@ -220,7 +221,7 @@ class Mem0ClassicFramework(MemoryFramework):
                 lines = [render_turn(t) for t in exchange]
                 state["recent"] = (state["recent"] + lines)[-self.recent_messages :]
                 state["pending"] = state["pending"] + lines
-                budget = self.context.settings.chunk_tokens
+                budget = self.context.settings.tuning.chunk_tokens
                 if (
                     len(state["pending"]) >= 2 * self.summary_every
                     or count_tokens("\n".join(state["pending"])) >= budget

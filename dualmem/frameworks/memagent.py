@@ -96,7 +96,7 @@ class MemAgentFramework(MemoryFramework):
     def _bounded(self, messages: list[BaseMessage], answer: str, stats: dict[str, int]) -> tuple[str, int]:
         """Return (answer within budget, model calls made): re-ask to shorten, then cut."""
         calls = 0
-        for _ in range(self.context.settings.max_retries):
+        for _ in range(self.context.settings.tuning.max_retries):
             tokens = count_tokens(answer)
             if tokens <= self.memory_tokens:
                 return answer, calls
@@ -136,7 +136,7 @@ class MemAgentFramework(MemoryFramework):
         from rich.progress import Progress
 
         stats = {"reasked": 0, "truncated": 0, "skipped": 0}
-        chunks = session_chunks(session, self.context.settings.chunk_tokens)
+        chunks = session_chunks(session, self.context.settings.tuning.chunk_tokens)
         with Progress(transient=True, disable=len(chunks) < 4) as progress:
             task = progress.add_task(f"memagent {session.id}", total=len(chunks))
             for index, turns in enumerate(chunks):

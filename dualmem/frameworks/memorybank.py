@@ -127,7 +127,7 @@ class MemoryBankFramework(MemoryFramework):
     def _ingest(self, session: Session, meta: dict[str, Any], report: IngestReport) -> None:
         clock = self._advance_clock(session, meta["clock"], first=not meta["sessions"])
         when = f" ({session.time})" if session.time else ""
-        chunks = session_chunks(session, self.context.settings.chunk_tokens)
+        chunks = session_chunks(session, self.context.settings.tuning.chunk_tokens)
         records: list[dict[str, Any]] = []
         digests: list[SessionDigest] = []
         for index, turns in enumerate(
@@ -165,7 +165,7 @@ class MemoryBankFramework(MemoryFramework):
             record["seq"] = seq + i
         self.space.put(records, [r["text"] for r in records])
         if digests:
-            budget = 4 * self.context.settings.chunk_tokens
+            budget = 4 * self.context.settings.tuning.chunk_tokens
             prompt = MEMORYBANK_GLOBAL.format(
                 summary=meta["summary"],
                 portrait=meta["portrait"],

@@ -252,7 +252,7 @@ def user_message(
         [event_text(e) for e in events[: index + 1]] + [p["summary"] for p in plans[: index + 1]] + [persona.render()]
     )
     feedback, leak = "", None
-    for _ in range(ctx.settings.max_retries + 1):
+    for _ in range(ctx.settings.tuning.max_retries + 1):
         out = ask(
             ctx,
             [

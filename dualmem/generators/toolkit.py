@@ -30,7 +30,7 @@ def ask(ctx: Context, messages: list[Any], schema: type[BaseModel], *, judge: bo
         ctx.llm("judge") if judge else ctx.llm("chat"),
         messages,
         schema,
-        retries=ctx.settings.max_retries,
+        retries=ctx.settings.tuning.max_retries,
         policy=ctx.settings,
     )
 

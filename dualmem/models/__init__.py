@@ -81,8 +81,8 @@ def load_chat_model(
             model,
             settings.openai_base_url,
             settings.openai_api_key,
-            settings.temperature,
-            settings.max_new_tokens,
+            settings.tuning.temperature,
+            settings.tuning.max_new_tokens,
             settings.local_engine,
             settings.request_timeout,
         )

@@ -79,7 +79,9 @@ class RetryPolicy:
     def from_settings(cls, settings: Settings | None = None) -> RetryPolicy:
         """Return the policy of ``settings`` (``call_retries``, ``retry_backoff``, ``retry_max_wait``, the endpoint's gate)."""
         s = settings or Settings()
-        return cls(retries=s.call_retries, backoff=s.retry_backoff, max_wait=s.retry_max_wait, gate=gate_for(s))
+        return cls(
+            retries=s.call_retries, backoff=s.tuning.retry_backoff, max_wait=s.tuning.retry_max_wait, gate=gate_for(s)
+        )
 
 
 def as_policy(policy: RetryPolicy | Settings | None) -> RetryPolicy:

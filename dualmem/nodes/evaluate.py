@@ -162,7 +162,7 @@ def run_unit(state: UnitTask, runtime: Runtime[Context]) -> dict[str, Any]:
 def aggregate(state: EvalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Summarise each framework's records and what its calls cost (``summary``: the first framework's)."""
     summaries = {}
-    prices = context_of(runtime).settings.prices
+    prices = context_of(runtime).settings.evaluation.prices
     for fw in state["frameworks"]:
         results = sorted((r for r in state.get("results") or [] if r["framework"] == fw), key=lambda r: r["persona"])
         records = [rec for r in results for rec in r["records"]]

@@ -84,7 +84,7 @@ def memory_of(
         namespace=ns, settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
         embeddings=store.embeddings, store_uri=store.uri, store=store,
     )  # fmt: skip
-    return open_framework(ctx.settings.framework, fctx)
+    return open_framework(ctx.settings.evaluation.framework, fctx)
 
 
 def namespace_of(state: RespondState, ctx: Context, persona: Persona, runtime: Any = None) -> tuple[str, str]:
@@ -108,9 +108,9 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     namespace = namespace_of(state, ctx, persona, runtime)
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
-    k = state.get("k") or ctx.settings.retrieval_k
+    k = state.get("k") or ctx.settings.tuning.retrieval_k
     recent = (
-        history[-ctx.settings.ranker_context_turns :] if ctx.settings.ranker_context_turns else []
+        history[-ctx.settings.tuning.ranker_context_turns :] if ctx.settings.tuning.ranker_context_turns else []
     )  # messages: the ranker reads who said what
     items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
     return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
@@ -167,7 +167,9 @@ def _forms_in_background(ctx: Context) -> bool:
     """Whether the run's framework forms memory in the background (a class constant: nothing is built to read it)."""
     from dualmem.frameworks import framework_class
 
-    return (ctx.memory if ctx.memory is not None else framework_class(ctx.settings.framework)).forms_in_background
+    return (
+        ctx.memory if ctx.memory is not None else framework_class(ctx.settings.evaluation.framework)
+    ).forms_in_background
 
 
 def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any]:

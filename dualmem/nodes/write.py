@@ -95,7 +95,7 @@ def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     if state.get("sessions"):
         return {
             **update,
-            "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.chunk_tokens),
+            "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.tuning.chunk_tokens),
         }
     return {**update, "chunks": list(state.get("chunks") or [])}
 

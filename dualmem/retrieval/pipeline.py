@@ -143,9 +143,9 @@ class Ranker:
         """Return the ranker the settings select (``ranker``, ``ranker_max_per_session``, ``ranker_context_turns``):
         one instance per choice in the process, so the context turns it embedded are remembered across callers."""
         s = Settings.resolve(settings)
-        path = shipped_path() if s.ranker == LEARNED else Path(s.ranker).expanduser()
-        stamp = path.stat().st_mtime_ns if s.ranker not in PLAIN and path.is_file() else 0
-        return _shared(s.ranker, s.ranker_max_per_session, s.ranker_context_turns, stamp)
+        path = shipped_path() if s.tuning.ranker == LEARNED else Path(s.tuning.ranker).expanduser()
+        stamp = path.stat().st_mtime_ns if s.tuning.ranker not in PLAIN and path.is_file() else 0
+        return _shared(s.tuning.ranker, s.tuning.ranker_max_per_session, s.tuning.ranker_context_turns, stamp)
 
     # ------------------------------------------------------------------ public
 

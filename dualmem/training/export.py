@@ -69,7 +69,7 @@ def gold_records(
     ctx = writer_context(ctx, chunk_tokens=chunk_tokens)
     records = []
     for item in tqdm(dataset.items, desc="export histories", unit="history", disable=not progress):
-        episode = build_episode(item, chunk_tokens=ctx.settings.chunk_tokens)
+        episode = build_episode(item, chunk_tokens=ctx.settings.tuning.chunk_tokens)
         for step in gold_steps(episode, ctx, notes):
             empty = not step.target.facts and not step.target.insights
             if empty and fraction("empty", step.chunk["id"]) >= keep_empty:

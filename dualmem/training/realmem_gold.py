@@ -86,7 +86,7 @@ def gold_walk(
     sessions = list(dialogue.sessions)
     at = point_turns(sessions)
     namespace = episode_namespace(item)
-    chunks = chunk_sessions(sessions, namespace, ctx.settings.chunk_tokens)
+    chunks = chunk_sessions(sessions, namespace, ctx.settings.tuning.chunk_tokens)
     memory = EpisodeMemory(ctx, namespace, persona)
     for n, chunk in enumerate(chunks[:max_chunks]):
         points: dict[

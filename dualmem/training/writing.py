@@ -85,7 +85,7 @@ def writer_context(
         from dualmem.models import load_embeddings
 
         ctx = ctx.with_(embeddings=load_embeddings(embedder))
-    return ctx.with_(emotion_strategy="") if ctx.settings.emotion_strategy else ctx
+    return ctx.with_(emotion_strategy="") if ctx.settings.tuning.emotion_strategy else ctx
 
 
 def parse_updates(text: str) -> tuple[list[MemoryUpdate], int]:

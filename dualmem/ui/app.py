@@ -199,7 +199,9 @@ def build_app(
     def search(request: Request, user: TokenUser | None, cred: str) -> Response:
         persona, who = app_state.namespace(request, user)
         query = request.query_params.get("q", "").strip()[:500]
-        hits = data.ranked(app_state.dual, (persona, who), query, app_state.ranker, s.retrieval_k) if query else []
+        hits = (
+            data.ranked(app_state.dual, (persona, who), query, app_state.ranker, s.tuning.retrieval_k) if query else []
+        )
         return app_state.page(request, "search.html", persona=persona, user=who, base=_base(persona, who), query=query,
                               hits=hits, ranker=app_state.ranker.spec, _caller=(user, cred))  # fmt: skip
 

@@ -121,9 +121,9 @@ def draft(ctx: Context, store: DualStore, namespace: Namespace, persona: Persona
         store,
         namespace,
         chunk["text"],
-        k=ctx.settings.view_k,
-        recent=ctx.settings.view_recent,
-        mode=ctx.settings.search_mode,
+        k=ctx.settings.tuning.view_k,
+        recent=ctx.settings.tuning.view_recent,
+        mode=ctx.settings.tuning.search_mode,
         snapshots=snapshots,
     )
     return render_writer_messages(persona, view_text(view), chunk["text"]), view
@@ -146,9 +146,9 @@ def decide(
         error = out.error if out.call_failed else f"no valid MemoryUpdate after {out.attempts} attempt(s): {out.error}"
         raw = (out.raw[-1] if out.raw else "")[:2000]
         return _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=error, raw=raw), None
-    plan = plan_update(out.value, view, chunk, namespace, embeddings=store.embeddings, dedup_threshold=ctx.settings.dedup_threshold,
-                       max_ops=ctx.settings.max_ops_per_chunk, now=now or utcnow(), seq=seq)  # fmt: skip
-    unscored = score_emotions(ctx, plan) if ctx.settings.emotion_strategy else []
+    plan = plan_update(out.value, view, chunk, namespace, embeddings=store.embeddings, dedup_threshold=ctx.settings.tuning.dedup_threshold,
+                       max_ops=ctx.settings.tuning.max_ops_per_chunk, now=now or utcnow(), seq=seq)  # fmt: skip
+    unscored = score_emotions(ctx, plan) if ctx.settings.tuning.emotion_strategy else []
     row = _row(
         chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
         merged=plan["merged"], error=None, emotion_failed=unscored, drafted_by=uuid.uuid4().hex,
@@ -164,7 +164,9 @@ def score_emotions(ctx: Context, plan: Plan) -> list[str]:
     for row in plan["upserts"]:
         if row.get("status") != "active":
             continue
-        out = score_emotion(ctx.llm("writer"), row["text"], retries=ctx.settings.max_retries, policy=ctx.settings)
+        out = score_emotion(
+            ctx.llm("writer"), row["text"], retries=ctx.settings.tuning.max_retries, policy=ctx.settings
+        )
         if out.value is None:
             failed.append(row["id"])
         else:
@@ -246,7 +248,7 @@ class Writing:
             return _row(chunk, "skipped", attempts=0)
         messages, view = draft(ctx, self.store, self.namespace, persona, chunk, snapshots)
         out = invoke_structured(
-            ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.max_retries, config=config,
+            ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.tuning.max_retries, config=config,
             policy=ctx.settings,
         )  # fmt: skip
         row, plan = decide(ctx, self.store, self.namespace, chunk, view, prompt_tokens(messages), out, self.seq)

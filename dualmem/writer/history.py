@@ -75,7 +75,7 @@ def write_history(
     own_user = history.user_id if isinstance(history, Dialogue) and history.user_id not in ("", "user") else None
     user = own_user or ctx.settings.user  # the dialogue's own user (as `dualmem ingest` takes it), else the settings'
     ns = tuple(options.get("namespace") or (who.id, user))
-    chunks = chunk_sessions(as_sessions(history), ns, ctx.settings.chunk_tokens)
+    chunks = chunk_sessions(as_sessions(history), ns, ctx.settings.tuning.chunk_tokens)
     given = options.get("store")
     store: DualStore = dual_of(given) if given is not None else open_store(ctx.settings, options.get("embeddings"))
     if needs_check(

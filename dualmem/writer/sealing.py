@@ -109,8 +109,8 @@ def take_pending(
     thread = PendingThread(graph_store(store or db), namespace, thread_id)
     with _held(db, namespace, lease) as held:
         snap = thread.read()
-        quiet = flush or is_quiet(snap, ctx.settings.formation_idle_s)
-        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.chunk_tokens, write_tail=quiet)
+        quiet = flush or is_quiet(snap, ctx.settings.tuning.formation_idle_s)
+        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.tuning.chunk_tokens, write_tail=quiet)
         if seals:
             held.check()
             thread.write(seal_ops(thread.ns, snap, seals))

@@ -24,17 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from dualmem.testing.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "realmem"
@@ -91,55 +90,21 @@ class Place:
     """Where the store lives: a local folder, or a bucket on a loopback S3 server whose request log is counted."""
 
     def __init__(self, kind: str, tmp: Path) -> None:
-        self.kind, self.tmp, self.proc, self.log = kind, tmp, None, tmp / "s3.log"
-        self.options: dict[str, str] = {}
-        if kind == "local":
-            self.uri = str(tmp / "db")
-            return
-        exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-        if not exe:
-            raise SystemExit("moto_server is missing: pip install 'moto[server]'")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=self.log.open("w"),
-                                     stderr=subprocess.STDOUT)  # fmt: skip
-        endpoint = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        import boto3
-
-        self.s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                               region_name="us-east-1")  # fmt: skip
-        self.s3.create_bucket(Bucket="growth")
-        self.uri = "s3://growth/db"
-        self.options = {"endpoint": endpoint, "allow_http": "true", "aws_access_key_id": "test",
-                        "aws_secret_access_key": "test", "region": "us-east-1"}  # fmt: skip
+        self.server = S3Server(tmp, "growth") if kind == "s3" else None
+        self.uri = self.server.uri if self.server else str(tmp / "db")
+        self.options: dict[str, str] = self.server.options if self.server else {}
 
     def requests(self) -> int:
         """Requests the S3 server has answered so far (0 for a local folder)."""
-        if self.proc is None:
-            return 0
-        return sum(1 for line in self.log.read_text(errors="replace").splitlines() if '" 20' in line or '" 40' in line)
+        return len(self.server.requests()) if self.server else 0
 
     def size(self) -> tuple[int, int]:
         """(files, bytes) of the store."""
-        if self.proc is None:
-            return _files(Path(self.uri))
-        count = total = 0
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket="growth"):
-            for obj in page.get("Contents", []):
-                count, total = count + 1, total + obj["Size"]
-        return count, total
+        return self.server.size() if self.server else _files(Path(self.uri))
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        if self.server:
+            self.server.close()
 
 
 def fresh_search(settings: Any, ns: tuple[str, ...], query: str, runs: int = 3) -> dict[str, float]:
@@ -158,6 +123,7 @@ def fresh_search(settings: Any, ns: tuple[str, ...], query: str, runs: int = 3) 
 
 
 def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Path) -> dict[str, Any]:
+    from _lib.tables import table_versions
     from writer_overhead import answer
 
     from dualmem.config import Settings
@@ -175,7 +141,7 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
         calls: list[tuple[float, float]] = []
         window: dict[int, dict[str, Any]] = {}
         points: list[dict[str, Any]] = []
-        tables = lambda: {t: store._db.open_table(t).version for t in store._db.list_tables().tables}  # noqa: E731
+        tables = lambda: table_versions(store._db)  # noqa: E731
         stops = {m - 5 for m in marks} | {m + 5 for m in marks} | set(marks) | set(search_at)
 
         def timed(messages: list[Any], tool: str | None = None) -> dict[str, Any]:

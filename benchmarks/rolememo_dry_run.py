@@ -62,17 +62,17 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from dualmem.testing.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "rolememo_dry_run.json"
@@ -88,7 +88,6 @@ CALLS = re.compile(r"^\s+cost: (?P<calls>\d+) model call")
 SKIPPED = re.compile(r"^(?P<label>\S+ / \S+): all (?P<chunks>\d+) chunks were written before")
 LEASE = re.compile(r"LeaseTimeout|is being written by")
 ROUTINE = re.compile(r"^(\S+ / \S+: |\s+cost: |ask: dualmem ask |.*histories written)")
-REQUEST = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
 
 
 def make_data(folder: Path, personas: int) -> Path:
@@ -107,46 +106,6 @@ def make_data(folder: Path, personas: int) -> Path:
         item.dialogue.persona.id = f"p{i:04d}"
         items.append(item)
     return dump_rolememo(Dataset(name="rolememo", items=items), folder)
-
-
-class S3Server:
-    """moto's S3-compatible server on a loopback port, one bucket, its request log counted (as ``growth.py``)."""
-
-    def __init__(self, tmp: Path) -> None:
-        exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-        if not exe:
-            raise SystemExit("moto_server is missing: pip install 'moto[server]'")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.log = tmp / "s3.log"
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=self.log.open("w"),
-                                     stderr=subprocess.STDOUT)  # fmt: skip
-        endpoint = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"moto_server did not start:\n{self.log.read_text()[-2000:]}") from None
-                time.sleep(0.2)
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)  # fmt: skip
-        self.uri = f"s3://{BUCKET}/db"
-        self.options = {"endpoint": endpoint, "allow_http": "true", "aws_access_key_id": "test",
-                        "aws_secret_access_key": "test", "region": "us-east-1"}  # fmt: skip
-
-    def requests(self) -> list[dict[str, str]]:
-        """Every request the server has answered so far (method, path, status)."""
-        return [m.groupdict() for m in REQUEST.finditer(self.log.read_text(errors="replace"))]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 def _requests_summary(requests: list[dict[str, str]]) -> dict[str, Any]:
@@ -367,7 +326,7 @@ def main() -> int:
     data = make_data(work / "data", args.personas)
     data_bytes = sum(f.stat().st_size for f in data.iterdir())
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its cluster and server
-    s3 = S3Server(work)
+    s3 = S3Server(work, BUCKET)
     driver: subprocess.Popen[str] | None = None
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:

@@ -31,6 +31,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "realmem"
 RESULTS = REPO / "benchmarks" / "results" / "writer_overhead.json"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _lib.tables import table_versions  # noqa: E402
 
 
 def answer(messages: list[Any], tool: str | None = None) -> dict[str, Any]:
@@ -102,7 +105,7 @@ def main() -> int:
         store = open_store(settings)
         store.embeddings.embed_query("warm up the embedder")
         db = Path(tmp) / "db"
-        versions = lambda: {t: store._db.open_table(t).version for t in store._db.table_names()}  # noqa: E731
+        versions = lambda: table_versions(store._db)  # noqa: E731
         before, files_before = versions(), sum(len(f) for _, _, f in os.walk(db))
         started = time.perf_counter()
         report = write_history(dialogue, dialogue.persona, settings=settings, model=FakeChatModel(responses=[timed], cycle=True),

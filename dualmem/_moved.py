@@ -54,8 +54,11 @@ class MovedFinder(importlib.abc.MetaPathFinder):
         if moved is None:
             return None
         if fullname in MOVED:
-            warnings.warn(f"{fullname} moved to {moved}; import it from there (the old name goes in 0.4.0)",
-                          DeprecationWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{fullname} moved to {moved}; import it from there (the old name goes in 0.4.0)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         spec = importlib.util.spec_from_loader(
             fullname, _Alias(moved), is_package=hasattr(sys.modules.get(moved), "__path__")
         )

@@ -68,14 +68,20 @@ def check_id(value: object, what: str = "id") -> str:
     """
     text = value if isinstance(value, str) else ""
     bad = (
-        "must be a string" if not isinstance(value, str)
-        else "is empty" if not text
-        else f"is longer than {MAX_ID_CHARS} characters" if len(text) > MAX_ID_CHARS
-        else "is '.' or '..'" if text in (".", "..")
-        else "holds '/' or '\\'" if "/" in text or "\\" in text
-        else "holds a control character" if not text.isprintable()
+        "must be a string"
+        if not isinstance(value, str)
+        else "is empty"
+        if not text
+        else f"is longer than {MAX_ID_CHARS} characters"
+        if len(text) > MAX_ID_CHARS
+        else "is '.' or '..'"
+        if text in (".", "..")
+        else "holds '/' or '\\'"
+        if "/" in text or "\\" in text
+        else "holds a control character"
+        if not text.isprintable()
         else ""
-    )  # fmt: skip
+    )
     if bad:
         raise ValueError(f"{what} {text[:40]!r} {bad}; use printable characters without / or \\")
     return text
@@ -317,7 +323,28 @@ class Dataset(BaseModel):
 
 
 __all__ = [
-    "EMOTIONS", "MAX_ID_CHARS", "MAX_ITEM_TEXT", "TASK_TYPES", "Dataset", "DatasetItem", "Dialogue", "Fact", "FactOp",
-    "GoldEvidence", "Insight", "InsightOp", "MemoryItem", "MemoryKind", "MemoryPoint", "MemoryUpdate", "Persona",
-    "Query", "Session", "SourceRef", "Turn", "check_id", "stable_id", "utcnow",
-]  # fmt: skip
+    "EMOTIONS",
+    "MAX_ID_CHARS",
+    "MAX_ITEM_TEXT",
+    "TASK_TYPES",
+    "Dataset",
+    "DatasetItem",
+    "Dialogue",
+    "Fact",
+    "FactOp",
+    "GoldEvidence",
+    "Insight",
+    "InsightOp",
+    "MemoryItem",
+    "MemoryKind",
+    "MemoryPoint",
+    "MemoryUpdate",
+    "Persona",
+    "Query",
+    "Session",
+    "SourceRef",
+    "Turn",
+    "check_id",
+    "stable_id",
+    "utcnow",
+]

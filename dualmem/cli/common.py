@@ -117,8 +117,11 @@ def memory_user(settings: Settings, persona_id: str, user: str | None) -> str:
             if users
             else "no user has memory of it yet (dualmem ingest)"
         )
-        err_console.print(f"[yellow]note:[/] no memory of persona {escape(persona_id)} for user {escape(chosen)}; {escape(others)}",
-                          highlight=False, soft_wrap=True)  # fmt: skip
+        err_console.print(
+            f"[yellow]note:[/] no memory of persona {escape(persona_id)} for user {escape(chosen)}; {escape(others)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     return chosen
 
 

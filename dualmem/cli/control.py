@@ -112,8 +112,11 @@ def export(
     who = _persona_id(persona)
     namespace = (who, memory_user(settings, who, user))  # the same user rule as every command that reads memory
     counts = export_namespace(open_store(settings), namespace, out, lines=lines)
-    console.print(f"exported {counts['items']} item(s), {counts['versions']} version row(s), {counts['ledger']} ledger unit(s) "
-                  f"to {out}", soft_wrap=True)  # fmt: skip
+    console.print(
+        f"exported {counts['items']} item(s), {counts['versions']} version row(s), {counts['ledger']} ledger unit(s) "
+        f"to {out}",
+        soft_wrap=True,
+    )
 
 
 @app.command("import")
@@ -138,8 +141,11 @@ def import_(
     ns = (persona or archive.namespace[0], user or archive.namespace[1])
     settings = _settings(None, store)
     counts = import_archive(archive, open_store(settings), namespace=ns, merge=merge, reembed=reembed)
-    console.print(f"imported {counts['items']} item(s), {counts['versions']} version row(s), {counts['ledger']} ledger unit(s) "
-                  f"into {ns} at {settings.store_uri}", soft_wrap=True)  # fmt: skip
+    console.print(
+        f"imported {counts['items']} item(s), {counts['versions']} version row(s), {counts['ledger']} ledger unit(s) "
+        f"into {ns} at {settings.store_uri}",
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -173,8 +179,15 @@ def mcp(
     table = load_tokens(tokens) if transport == "http" else None
     if transport == "http":
         check_exposure(host, table, "--tokens FILE (or set DUALMEM_TOKENS)")  # before the store opens
-    serve(_settings(None, store), scope=Scope(persona, user), transport=transport, host=host, port=port, tokens=table,
-          allowed_hosts=tuple(allowed_host))  # fmt: skip
+    serve(
+        _settings(None, store),
+        scope=Scope(persona, user),
+        transport=transport,
+        host=host,
+        port=port,
+        tokens=table,
+        allowed_hosts=tuple(allowed_host),
+    )
 
 
 @app.command()

@@ -84,8 +84,14 @@ def records(dual: DualStore, namespace: Namespace) -> Iterator[tuple[str, dict[s
     items: list[tuple[MemoryItem, list[float]]] = []
     versions: dict[str, list[tuple[MemoryItem, list[float]]]] = {}
     for row in rows:
-        item = MemoryItem.model_validate({**row, "namespace": ns, "source": {k: row[k] for k in ("session_id", "turn_ids", "chunk_id")},
-                                          "meta": json.loads(row["meta"] or "{}")})  # fmt: skip
+        item = MemoryItem.model_validate(
+            {
+                **row,
+                "namespace": ns,
+                "source": {k: row[k] for k in ("session_id", "turn_ids", "chunk_id")},
+                "meta": json.loads(row["meta"] or "{}"),
+            }
+        )
         pair = (item, [float(x) for x in row["vector"]])
         if item.meta.get(VERSION_OF):
             versions.setdefault(str(item.meta[VERSION_OF]), []).append(pair)
@@ -97,11 +103,18 @@ def records(dual: DualStore, namespace: Namespace) -> Iterator[tuple[str, dict[s
         {"unit": u, "state": "pending", "payload": p} for u, p in pending
     ]
     n_versions = sum(len(found) for found in versions.values())
-    yield "header", {
-        "format": FORMAT, "version": VERSION, "exported_at": utcnow().isoformat(),
-        "namespace": {"persona": ns[0], "user": ns[1]}, "embedder": getattr(dual.embeddings, "spec", None), "dims": dual.dims,
-        "counts": {"items": len(items), "versions": n_versions, "ledger": len(ledger)},
-    }  # fmt: skip
+    yield (
+        "header",
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "exported_at": utcnow().isoformat(),
+            "namespace": {"persona": ns[0], "user": ns[1]},
+            "embedder": getattr(dual.embeddings, "spec", None),
+            "dims": dual.dims,
+            "counts": {"items": len(items), "versions": n_versions, "ledger": len(ledger)},
+        },
+    )
     for item, vector in items:
         history = history_of(item.id, item, [v for v, _ in versions.get(item.id, [])])
         yield "item", {**_plain(item), "vector": vector, "history": history}
@@ -291,8 +304,9 @@ def read_export(path: str | Path) -> Archive:
     for item, _ in items:
         if item.kind == "insight" and item.status == "active" and not set(item.grounding) <= facts:
             missing = sorted(set(item.grounding) - facts)[:3]
-            raise _fail(str(file), f"$.items[{item.id}].grounding", "ids of facts in the export (a grounded insight)",
-                        missing)  # fmt: skip
+            raise _fail(
+                str(file), f"$.items[{item.id}].grounding", "ids of facts in the export (a grounded insight)", missing
+            )
     for unit in ledger:
         try:
             check_id(unit["unit"], "ledger unit")
@@ -305,9 +319,14 @@ def read_export(path: str | Path) -> Archive:
 
 
 def import_archive(
-    archive: Archive, dual: DualStore, *, namespace: Sequence[str] | None = None, merge: bool = False, reembed: bool = False,
+    archive: Archive,
+    dual: DualStore,
+    *,
+    namespace: Sequence[str] | None = None,
+    merge: bool = False,
+    reembed: bool = False,
     wait_s: float | None = None,
-) -> dict[str, int]:  # fmt: skip
+) -> dict[str, int]:
     """Write an archive's rows into ``dual`` under ``namespace`` (default: the exported one); return the counts.
 
     Checks (before writing): the store's embedder matches the export's (else ``reembed``), the namespace is empty
@@ -323,8 +342,10 @@ def import_archive(
         )
     held = dual.count(ns, status=None)
     if held and not merge:
-        raise ConfigurationError(f"namespace {ns} at {dual.uri} already holds {held} item(s); import into an empty namespace, "
-                                 "or pass --merge to upsert the export's items over them")  # fmt: skip
+        raise ConfigurationError(
+            f"namespace {ns} at {dual.uri} already holds {held} item(s); import into an empty namespace, "
+            "or pass --merge to upsert the export's items over them"
+        )
     rows = [*archive.items, *archive.versions]
     items = tuple(item.model_copy(update={"namespace": ns}) for item, _ in rows)
     vectors = None if reembed else tuple(tuple(v) for _, v in rows)

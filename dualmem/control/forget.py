@@ -154,11 +154,15 @@ def _known_users(folder: Folder, persona: str) -> list[str]:
 def _nothing(target: Target, main: Folder) -> ConfigurationError:
     users = _known_users(main, target.persona)
     if target.user is not None and users:
-        return ConfigurationError(f"nothing stored for user {target.user!r} of persona {target.persona!r} in {main.uri}; "
-                                  f"its users: {', '.join(users)} (check --user)")  # fmt: skip
+        return ConfigurationError(
+            f"nothing stored for user {target.user!r} of persona {target.persona!r} in {main.uri}; "
+            f"its users: {', '.join(users)} (check --user)"
+        )
     personas = sorted({ns[0] for ns in erase.memory_namespaces(main, "TRUE")})
-    return ConfigurationError(f"nothing stored for persona {target.persona!r} in {main.uri}; personas with memory: "
-                              f"{', '.join(personas) or 'none'} (check --persona and --store)")  # fmt: skip
+    return ConfigurationError(
+        f"nothing stored for persona {target.persona!r} in {main.uri}; personas with memory: "
+        f"{', '.join(personas) or 'none'} (check --persona and --store)"
+    )
 
 
 def _item_plan(target: Target, where: Location, main: Folder) -> ForgetPlan:
@@ -168,8 +172,10 @@ def _item_plan(target: Target, where: Location, main: Folder) -> ForgetPlan:
     if not mine:
         if not erase.memory_rows(main, ns_eq_sql(ns), ["pk"]):
             raise _nothing(target, main)
-        raise ConfigurationError(f"no item {target.item!r} in {ns} at {where.uri}; `dualmem inspect --persona {ns[0]} "
-                                 f"--user {ns[1]} --all` lists the item ids")  # fmt: skip
+        raise ConfigurationError(
+            f"no item {target.item!r} in {ns} at {where.uri}; `dualmem inspect --persona {ns[0]} "
+            f"--user {ns[1]} --all` lists the item ids"
+        )
     versions = sum(1 for r in mine if r["id"] != target.item)
     counts = {"item rows": len(mine) - versions, "version rows (history)": versions}
     return ForgetPlan(target, where, [main], [target.user], counts, [], [], [r["pk"] for r in mine])
@@ -237,8 +243,9 @@ def _hold(stack: ExitStack, plan: ForgetPlan, users: Sequence[str], wait_s: floa
                 ) from None
 
 
-def _forget_users(plan: ForgetPlan, users: Sequence[str], frags: Frags, removed: dict[str, int],
-                  threads: set[str]) -> None:  # fmt: skip
+def _forget_users(
+    plan: ForgetPlan, users: Sequence[str], frags: Frags, removed: dict[str, int], threads: set[str]
+) -> None:
     """Delete every row of ``users`` (a batch of the persona's users, or the one user) from every folder."""
     targets = [Target(plan.target.persona, u) for u in users]
     memory_sql = " OR ".join(f"({places.memory_where(t)})" for t in targets) or "FALSE"
@@ -303,9 +310,16 @@ def _purge_all(plan: ForgetPlan, frags: Frags, unverified: bool) -> dict[str, di
 
 
 def forget(
-    persona: str, user: str | None = None, *, item: str | None = None, settings: Any = None, store: Any = None,
-    wait_s: float = 0.0, threads: Sequence[str] = (), delete_unverified: bool = False,
-) -> ForgetReport:  # fmt: skip
+    persona: str,
+    user: str | None = None,
+    *,
+    item: str | None = None,
+    settings: Any = None,
+    store: Any = None,
+    wait_s: float = 0.0,
+    threads: Sequence[str] = (),
+    delete_unverified: bool = False,
+) -> ForgetReport:
     """Forget ``user`` of ``persona`` (``user=None``: every user of it; ``item``: one item of that user).
 
     ``store``: a LanceDB ``DualStore`` or the LangGraph store over it (``LanceDBStore``, a graph's ``runtime.store``;

@@ -66,12 +66,22 @@ def _record(
     assert state is not None
     api = is_api_change(change) or (op == "ADD" and not change)
     return HistoryRecord(
-        op=op, item_id=item_id, kind=state.kind, at=at.isoformat(), chunk_id=None if api else change, change=change,
-        via="api" if api else "writer", text_before=before.text if before else None, text_after=after.text if after else None,
-        grounding_before=list(before.grounding) if before else [], grounding_after=list(after.grounding) if after else [],
-        session_id=state.source.session_id, turn_ids=list(state.source.turn_ids), model_text=state.meta.get("model_text"),
+        op=op,
+        item_id=item_id,
+        kind=state.kind,
+        at=at.isoformat(),
+        chunk_id=None if api else change,
+        change=change,
+        via="api" if api else "writer",
+        text_before=before.text if before else None,
+        text_after=after.text if after else None,
+        grounding_before=list(before.grounding) if before else [],
+        grounding_after=list(after.grounding) if after else [],
+        session_id=state.source.session_id,
+        turn_ids=list(state.source.turn_ids),
+        model_text=state.meta.get("model_text"),
         version_id=before.id if before is not None else None,
-    )  # fmt: skip
+    )
 
 
 def chain(current: MemoryItem | None, versions: Sequence[MemoryItem]) -> list[MemoryItem]:

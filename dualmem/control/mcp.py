@@ -166,8 +166,9 @@ class SessionPin:
         if session:
             if self.pins.get(session, digest) != digest:
                 body = b'{"error": "this MCP session was initialized with other credentials or scope; start a new session"}'
-                await send({"type": "http.response.start", "status": 403,
-                            "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+                await send(
+                    {"type": "http.response.start", "status": 403, "headers": [(b"content-type", b"application/json")]}
+                )
                 await send({"type": "http.response.body", "body": body})
                 return None
             if scope.get("method") == "DELETE":
@@ -185,9 +186,16 @@ class SessionPin:
 
 
 def build_server(
-    settings: Any = None, *, scope: Scope = Scope(), store: Any = None, host: str = "127.0.0.1", port: int = 8000,
-    name: str = "dualmem", tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = (),
-) -> Any:  # fmt: skip
+    settings: Any = None,
+    *,
+    scope: Scope = Scope(),
+    store: Any = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str = "dualmem",
+    tokens: TokenTable | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> Any:
     """Return a FastMCP server over the store ``settings`` names (or ``store``, a ``DualStore``), scoped by ``scope``;
     with ``tokens``, every HTTP request authenticates with a bearer token of the table."""
     import anyio
@@ -213,8 +221,15 @@ def build_server(
         where = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         auth = AuthSettings(issuer_url=where, resource_server_url=f"{where}/mcp", validate_token_resource=False)  # type: ignore[arg-type]
     verifier = TokenVerifier(tokens) if tokens is not None else None
-    server = FastMCP(name, instructions=INSTRUCTIONS, host=host, port=port, auth=auth, token_verifier=verifier,
-                     transport_security=security)  # fmt: skip
+    server = FastMCP(
+        name,
+        instructions=INSTRUCTIONS,
+        host=host,
+        port=port,
+        auth=auth,
+        token_verifier=verifier,
+        transport_security=security,
+    )
 
     async def off_loop(fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -227,42 +242,65 @@ def build_server(
         query: Annotated[str, Field(description="what to look for, in a few words")],
         limit: Annotated[int, Field(ge=1, le=100, description="how many memories to return at most")] = 10,
         kind: Annotated[Kind, Field(description="facts, insights or both")] = "both",
-        persona: PersonaArg = None, user: UserArg = None, ctx: Context | None = None,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+        persona: PersonaArg = None,
+        user: UserArg = None,
+        ctx: Context | None = None,
+    ) -> list[dict[str, Any]]:
         """Search the persona's memory of the user: facts and insights, best first, with ids and sources."""
         ns = scoper.namespace(ctx, persona, user)
         kinds: tuple[MemoryKind, ...] = ("fact", "insight") if kind == "both" else (kind,)  # type: ignore[assignment]
         hits = await off_loop(lambda: ranker.rank(db, ns, query, limit, kinds=kinds))
         return [
-            {"id": h.item.id, "kind": h.item.kind, "text": h.item.text, "grounding": h.item.grounding,
-             "session_id": h.item.source.session_id, "event_time": h.item.event_time, "score": round(float(h.score), 6)}
+            {
+                "id": h.item.id,
+                "kind": h.item.kind,
+                "text": h.item.text,
+                "grounding": h.item.grounding,
+                "session_id": h.item.source.session_id,
+                "event_time": h.item.event_time,
+                "score": round(float(h.score), 6),
+            }
             for h in hits
-        ]  # fmt: skip
+        ]
 
     @server.tool()
     async def add_fact(
         text: Annotated[str, Field(min_length=1, max_length=2000, description="the fact, one self-contained sentence")],
         session_id: Annotated[str | None, Field(description="the conversation it comes from, if known")] = None,
         event_time: Annotated[str | None, Field(description="when it happened (ISO date), if known")] = None,
-        persona: PersonaArg = None, user: UserArg = None, ctx: Context | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+        persona: PersonaArg = None,
+        user: UserArg = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
         """Remember a fact about the user (an objective event they revealed)."""
         import uuid
 
         from dualmem.schema import Fact, SourceRef
 
         ns = scoper.namespace(ctx, persona, user)
-        fact = Fact(id=f"mcp-{uuid.uuid4().hex[:16]}", namespace=ns, text=text.strip(), source=SourceRef(session_id=session_id),
-                    event_time=event_time, meta={"via": "mcp"})  # fmt: skip
+        fact = Fact(
+            id=f"mcp-{uuid.uuid4().hex[:16]}",
+            namespace=ns,
+            text=text.strip(),
+            source=SourceRef(session_id=session_id),
+            event_time=event_time,
+            meta={"via": "mcp"},
+        )
         await off_loop(db.upsert, [fact])
         return {"id": fact.id, "kind": "fact", "text": fact.text}
 
     @server.tool()
     async def forget(
-        item_id: Annotated[str | None, Field(description="the id of one memory to forget (as search_memory returned it)")] = None,
-        everything: Annotated[bool, Field(description="forget ALL of this user's memory (only when the user asks)")] = False,
-        persona: PersonaArg = None, user: UserArg = None, ctx: Context | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+        item_id: Annotated[
+            str | None, Field(description="the id of one memory to forget (as search_memory returned it)")
+        ] = None,
+        everything: Annotated[
+            bool, Field(description="forget ALL of this user's memory (only when the user asks)")
+        ] = False,
+        persona: PersonaArg = None,
+        user: UserArg = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
         """Forget one memory by id, or (everything=true) every trace of this user: memory, history, chats, checkpoints."""
         from dualmem.control.forget import forget as forget_now
 
@@ -272,14 +310,19 @@ def build_server(
                 "pass either item_id (one memory) or everything=true (the whole user), not both or neither"
             )
         report = await off_loop(lambda: forget_now(ns[0], ns[1], item=item_id or None, settings=s, store=db))
-        return {"forgot": report.target.describe(), "removed": {k: v for k, v in report.removed.items() if v},
-                "checkpointed_threads": report.checkpoints_deleted}  # fmt: skip
+        return {
+            "forgot": report.target.describe(),
+            "removed": {k: v for k, v in report.removed.items() if v},
+            "checkpointed_threads": report.checkpoints_deleted,
+        }
 
     @server.tool()
     async def memory_history(
         item_id: Annotated[str, Field(description="the id of a memory")],
-        persona: PersonaArg = None, user: UserArg = None, ctx: Context | None = None,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+        persona: PersonaArg = None,
+        user: UserArg = None,
+        ctx: Context | None = None,
+    ) -> list[dict[str, Any]]:
         """Return a memory's history: each ADD / UPDATE / DELETE with its chunk, time and text before and after."""
         from dualmem.control.history import item_history
 
@@ -289,8 +332,16 @@ def build_server(
     return server
 
 
-def serve(settings: Any = None, *, scope: Scope = Scope(), transport: str = "stdio", host: str = "127.0.0.1",
-          port: int = 8000, tokens: TokenTable | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
+def serve(
+    settings: Any = None,
+    *,
+    scope: Scope = Scope(),
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: TokenTable | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> None:
     """Serve the memory over ``stdio`` or ``http`` (streamable HTTP at ``http://HOST:PORT/mcp``) until stopped."""
     if transport not in ("stdio", "http"):
         raise ConfigurationError(f"--transport {transport!r}: use stdio or http")

@@ -301,9 +301,12 @@ def synthetic_history(sessions: int = 32, turns: int = 6) -> list[Any]:
     out = []
     for s in range(sessions):
         said = [
-            Turn(id=f"s{s}:t{t}", role="user" if t % 2 == 0 else "assistant",
-                 text=f"I keep thinking about {' '.join(words[(s * 7 + t * 3 + k) % len(words)] for k in range(5))} today")
+            Turn(
+                id=f"s{s}:t{t}",
+                role="user" if t % 2 == 0 else "assistant",
+                text=f"I keep thinking about {' '.join(words[(s * 7 + t * 3 + k) % len(words)] for k in range(5))} today",
+            )
             for t in range(turns)
-        ]  # fmt: skip
+        ]
         out.append(Session(id=f"s{s}", time=f"2024-{s // 28 + 1:02d}-{s % 28 + 1:02d}", turns=said))
     return out

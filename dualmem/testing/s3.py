@@ -53,12 +53,22 @@ class S3Server:
         import boto3
 
         self.bucket = bucket
-        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test",
-                                   aws_secret_access_key="test", region_name="us-east-1")  # fmt: skip
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
         self.client.create_bucket(Bucket=bucket)
         self.uri = f"s3://{bucket}/db"
-        self.options = {"endpoint": self.endpoint, "allow_http": "true", "aws_access_key_id": "test",
-                        "aws_secret_access_key": "test", "region": "us-east-1"}  # fmt: skip
+        self.options = {
+            "endpoint": self.endpoint,
+            "allow_http": "true",
+            "aws_access_key_id": "test",
+            "aws_secret_access_key": "test",
+            "region": "us-east-1",
+        }
 
     def requests(self) -> list[dict[str, str]]:
         """Every request the server has answered so far: ``method``, ``path``, ``status``."""

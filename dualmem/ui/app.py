@@ -103,9 +103,12 @@ class Browser:
     def page(self, request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
         user, credential = values.pop("_caller", (None, ""))
         body = self.env.get_template(template).render(
-            root="", identity=user.identity if user else None, admin=bool(user and user.admin),
-            csrf=self.csrf(credential), **values,
-        )  # fmt: skip
+            root="",
+            identity=user.identity if user else None,
+            admin=bool(user and user.admin),
+            csrf=self.csrf(credential),
+            **values,
+        )
         return HTMLResponse(body, status_code=code)
 
     def error(self, request: Request, status: int, message: str) -> HTMLResponse:
@@ -122,9 +125,13 @@ def _base(persona: str, user: str) -> str:
 
 
 def build_app(
-    settings: Any = None, *, store: Any = None, tokens: TokenTable | None = None, host: str = "127.0.0.1",
+    settings: Any = None,
+    *,
+    store: Any = None,
+    tokens: TokenTable | None = None,
+    host: str = "127.0.0.1",
     allowed_hosts: tuple[str, ...] = (),
-) -> Starlette:  # fmt: skip
+) -> Starlette:
     """Return the memory browser over the store ``settings`` names (or ``store``); ``tokens``: who may see what."""
     from dualmem.config import Settings
     from dualmem.stores import dual_of, open_store
@@ -180,21 +187,37 @@ def build_app(
         kind, status, session = q.get("kind", ""), q.get("status", "active"), q.get("session", "")
         offset = int(q["offset"]) if q.get("offset", "").isdigit() else 0
         page = data.items_page(
-            app_state.dual, (persona, who), kind=kind if kind in ("fact", "insight") else "",
-            status=status if status in ("active", "superseded", "all") else "active", session=session, offset=offset,
-        )  # fmt: skip
+            app_state.dual,
+            (persona, who),
+            kind=kind if kind in ("fact", "insight") else "",
+            status=status if status in ("active", "superseded", "all") else "active",
+            session=session,
+            offset=offset,
+        )
         filters = urlencode({"kind": kind, "status": status, "session": session})
-        return app_state.page(request, "items.html", persona=persona, user=who, base=_base(persona, who), page=page,
-                              kind=kind, status=status, session=session, filters=filters,
-                              may_forget=app_state.visible(user, who), _caller=(user, cred))  # fmt: skip
+        return app_state.page(
+            request,
+            "items.html",
+            persona=persona,
+            user=who,
+            base=_base(persona, who),
+            page=page,
+            kind=kind,
+            status=status,
+            session=session,
+            filters=filters,
+            may_forget=app_state.visible(user, who),
+            _caller=(user, cred),
+        )
 
     def item(request: Request, user: TokenUser | None, cred: str) -> Response:
         persona, who = app_state.namespace(request, user)
         view = data.item_view(app_state.dual, (persona, who), request.path_params["item"])
         if view is None:
             return app_state.error(request, 404, "No such memory item.")
-        return app_state.page(request, "item.html", persona=persona, user=who, base=_base(persona, who), v=view,
-                              _caller=(user, cred))  # fmt: skip
+        return app_state.page(
+            request, "item.html", persona=persona, user=who, base=_base(persona, who), v=view, _caller=(user, cred)
+        )
 
     def search(request: Request, user: TokenUser | None, cred: str) -> Response:
         persona, who = app_state.namespace(request, user)
@@ -202,8 +225,17 @@ def build_app(
         hits = (
             data.ranked(app_state.dual, (persona, who), query, app_state.ranker, s.tuning.retrieval_k) if query else []
         )
-        return app_state.page(request, "search.html", persona=persona, user=who, base=_base(persona, who), query=query,
-                              hits=hits, ranker=app_state.ranker.spec, _caller=(user, cred))  # fmt: skip
+        return app_state.page(
+            request,
+            "search.html",
+            persona=persona,
+            user=who,
+            base=_base(persona, who),
+            query=query,
+            hits=hits,
+            ranker=app_state.ranker.spec,
+            _caller=(user, cred),
+        )
 
     def export(request: Request, user: TokenUser | None, cred: str) -> Response:
         from dualmem.control.export import export_namespace
@@ -218,8 +250,12 @@ def build_app(
             path.unlink(missing_ok=True)
             os.rmdir(folder)
 
-        return FileResponse(path, media_type="application/json", filename=f"dualmem-{persona}-{who}.json",
-                            background=BackgroundTask(cleanup))  # fmt: skip
+        return FileResponse(
+            path,
+            media_type="application/json",
+            filename=f"dualmem-{persona}-{who}.json",
+            background=BackgroundTask(cleanup),
+        )
 
     def forget(request: Request, user: TokenUser | None, cred: str) -> Response:
         from dualmem.control.forget import carry_out, locate, plan_forget
@@ -254,8 +290,14 @@ def build_app(
 
     async def headers(request: Request, call_next: Any) -> Response:
         response = await call_next(request)
-        response.headers.update({"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-                                 "Referrer-Policy": "same-origin", "Cache-Control": "no-store"})  # fmt: skip
+        response.headers.update(
+            {
+                "Content-Security-Policy": CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "same-origin",
+                "Cache-Control": "no-store",
+            }
+        )
         return response
 
     ns = "/p/{persona}/u/{user}"
@@ -283,8 +325,14 @@ def build_app(
     )
 
 
-def serve(settings: Any = None, *, host: str = "127.0.0.1", port: int = 8700, tokens: TokenTable | None = None,
-          allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
+def serve(
+    settings: Any = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8700,
+    tokens: TokenTable | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> None:
     """Serve the memory browser at ``http://HOST:PORT/`` until stopped."""
     import uvicorn
 

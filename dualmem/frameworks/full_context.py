@@ -46,10 +46,18 @@ class FullContextFramework(MemoryFramework):
         sizes = count_tokens_batch(lines) if lines else []
         start = self.space.count()
         turns = [
-            {"id": f"{session.id}/{t.id}", "turn_id": t.id, "session": session.id, "time": session.time, "role": t.role,
-             "line": line, "tokens": size, "seq": start + i}
+            {
+                "id": f"{session.id}/{t.id}",
+                "turn_id": t.id,
+                "session": session.id,
+                "time": session.time,
+                "role": t.role,
+                "line": line,
+                "tokens": size,
+                "seq": start + i,
+            }
             for i, (t, line, size) in enumerate(zip(session.turns, lines, sizes, strict=True))
-        ]  # fmt: skip
+        ]
         self.space.put(turns, lines, embed=False)  # never searched by meaning
         report.items_written = len(turns)
 

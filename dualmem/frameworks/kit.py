@@ -125,13 +125,16 @@ class Space:
             vectors = [[0.0] * self.store.dims] * len(records)
         items = [
             Fact(
-                id=str(r["id"]), namespace=self._ns(collection), text=text or " ",
+                id=str(r["id"]),
+                namespace=self._ns(collection),
+                text=text or " ",
                 source=SourceRef(session_id=r.get("session"), turn_ids=list(r.get("turn_ids") or [])),
-                event_time=r.get("time"), meta={k: v for k, v in r.items() if k != "vector"},
+                event_time=r.get("time"),
+                meta={k: v for k, v in r.items() if k != "vector"},
                 emotion=_emotion(emotions, i),
             )
             for i, (r, text) in enumerate(zip(records, texts, strict=True))
-        ]  # fmt: skip
+        ]
         self.store.upsert(items, vectors=vectors)
 
     def records(self, collection: str = RECORD) -> list[dict[str, Any]]:

@@ -145,9 +145,14 @@ def open_memory(ctx: Context, name: str, persona: Persona, store_uri: str | None
         from dualmem.frameworks import open_framework
 
         context = FrameworkContext(
-            namespace=(persona.id, ctx.settings.user), settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"),
-            writer_model=ctx.llm("writer"), embeddings=ctx.load_embedder(), store_uri=store_uri,
-        )  # fmt: skip
+            namespace=(persona.id, ctx.settings.user),
+            settings=ctx.settings,
+            persona=persona,
+            chat_model=ctx.llm("chat"),
+            writer_model=ctx.llm("writer"),
+            embeddings=ctx.load_embedder(),
+            store_uri=store_uri,
+        )
         built[key] = open_framework(name, context)
     return built[key]
 

@@ -72,9 +72,15 @@ class _Planner:
     """One update's validation pass (private: use :func:`plan_update`)."""
 
     def __init__(
-        self, view: View, chunk: Chunk, namespace: Sequence[str], embeddings: Embeddings | None, threshold: float,
-        now: Any, seq: int,
-    ) -> None:  # fmt: skip
+        self,
+        view: View,
+        chunk: Chunk,
+        namespace: Sequence[str],
+        embeddings: Embeddings | None,
+        threshold: float,
+        now: Any,
+        seq: int,
+    ) -> None:
         self.view, self.chunk, self.namespace = view, chunk, tuple(namespace)
         self.embeddings, self.threshold = embeddings, threshold
         self.facts = {e["label"]: e for e in view["facts"]}

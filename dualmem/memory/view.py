@@ -70,16 +70,30 @@ def build_view(
     """Label facts ``F1``… and insights ``I1``… in the order given (an item shown twice keeps its first place)."""
     vecs = vectors or {}
     fact_entries = [
-        ViewEntry(label=f"F{n}", id=f.id, text=f.text, time=f.event_time, cites=[], item=f.model_dump(mode="json"),
-                  vector=[float(x) for x in vecs.get(f.id, [])])
+        ViewEntry(
+            label=f"F{n}",
+            id=f.id,
+            text=f.text,
+            time=f.event_time,
+            cites=[],
+            item=f.model_dump(mode="json"),
+            vector=[float(x) for x in vecs.get(f.id, [])],
+        )
         for n, f in enumerate(_unique(facts), start=1)
-    ]  # fmt: skip
+    ]
     by_id = {e["id"]: e["label"] for e in fact_entries}
     insight_entries = [
-        ViewEntry(label=f"I{n}", id=i.id, text=i.text, time=i.event_time, cites=[by_id[g] for g in i.grounding if g in by_id],
-                  item=i.model_dump(mode="json"), vector=[float(x) for x in vecs.get(i.id, [])])
+        ViewEntry(
+            label=f"I{n}",
+            id=i.id,
+            text=i.text,
+            time=i.event_time,
+            cites=[by_id[g] for g in i.grounding if g in by_id],
+            item=i.model_dump(mode="json"),
+            vector=[float(x) for x in vecs.get(i.id, [])],
+        )
         for n, i in enumerate(_unique(insights), start=1)
-    ]  # fmt: skip
+    ]
     return View(facts=fact_entries, insights=insight_entries)
 
 

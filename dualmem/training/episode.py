@@ -172,8 +172,10 @@ def write_target(
         gone = {(r["stream"], r["op"], str(r["id"])) for r in plan["rejected"]}
         for r in plan["rejected"]:
             notes[f"gold {r['stream']} {r['op']} rejected by the writer's rules"] += 1
-        target = MemoryUpdate(facts=[f for f in target.facts if ("fact", f.op, f.id) not in gone],
-                              insights=[i for i in target.insights if ("insight", i.op, i.id) not in gone])  # fmt: skip
+        target = MemoryUpdate(
+            facts=[f for f in target.facts if ("fact", f.op, f.id) not in gone],
+            insights=[i for i in target.insights if ("insight", i.op, i.id) not in gone],
+        )
     raise RuntimeError("write_target: a rejected operation was not found in the target")
 
 

@@ -72,9 +72,14 @@ class GoldChunk:
 
 
 def gold_walk(
-    item: DatasetItem, *, ctx: Context | None = None, chunk_tokens: int | None = None, max_chunks: int | None = None,
-    notes: Counter[str] | None = None, keep_start: Callable[[int], bool] = lambda n: False,
-) -> Iterator[GoldChunk]:  # fmt: skip
+    item: DatasetItem,
+    *,
+    ctx: Context | None = None,
+    chunk_tokens: int | None = None,
+    max_chunks: int | None = None,
+    notes: Counter[str] | None = None,
+    keep_start: Callable[[int], bool] = lambda n: False,
+) -> Iterator[GoldChunk]:
     """Walk the first ``max_chunks`` chunks of ``item``'s history writing its memory points where their source turn is.
 
     ``ctx``: the writer's context (chunk size, view, embedder; default :func:`~dualmem.training.writing.writer_context`),
@@ -144,8 +149,18 @@ def realmem_episodes(item: DatasetItem, *, window: int = 1, skip: int = 0, **wal
         run = steps[first : first + step]
         gold = [GoldFact(pid, text, turn) for s in run for pid, text, turn in s.points]
         if gold:
-            episodes.append(Episode(f"{item.dialogue.id}#{run[0].index}", persona, episode_namespace(item), [s.chunk for s in run],
-                                    [], gold, start=run[0].before or Seed(), scored=("fact",)))  # fmt: skip
+            episodes.append(
+                Episode(
+                    f"{item.dialogue.id}#{run[0].index}",
+                    persona,
+                    episode_namespace(item),
+                    [s.chunk for s in run],
+                    [],
+                    gold,
+                    start=run[0].before or Seed(),
+                    scored=("fact",),
+                )
+            )
     return episodes
 
 

@@ -136,8 +136,11 @@ class Seed:
     def from_json(cls, data: dict[str, Any] | None) -> Seed:
         """Read a seed written by :meth:`to_json`."""
         data = data or {}
-        return cls(tuple(MemoryItem.model_validate(i) for i in data.get("items", [])), tuple(tuple(v) for v in data.get("vectors", [])),
-                   tuple(data.get("applied", [])))  # fmt: skip
+        return cls(
+            tuple(MemoryItem.model_validate(i) for i in data.get("items", [])),
+            tuple(tuple(v) for v in data.get("vectors", [])),
+            tuple(data.get("applied", [])),
+        )
 
 
 @dataclass

@@ -66,8 +66,15 @@ class ChunkRow(TypedDict, total=False):
 
 def _row(chunk: Chunk, status: str, **extra: Any) -> ChunkRow:
     flagged = [dict(f) for f in chunk.get("flagged") or []]
-    row = {"chunk_id": chunk["id"], "index": chunk["index"], "session_id": chunk["session_id"], "turn_ids": list(chunk["turn_ids"]),
-           "status": status, "flagged": flagged, **extra}  # fmt: skip
+    row = {
+        "chunk_id": chunk["id"],
+        "index": chunk["index"],
+        "session_id": chunk["session_id"],
+        "turn_ids": list(chunk["turn_ids"]),
+        "status": status,
+        "flagged": flagged,
+        **extra,
+    }
     return cast(ChunkRow, row)
 
 
@@ -85,9 +92,15 @@ def _seqs(snap: Snapshot) -> np.ndarray:
 
 
 def recall_view(
-    store: DualStore, namespace: Namespace, text: str, *, k: int = 8, recent: int = 4, mode: str = "hybrid",
+    store: DualStore,
+    namespace: Namespace,
+    text: str,
+    *,
+    k: int = 8,
+    recent: int = 4,
+    mode: str = "hybrid",
     snapshots: Snapshots | None = None,
-) -> View:  # fmt: skip
+) -> View:
     """Return the working view for ``text``: per stream the top-``k`` search hits, then the ``recent`` items written
     last (a pure function of the store's contents and ``text``; see :mod:`dualmem.memory.view`)."""
     snap = (snapshots or Snapshots()).get(store, namespace)
@@ -114,8 +127,14 @@ def recall_view(
     return build_view([items[r] for r in chosen["fact"]], [items[r] for r in chosen["insight"]], vectors)
 
 
-def draft(ctx: Context, store: DualStore, namespace: Namespace, persona: Persona, chunk: Chunk,
-          snapshots: Snapshots | None = None) -> tuple[list[BaseMessage], View]:  # fmt: skip
+def draft(
+    ctx: Context,
+    store: DualStore,
+    namespace: Namespace,
+    persona: Persona,
+    chunk: Chunk,
+    snapshots: Snapshots | None = None,
+) -> tuple[list[BaseMessage], View]:
     """Recall the view for ``chunk`` and return the writer's messages with it."""
     view = recall_view(
         store,
@@ -138,21 +157,45 @@ def prompt_tokens(messages: Sequence[BaseMessage]) -> int:
 
 
 def decide(
-    ctx: Context, store: DualStore, namespace: Namespace, chunk: Chunk, view: View, tokens: int,
-    out: Structured[MemoryUpdate], seq: int, now: Any = None,
-) -> tuple[ChunkRow, Plan | None]:  # fmt: skip
+    ctx: Context,
+    store: DualStore,
+    namespace: Namespace,
+    chunk: Chunk,
+    view: View,
+    tokens: int,
+    out: Structured[MemoryUpdate],
+    seq: int,
+    now: Any = None,
+) -> tuple[ChunkRow, Plan | None]:
     """Validate the writer's answer into a plan; return its report row (``failed`` without a usable answer)."""
     if not out.ok or out.value is None:
         error = out.error if out.call_failed else f"no valid MemoryUpdate after {out.attempts} attempt(s): {out.error}"
         raw = (out.raw[-1] if out.raw else "")[:2000]
         return _row(chunk, "failed", prompt_tokens=tokens, attempts=out.attempts, error=error, raw=raw), None
-    plan = plan_update(out.value, view, chunk, namespace, embeddings=store.embeddings, dedup_threshold=ctx.settings.tuning.dedup_threshold,
-                       max_ops=ctx.settings.tuning.max_ops_per_chunk, now=now or utcnow(), seq=seq)  # fmt: skip
+    plan = plan_update(
+        out.value,
+        view,
+        chunk,
+        namespace,
+        embeddings=store.embeddings,
+        dedup_threshold=ctx.settings.tuning.dedup_threshold,
+        max_ops=ctx.settings.tuning.max_ops_per_chunk,
+        now=now or utcnow(),
+        seq=seq,
+    )
     unscored = score_emotions(ctx, plan) if ctx.settings.tuning.emotion_strategy else []
     row = _row(
-        chunk, "planned", prompt_tokens=tokens, attempts=out.attempts, applied=plan["applied"], rejected=plan["rejected"],
-        merged=plan["merged"], error=None, emotion_failed=unscored, drafted_by=uuid.uuid4().hex,
-    )  # fmt: skip
+        chunk,
+        "planned",
+        prompt_tokens=tokens,
+        attempts=out.attempts,
+        applied=plan["applied"],
+        rejected=plan["rejected"],
+        merged=plan["merged"],
+        error=None,
+        emotion_failed=unscored,
+        drafted_by=uuid.uuid4().hex,
+    )
     return row, plan
 
 
@@ -201,8 +244,9 @@ def flush_pending(
 
 def _summary(record: dict[str, Any]) -> str:
     plan = record["plan"]
-    return json.dumps({"applied": plan["applied"], "merged": plan["merged"], "drafted_by": record.get("drafted_by")},
-                      default=str)  # fmt: skip
+    return json.dumps(
+        {"applied": plan["applied"], "merged": plan["merged"], "drafted_by": record.get("drafted_by")}, default=str
+    )
 
 
 def _apply_pending(store: DualStore, pending: Sequence[tuple[str, str]], lease: Any) -> dict[str, Any]:
@@ -242,15 +286,26 @@ class Writing:
         """Write one chunk exactly once; return its report row (``skipped``, ``applied`` or ``failed``)."""
         if chunk["id"] in self.recovered:
             plan = self.recovered[chunk["id"]]["plan"]
-            return _row(chunk, "applied", attempts=0, applied=plan["applied"], rejected=plan["rejected"],
-                        merged=plan["merged"], recovered=True)  # fmt: skip
+            return _row(
+                chunk,
+                "applied",
+                attempts=0,
+                applied=plan["applied"],
+                rejected=plan["rejected"],
+                merged=plan["merged"],
+                recovered=True,
+            )
         if chunk["id"] in self.applied:
             return _row(chunk, "skipped", attempts=0)
         messages, view = draft(ctx, self.store, self.namespace, persona, chunk, snapshots)
         out = invoke_structured(
-            ctx.llm("writer"), messages, MemoryUpdate, retries=ctx.settings.tuning.max_retries, config=config,
+            ctx.llm("writer"),
+            messages,
+            MemoryUpdate,
+            retries=ctx.settings.tuning.max_retries,
+            config=config,
             policy=ctx.settings,
-        )  # fmt: skip
+        )
         row, plan = decide(ctx, self.store, self.namespace, chunk, view, prompt_tokens(messages), out, self.seq)
         if plan is None:
             return row
@@ -297,9 +352,14 @@ def writing(
 
 
 def write_chunk(
-    ctx: Context, store: DualStore, namespace: Namespace, persona: Persona, chunk: Chunk, config: Any = None,
+    ctx: Context,
+    store: DualStore,
+    namespace: Namespace,
+    persona: Persona,
+    chunk: Chunk,
+    config: Any = None,
     snapshots: Snapshots | None = None,
-) -> ChunkRow:  # fmt: skip
+) -> ChunkRow:
     """Write one chunk exactly once, under the namespace's write lease; return its report row.
 
     ``skipped``: applied before (by any writer); ``applied``: written now (a plan left

@@ -96,8 +96,14 @@ def _write(
     todo = [c for c in chunks if c["id"] not in done]
     rows: dict[str, dict[str, Any]] = {}
     snapshots = Snapshots()
-    bar = Progress(TextColumn("[bold]writing memory"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
-                   disable=not progress or not todo)  # fmt: skip
+    bar = Progress(
+        TextColumn("[bold]writing memory"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("chunks"),
+        TimeElapsedColumn(),
+        disable=not progress or not todo,
+    )
     if todo:
         with bar, writing(store, ns, give_up=lambda: {c["id"] for c in todo} <= store.ledger.applied_ids(ns)) as held:
             task = bar.add_task("write", total=len(todo))
@@ -105,8 +111,17 @@ def _write(
                 rows[chunk["id"]] = dict(held.write(ctx, persona, chunk, snapshots=snapshots))  # type: ignore[union-attr]
                 bar.advance(task)
     skipped = {"status": "skipped", "attempts": 0}
-    return [rows.get(c["id"]) or {"chunk_id": c["id"], "index": c["index"], "session_id": c["session_id"],
-                                  "turn_ids": c["turn_ids"], **skipped} for c in chunks]  # fmt: skip
+    return [
+        rows.get(c["id"])
+        or {
+            "chunk_id": c["id"],
+            "index": c["index"],
+            "session_id": c["session_id"],
+            "turn_ids": c["turn_ids"],
+            **skipped,
+        }
+        for c in chunks
+    ]
 
 
 async def awrite_history(

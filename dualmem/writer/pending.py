@@ -80,9 +80,16 @@ def new_turn(
 ) -> PendingTurn:
     """Return a pending turn (its tokens counted now, off the writer's path)."""
     return PendingTurn(
-        id=tid, role=role, speaker=speaker, text=text, at=time.time() if at is None else at, seq=seq,
-        tokens=count_tokens(text), earlier=list(earlier)[-EARLIER_MESSAGES:] if role == "user" else [], seal=None,
-    )  # fmt: skip
+        id=tid,
+        role=role,
+        speaker=speaker,
+        text=text,
+        at=time.time() if at is None else at,
+        seq=seq,
+        tokens=count_tokens(text),
+        earlier=list(earlier)[-EARLIER_MESSAGES:] if role == "user" else [],
+        seal=None,
+    )
 
 
 @dataclass

@@ -97,9 +97,15 @@ def plan_chunks(
 
 
 def take_pending(
-    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
-    persona: dict[str, Any] | None = None, lease: Any = None,
-) -> tuple[list[Chunk], dict[str, Any] | None]:  # fmt: skip
+    ctx: Context,
+    store: Any,
+    namespace: tuple[str, ...],
+    thread_id: str,
+    *,
+    flush: bool = False,
+    persona: dict[str, Any] | None = None,
+    lease: Any = None,
+) -> tuple[list[Chunk], dict[str, Any] | None]:
     """Seal the thread's next chunks under the namespace's write lease (``lease``: one the caller holds, else taken
     here); return them and the thread's persona.
 
@@ -155,15 +161,23 @@ def settle_pending(
             thread.write(ops)
     left = [t for t in snap.turns if t["id"] not in set(done)]
     return {
-        "thread": thread_id, "written_turns": len(done), "pending_turns": len(left),
-        "pending_tokens": sum(t["tokens"] for t in left), "newest_at": max((t["at"] for t in left), default=None),
-    }  # fmt: skip
+        "thread": thread_id,
+        "written_turns": len(done),
+        "pending_turns": len(left),
+        "pending_tokens": sum(t["tokens"] for t in left),
+        "newest_at": max((t["at"] for t in left), default=None),
+    }
 
 
 def form_pending(
-    ctx: Context, store: Any, namespace: tuple[str, ...], thread_id: str, *, flush: bool = False,
+    ctx: Context,
+    store: Any,
+    namespace: tuple[str, ...],
+    thread_id: str,
+    *,
+    flush: bool = False,
     persona: dict[str, Any] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Seal the thread's pending turns into chunks, write each exactly once, settle them — all under one hold of the
     namespace's write lease; return the report rows and what is still pending."""
     from dualmem.writer.core import Writing, writing

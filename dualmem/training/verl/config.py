@@ -172,8 +172,12 @@ AGENT_LOOP_YAML = """# VeRL agent-loop registration of the DualMem writer (read 
 """
 
 
-def write_agent_loop_yaml(data_dir: str | Path, view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"),
-                          memory_embedder: str = "") -> Path:  # fmt: skip
+def write_agent_loop_yaml(
+    data_dir: str | Path,
+    view_k: int = setting_default("view_k"),
+    view_recent: int = setting_default("view_recent"),
+    memory_embedder: str = "",
+) -> Path:
     """Write ``agent_loop.yaml`` registering the writer agent loop with the episodes file and the rollouts' working view
     (``memory_embedder``: the embedder of each rollout's memory store; empty: the embedder setting's)."""
     data = Path(data_dir).resolve()

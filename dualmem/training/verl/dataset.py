@@ -45,11 +45,20 @@ class StoredEpisode(Episode):
 
     def __init__(self, data: dict[str, Any]) -> None:
         if "namespace" not in data:
-            raise ConfigurationError(f"episode {data.get('id')!r} was written by an older DualMem without the writer's chunks: "
-                                     "rewrite the data with `dualmem train rl --engine verl --prepare`")  # fmt: skip
+            raise ConfigurationError(
+                f"episode {data.get('id')!r} was written by an older DualMem without the writer's chunks: "
+                "rewrite the data with `dualmem train rl --engine verl --prepare`"
+            )
         chunks = [cast(Chunk, dict(c)) for c in data["chunks"]]
-        super().__init__(data["id"], Persona.model_validate(data["persona"]), tuple(data["namespace"]), chunks, [], [],
-                         start=Seed.from_json(data.get("start")))  # fmt: skip
+        super().__init__(
+            data["id"],
+            Persona.model_validate(data["persona"]),
+            tuple(data["namespace"]),
+            chunks,
+            [],
+            [],
+            start=Seed.from_json(data.get("start")),
+        )
         self._gt = data["ground_truth"]
 
     def ground_truth(self) -> dict[str, Any]:
@@ -85,10 +94,17 @@ def episode_rows(episode: Episode, start: int = 0, split: str = "train") -> list
 
 
 def write_verl_dataset(
-    dataset: Dataset, out_dir: str | Path, *, chunk_tokens: int = 4000, val_ratio: float = 0.1, seed: int = 0,
-    view_k: int = setting_default("view_k"), view_recent: int = setting_default("view_recent"), val_personas: Iterable[str] = (),
+    dataset: Dataset,
+    out_dir: str | Path,
+    *,
+    chunk_tokens: int = 4000,
+    val_ratio: float = 0.1,
+    seed: int = 0,
+    view_k: int = setting_default("view_k"),
+    view_recent: int = setting_default("view_recent"),
+    val_personas: Iterable[str] = (),
     memory_embedder: str = "",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Write ``train.parquet``, ``val.parquet``, ``episodes.jsonl`` and ``agent_loop.yaml``; return counts.
 
     Validation holds whole personas: ``val_personas`` when given, else a ``val_ratio`` share drawn by persona.

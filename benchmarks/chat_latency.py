@@ -282,9 +282,12 @@ def main() -> None:
             after = {name: [p[1] - p[0] for p in pairs] for name, pairs in runs.items()}
             diff = [on - off for on, off in zip(ttft["on"], ttft["off"], strict=True)]
             results[mode] = {
-                "ttft_off": summary(ttft["off"]), "ttft_on": summary(ttft["on"]), "ttft_added": summary(diff),
-                "after_last_token_off": summary(after["off"]), "after_last_token_on": summary(after["on"]),
-            }  # fmt: skip
+                "ttft_off": summary(ttft["off"]),
+                "ttft_on": summary(ttft["on"]),
+                "ttft_added": summary(diff),
+                "after_last_token_off": summary(after["off"]),
+                "after_last_token_on": summary(after["on"]),
+            }
         recall = []
         for text in queries:  # as in the agents' turns: a new thread (no earlier turns), the query not remembered
             forget_queries()

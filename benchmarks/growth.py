@@ -112,8 +112,21 @@ def fresh_search(settings: Any, ns: tuple[str, ...], query: str, runs: int = 3) 
     query alone (part of it)."""
     laps, embeds = [], []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", FRESH, settings.store_uri, json.dumps(ns), query, json.dumps(settings.store_options)],
-                             capture_output=True, text=True, timeout=600, cwd=REPO)  # fmt: skip
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                FRESH,
+                settings.store_uri,
+                json.dumps(ns),
+                query,
+                json.dumps(settings.store_options),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+        )
         if out.returncode:
             raise RuntimeError(out.stderr[-2000:])
         got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -165,9 +178,13 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
                         window[m]["requests"] = place.requests()
                 if i in set(search_at) | set(marks):
                     files, size = place.size()
-                    point = {"chunks_written": i, "files": files, "bytes": size,
-                             "memory_versions": len(store.table.list_versions()),
-                             "items": store.count(ns, status=None)}  # fmt: skip
+                    point = {
+                        "chunks_written": i,
+                        "files": files,
+                        "bytes": size,
+                        "memory_versions": len(store.table.list_versions()),
+                        "items": store.count(ns, status=None),
+                    }
                     if i in search_at:
                         point["fresh_first_search"] = fresh_search(settings, ns, "how does the user feel about work?")
                     points.append(point)
@@ -192,9 +209,14 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
             if m in window and "commits" in window[m]:
                 w = window[m]
                 n = m + 5 - w["from"]
-                at.append({"chunk": m, "overhead_ms_p50": round(statistics.median(gaps[w["from"] : m + 4]), 1),
-                           "commits_per_chunk": round(w["commits"] / n, 2),
-                           "requests_per_chunk": round(w["requests"] / n, 1) if kind == "s3" else None})  # fmt: skip
+                at.append(
+                    {
+                        "chunk": m,
+                        "overhead_ms_p50": round(statistics.median(gaps[w["from"] : m + 4]), 1),
+                        "commits_per_chunk": round(w["commits"] / n, 2),
+                        "requests_per_chunk": round(w["requests"] / n, 1) if kind == "s3" else None,
+                    }
+                )
         place.close()
     return {"place": kind, "chunks": len(calls) - 1, "wall_s": round(wall, 1), "at": at, "points": points}
 
@@ -216,18 +238,23 @@ def main() -> int:
             # a mark's window ends 5 chunks after it: a run to chunk n writes 5 more when n is a mark
             extra = 5 if n in marks else 0
             runs.append(
-                run(kind, n + extra, [m for m in marks if m + 5 <= n + extra], [s for s in search_at if s <= n],
-                    Path(args.data))
-            )  # fmt: skip
+                run(
+                    kind,
+                    n + extra,
+                    [m for m in marks if m + 5 <= n + extra],
+                    [s for s in search_at if s <= n],
+                    Path(args.data),
+                )
+            )
     result = {
         "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
-                     "worker's first search, files and versions (write_history defaults, instant scripted writer)",
+        "worker's first search, files and versions (write_history defaults, instant scripted writer)",
         "command": "python benchmarks/growth.py " + " ".join(sys.argv[1:]),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "runs": runs,
         "targets": {"overhead_ms_p50_max": 50.0, "commits_per_chunk_max": 2.0, "fresh_first_search_ms_max": 15.0},
         "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-    }  # fmt: skip
+    }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0

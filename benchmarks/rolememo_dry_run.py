@@ -155,8 +155,11 @@ class Watch:
         for pid in mine:
             _, cmd, cpu, hwm = procs[pid]
             old = self.seen.get(pid)
-            self.seen[pid] = {"cmd": cmd if cmd else (old or {}).get("cmd", ""), "cpu_s": cpu,
-                              "peak_rss_mb": max(hwm, (old or {}).get("peak_rss_mb", 0.0))}  # fmt: skip
+            self.seen[pid] = {
+                "cmd": cmd if cmd else (old or {}).get("cmd", ""),
+                "cpu_s": cpu,
+                "peak_rss_mb": max(hwm, (old or {}).get("peak_rss_mb", 0.0)),
+            }
 
     def begin(self) -> None:
         """Take the CPU-seconds so far as the start, and poll from now on."""
@@ -190,8 +193,15 @@ def snapshot(s3: S3Server, watch: Watch, driver: int, reports: list[dict], calls
         watch.used(pid) for pid, p in watch.seen.items() if pid == driver or p["cmd"].startswith("ray::UnitWorker")
     )
     chunks = sum(r["chunks"] for r in reports if "facts" in r)
-    return {"t_s": t, "histories": len(reports), "chunks": chunks, "calls": calls, "requests": requests,
-            "commits": commits, "harness_cpu_s": harness}  # fmt: skip
+    return {
+        "t_s": t,
+        "histories": len(reports),
+        "chunks": chunks,
+        "calls": calls,
+        "requests": requests,
+        "commits": commits,
+        "harness_cpu_s": harness,
+    }
 
 
 def check_store(uri: str, options: dict[str, str], data: Path, sessions: int | None) -> dict[str, Any]:
@@ -265,13 +275,19 @@ def projection(measured: dict[str, Any], args: argparse.Namespace, chunk_tokens:
             "in_flight_s": chunks * args.latency / concurrency,
         }
         wall = max(bounds.values())
-        tiers.append({
-            "history_tokens": tokens, "chunks": chunks, "model_calls": round(chunks * per["model_calls"]),
-            "wall_h": round(wall / 3600, 2), "bound_by": max(bounds, key=lambda k: bounds[k]),
-            "bounds_h": {k: round(v / 3600, 2) for k, v in bounds.items()},
-            "commits": round(chunks * per["commits"]), "requests": round(chunks * per["requests"]),
-            "history_text_gb": round(args.full_personas * tokens * 4 / 1e9, 2),
-        })  # fmt: skip
+        tiers.append(
+            {
+                "history_tokens": tokens,
+                "chunks": chunks,
+                "model_calls": round(chunks * per["model_calls"]),
+                "wall_h": round(wall / 3600, 2),
+                "bound_by": max(bounds, key=lambda k: bounds[k]),
+                "bounds_h": {k: round(v / 3600, 2) for k, v in bounds.items()},
+                "commits": round(chunks * per["commits"]),
+                "requests": round(chunks * per["requests"]),
+                "history_text_gb": round(args.full_personas * tokens * 4 / 1e9, 2),
+            }
+        )
     return {
         "formula": "chunks = P * ceil(L / C); wall_s ~ max(chunks * calls_per_chunk / T, chunks * cpu_s_per_chunk / "
         "cores, chunks * latency_s / concurrency); commits = chunks * commits_per_chunk; requests = chunks * "
@@ -291,7 +307,7 @@ def projection(measured: dict[str, Any], args: argparse.Namespace, chunk_tokens:
             "cpu_s_per_chunk": per["harness_cpu_s"],
             "commits_per_chunk": per["commits"],
             "requests_per_chunk": per["requests"],
-        },  # fmt: skip
+        },
         "tiers": tiers,
     }
 
@@ -333,9 +349,15 @@ def main() -> int:
         for _ in range(2):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        env = {**os.environ, "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_EMBEDDER": embedder,
-               "DUALMEM_STORE_OPTIONS": json.dumps(s3.options), "DUALMEM_CONCURRENCY": str(concurrency),
-               "DUALMEM_CHECKPOINT_PATH": str(work / "checkpoints.sqlite"), "COLUMNS": "200"}  # fmt: skip
+        env = {
+            **os.environ,
+            "DUALMEM_CHAT_MODEL": "fake:memory",
+            "DUALMEM_EMBEDDER": embedder,
+            "DUALMEM_STORE_OPTIONS": json.dumps(s3.options),
+            "DUALMEM_CONCURRENCY": str(concurrency),
+            "DUALMEM_CHECKPOINT_PATH": str(work / "checkpoints.sqlite"),
+            "COLUMNS": "200",
+        }
         exe = shutil.which("dualmem", path=str(Path(sys.executable).parent)) or "dualmem"
         cmd = [exe, "ingest", str(data), "-d", "rolememo", "--ray", cluster.address, "--store", s3.uri]
         cmd += ["--sessions", str(args.sessions)] if args.sessions else []
@@ -394,19 +416,29 @@ def main() -> int:
         "commits": round(commits / max(1, chunks), 2),
         "requests": round(len(requests) / max(1, chunks), 1),
     }
-    end = {"t_s": wall, "histories": len(reports), "chunks": chunks, "calls": calls, "requests": len(requests),
-           "commits": commits, "harness_cpu_s": driver_cpu + worker_cpu}  # fmt: skip
+    end = {
+        "t_s": wall,
+        "histories": len(reports),
+        "chunks": chunks,
+        "calls": calls,
+        "requests": len(requests),
+        "commits": commits,
+        "harness_cpu_s": driver_cpu + worker_cpu,
+    }
 
     def between(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         n = max(1, b["chunks"] - a["chunks"])
         return {
-            "histories": [a["histories"], b["histories"]], "chunks": b["chunks"] - a["chunks"],
+            "histories": [a["histories"], b["histories"]],
+            "chunks": b["chunks"] - a["chunks"],
             "chunks_per_s": round((b["chunks"] - a["chunks"]) / max(1e-9, b["t_s"] - a["t_s"]), 2),
-            "per_chunk": {"model_calls": round((b["calls"] - a["calls"]) / n, 3),
-                          "harness_cpu_s": round((b["harness_cpu_s"] - a["harness_cpu_s"]) / n, 4),
-                          "commits": round((b["commits"] - a["commits"]) / n, 2),
-                          "requests": round((b["requests"] - a["requests"]) / n, 1)},
-        }  # fmt: skip
+            "per_chunk": {
+                "model_calls": round((b["calls"] - a["calls"]) / n, 3),
+                "harness_cpu_s": round((b["harness_cpu_s"] - a["harness_cpu_s"]) / n, 4),
+                "commits": round((b["commits"] - a["commits"]) / n, 2),
+                "requests": round((b["requests"] - a["requests"]) / n, 1),
+            },
+        }
 
     steady = between(marks[0], end) if marks and end["chunks"] > marks[0]["chunks"] else None
     timeline = [between(a, b) for a, b in zip(marks, [*marks[1:], end], strict=False) if b["chunks"] > a["chunks"]]
@@ -441,11 +473,16 @@ def main() -> int:
         "store": store,
     }
     ok = (
-        rc == 0 and not measured["failed_chunks"] and store["chunks_applied"] == store["chunks_expected"]
-        and not store["namespaces_not_exactly_applied"] and not store["ledger_units_duplicated"]
-        and not store["memory_pk_duplicated"] and not store["lease_rows_duplicated"]
-        and not store["lease_rows_still_held"] and len(reports) == args.personas
-    )  # fmt: skip
+        rc == 0
+        and not measured["failed_chunks"]
+        and store["chunks_applied"] == store["chunks_expected"]
+        and not store["namespaces_not_exactly_applied"]
+        and not store["ledger_units_duplicated"]
+        and not store["memory_pk_duplicated"]
+        and not store["lease_rows_duplicated"]
+        and not store["lease_rows_still_held"]
+        and len(reports) == args.personas
+    )
     result = {
         "benchmark": "RoleMemo-scale dry run: `dualmem ingest -d rolememo --ray` of synthetic personas (instant "
         "fake:memory writer) on a local Ray cluster (head 0 CPU + 2 x 1-CPU workers) into moto's S3 server",
@@ -461,7 +498,7 @@ def main() -> int:
             "chunk_tokens": defaults.tuning.chunk_tokens,
             "dataset_bytes": data_bytes,
             "store": "moto_server (loopback), " + s3.uri,
-        },  # fmt: skip
+        },
         "ok": ok,
         "measured": measured,
         "lease_waits": "no product counter of lease waits: lease_timeouts counts the driver's LeaseTimeout lines; "
@@ -473,7 +510,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "python": sys.version.split()[0],
-        },  # fmt: skip
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -93,8 +93,12 @@ def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
 def stats(laps: list[float]) -> dict[str, float]:
     """Return p50/p95/mean of latencies in ms."""
     laps = sorted(laps)
-    return {"p50_ms": round(statistics.median(laps), 3), "p95_ms": round(laps[min(len(laps) - 1, int(0.95 * len(laps)))], 3),
-            "mean_ms": round(statistics.fmean(laps), 3), "n": len(laps)}  # fmt: skip
+    return {
+        "p50_ms": round(statistics.median(laps), 3),
+        "p95_ms": round(laps[min(len(laps) - 1, int(0.95 * len(laps)))], 3),
+        "mean_ms": round(statistics.fmean(laps), 3),
+        "n": len(laps),
+    }
 
 
 def interleaved(fns: dict[str, Callable[[int], Any]], queries: list[int]) -> dict[str, dict[str, float]]:
@@ -127,14 +131,23 @@ def load(
         ns_idx, vecs = idx % n_ns, unit(rng, n, dims)
         ids = [f"f{i}" for i in idx]
         cols = {
-            "pk": [row_key((f"persona-{j}", "user"), i) for j, i in zip(ns_idx, ids, strict=True)], "id": ids,
-            "namespace": [ns_key((f"persona-{j}", "user")) for j in ns_idx], "kind": ["fact"] * n,
+            "pk": [row_key((f"persona-{j}", "user"), i) for j, i in zip(ns_idx, ids, strict=True)],
+            "id": ids,
+            "namespace": [ns_key((f"persona-{j}", "user")) for j in ns_idx],
+            "kind": ["fact"] * n,
             "text": [" ".join(r) for r in vocab[rng.integers(0, len(vocab), (n, 12))]],
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1).astype(np.float16)), dims),
-            "session_id": [f"s{i // 50}" for i in idx], "turn_ids": [[f"t{i}"] for i in idx], "chunk_id": [None] * n,
-            "event_time": ["2024-01-01"] * n, "created_at": [now] * n, "updated_at": [now] * n,
-            "grounding": [[] for _ in range(n)], "emotion": [None] * n, "status": ["active"] * n, "meta": ["{}"] * n,
-        }  # fmt: skip
+            "session_id": [f"s{i // 50}" for i in idx],
+            "turn_ids": [[f"t{i}"] for i in idx],
+            "chunk_id": [None] * n,
+            "event_time": ["2024-01-01"] * n,
+            "created_at": [now] * n,
+            "updated_at": [now] * n,
+            "grounding": [[] for _ in range(n)],
+            "emotion": [None] * n,
+            "status": ["active"] * n,
+            "meta": ["{}"] * n,
+        }
         store.table.add(pa.table({k: cols[k] for k in schema.names}, schema=schema))
         mine.append(vecs[ns_idx == target])
         mine_ids += [i for i, j in zip(ids, ns_idx, strict=True) if j == target]
@@ -169,8 +182,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n_ns = max(1, args.rows // args.ns_size)
     ns = (f"persona-{n_ns // 2}", "user")
     vecs, vec_ids, load_s, maintain_s = load(store, args.rows, args.ns_size, dims, n_ns // 2, words)
-    out: dict[str, Any] = {"rows": args.rows, "namespaces": n_ns, "ns_items": len(vecs), "load_s": round(load_s, 1),
-                           "maintain_s": round(maintain_s, 1)}  # fmt: skip
+    out: dict[str, Any] = {
+        "rows": args.rows,
+        "namespaces": n_ns,
+        "ns_items": len(vecs),
+        "load_s": round(load_s, 1),
+        "maintain_s": round(maintain_s, 1),
+    }
     console.print(f"[bold]{args.rows:,} rows[/]: querying namespace {ns} ({len(vecs):,} items)")
     ranker = Ranker("vector")
     queries = list(range(args.queries))
@@ -185,11 +203,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert snap is not None
         return plain.cosine_top(snap, q_vecs[i], k)
 
-    lat = interleaved({
-        "ranker warm": lambda i: ranker.rank(store, ns, q_texts[i], k, kinds=("fact",)),
-        "candidates warm": candidates,
-        "numpy": brute,
-    }, queries)  # fmt: skip
+    lat = interleaved(
+        {
+            "ranker warm": lambda i: ranker.rank(store, ns, q_texts[i], k, kinds=("fact",)),
+            "candidates warm": candidates,
+            "numpy": brute,
+        },
+        queries,
+    )
     snap = ranker.snapshots.get(store, ns)
     assert snap is not None
     truth = [[vec_ids[r] for r in brute(i).tolist()] for i in queries[:50]]
@@ -245,11 +266,17 @@ def main() -> None:
     result = {
         "benchmark": "one persona's retrieval inside a large shared LanceDB table, through the product's Ranker",
         "command": "python benchmarks/store_bench.py " + " ".join(sys.argv[1:]),
-        "when": started, "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": load_before},
-        "targets": {"ranker_warm_to_numpy_p50_max": 2.0, "fresh_worker_first_search_p50_ms_max": 15.0,
-                    "load_test_errors": 0, "load_test_stale_reads": 0, "load_test_staleness_p95_ms_max": 100.0},
+        "when": started,
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": load_before},
+        "targets": {
+            "ranker_warm_to_numpy_p50_max": 2.0,
+            "fresh_worker_first_search_p50_ms_max": 15.0,
+            "load_test_errors": 0,
+            "load_test_stale_reads": 0,
+            "load_test_staleness_p95_ms_max": 100.0,
+        },
         **figures,
-    }  # fmt: skip
+    }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     console.print_json(json.dumps(result))
 

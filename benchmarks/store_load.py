@@ -119,8 +119,22 @@ def run(
     """Start 1 writer and ``readers`` reader processes on ``uri``; return the merged figures."""
     log = Path(workdir) / f"commits-{time.time_ns()}.jsonl"
     log.touch()
-    base = [sys.executable, __file__, "--uri", uri, "--ns", ",".join(ns), "--dims", str(dims), "--seconds", str(seconds),
-            "--log", str(log), "--think-ms", str(think_ms)]  # fmt: skip
+    base = [
+        sys.executable,
+        __file__,
+        "--uri",
+        uri,
+        "--ns",
+        ",".join(ns),
+        "--dims",
+        str(dims),
+        "--seconds",
+        str(seconds),
+        "--log",
+        str(log),
+        "--think-ms",
+        str(think_ms),
+    ]
     procs = [subprocess.Popen([*base, "--role", "reader"], stdout=subprocess.PIPE, text=True) for _ in range(readers)]
     time.sleep(2.0)  # readers open the store (and load the namespace view) before the first write
     procs.append(subprocess.Popen([*base, "--role", "writer"], stdout=subprocess.PIPE, text=True))

@@ -30,8 +30,10 @@ async def measure(batched: bool) -> dict[str, float]:
         store = make_store() if batched else LanceDBStore.from_settings(Settings())
         await store.aput(("warm",), "k", {"v": 0})
         started = time.perf_counter()
-        await asyncio.gather(*(store.aput(("users", f"u{i % 50}"), f"k{i}", {"v": i}) for i in range(500)),
-                             *(store.aget(("users", f"u{i % 50}"), f"k{i}") for i in range(500)))  # fmt: skip
+        await asyncio.gather(
+            *(store.aput(("users", f"u{i % 50}"), f"k{i}", {"v": i}) for i in range(500)),
+            *(store.aget(("users", f"u{i % 50}"), f"k{i}") for i in range(500)),
+        )
         gathered = time.perf_counter() - started
         assert len(await store.asearch(("users",), limit=1000)) == 500
         started = time.perf_counter()

@@ -42,8 +42,11 @@ def populate(uri: str, n: int) -> str:
             text = f"item {i}: the user talked about the {TOPICS[i % len(TOPICS)]} in session {i // 40}"
             source = SourceRef(session_id=f"s{i // 40}", turn_ids=[f"s{i // 40}-t{i % 40}"])
             if i % 5 == 4:
-                items.append(Insight(id=f"i{i}", namespace=NS, text="I read this as " + text, grounding=[f"f{i - 1}"],
-                                     source=source))  # fmt: skip
+                items.append(
+                    Insight(
+                        id=f"i{i}", namespace=NS, text="I read this as " + text, grounding=[f"f{i - 1}"], source=source
+                    )
+                )
             else:
                 items.append(Fact(id=f"f{i}", namespace=NS, text=text, source=source))
         dual.upsert(items)
@@ -71,8 +74,13 @@ def measure(n: int, repeats: int) -> dict[str, object]:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         env = {**os.environ, "DUALMEM_STORE_URI": f"{tmp}/db", "DUALMEM_EMBEDDER": "hash:64"}
-        proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "ui", "--port", str(port)], env=env, cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dualmem.cli", "ui", "--port", str(port)],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while True:
                 try:

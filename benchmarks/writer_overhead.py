@@ -108,8 +108,14 @@ def main() -> int:
         versions = lambda: table_versions(store._db)  # noqa: E731
         before, files_before = versions(), sum(len(f) for _, _, f in os.walk(db))
         started = time.perf_counter()
-        report = write_history(dialogue, dialogue.persona, settings=settings, model=FakeChatModel(responses=[timed], cycle=True),
-                               store=store, progress=False)  # fmt: skip
+        report = write_history(
+            dialogue,
+            dialogue.persona,
+            settings=settings,
+            model=FakeChatModel(responses=[timed], cycle=True),
+            store=store,
+            progress=False,
+        )
         wall = time.perf_counter() - started
         gaps = [(b[0] - a[1]) * 1000 for a, b in zip(calls, calls[1:], strict=False)]
         items = store.count((dialogue.persona.id, dialogue.user_id), status=None)  # type: ignore[union-attr]
@@ -120,16 +126,25 @@ def main() -> int:
     result = {
         "benchmark": "writer overhead per chunk with an instant model (time between model calls), write_history defaults",
         "command": "python benchmarks/writer_overhead.py " + " ".join(sys.argv[1:]),
-        "dualmem": getattr(dualmem, "__file__", ""), "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "persona": args.persona, "sessions": args.sessions, "chunks": len(report.chunks), "model_calls": len(calls),
-        "items_written": items, "wall_s": round(wall, 2),
-        "commits_per_chunk": round(sum(commits.values()) / len(report.chunks), 2), "commits_by_table": commits,
+        "dualmem": getattr(dualmem, "__file__", ""),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "persona": args.persona,
+        "sessions": args.sessions,
+        "chunks": len(report.chunks),
+        "model_calls": len(calls),
+        "items_written": items,
+        "wall_s": round(wall, 2),
+        "commits_per_chunk": round(sum(commits.values()) / len(report.chunks), 2),
+        "commits_by_table": commits,
         "files_per_chunk": round(files / len(report.chunks), 1),
-        "per_chunk_ms": {"p50": round(statistics.median(gaps), 1), "p95": round(gaps[int(0.95 * (len(gaps) - 1))], 1),
-                         "mean": round(statistics.fmean(gaps), 1)},
+        "per_chunk_ms": {
+            "p50": round(statistics.median(gaps), 1),
+            "p95": round(gaps[int(0.95 * (len(gaps) - 1))], 1),
+            "mean": round(statistics.fmean(gaps), 1),
+        },
         "target": {"per_chunk_p50_ms_max": 50.0, "commits_per_chunk_max": 2.0},
         "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-    }  # fmt: skip
+    }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0

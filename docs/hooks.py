@@ -94,12 +94,27 @@ def render_writer_overhead(d: dict[str, Any]) -> str:
             f"{d['chunks']} chunks of RealMem {d['persona']} (first {d['sessions']} sessions), {d['items_written']} items written.",
             "",
             _table(
-                ["per chunk p50 ms", "p95 ms", "mean ms", "target p50 ms", "table commits per chunk", "files per chunk"],
-                [[per["p50"], per["p95"], per["mean"], d["target"]["per_chunk_p50_ms_max"],
-                  d.get("commits_per_chunk", "—"), d.get("files_per_chunk", "—")]],
+                [
+                    "per chunk p50 ms",
+                    "p95 ms",
+                    "mean ms",
+                    "target p50 ms",
+                    "table commits per chunk",
+                    "files per chunk",
+                ],
+                [
+                    [
+                        per["p50"],
+                        per["p95"],
+                        per["mean"],
+                        d["target"]["per_chunk_p50_ms_max"],
+                        d.get("commits_per_chunk", "—"),
+                        d.get("files_per_chunk", "—"),
+                    ]
+                ],
             ),
         ]
-    )  # fmt: skip
+    )
 
 
 def render_growth(d: dict[str, Any]) -> str:
@@ -147,7 +162,7 @@ def render_growth(d: dict[str, Any]) -> str:
             ),
             "",
         ]
-    return "\n".join(out) + f"machine: {d['machine']['cpus']} cores, load {d['machine']['load_avg_1m']}."  # fmt: skip
+    return "\n".join(out) + f"machine: {d['machine']['cpus']} cores, load {d['machine']['load_avg_1m']}."
 
 
 def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:
@@ -356,8 +371,11 @@ def render_verl_gpu_h100(d: dict[str, Any]) -> str:
 
 def render_store_serving(d: dict[str, Any]) -> str:
     """The LangGraph server's store path: gathered async calls, plain and batched."""
-    rows = [[name, r["gathered_500_put_500_get_s"], r["sequential_50_aput_s"]] for name, r in d.items()
-            if isinstance(r, dict) and "gathered_500_put_500_get_s" in r]  # fmt: skip
+    rows = [
+        [name, r["gathered_500_put_500_get_s"], r["sequential_50_aput_s"]]
+        for name, r in d.items()
+        if isinstance(r, dict) and "gathered_500_put_500_get_s" in r
+    ]
     best = min(r[1] for r in rows)
     verdict = "met" if best <= d["target_gathered_s_max"] else "missed"
     return (
@@ -413,15 +431,32 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
         f"{store['memory_pk_duplicated']} duplicated rows, {store['lease_rows_still_held']} leases left held"
     )
     inputs = d["projection"]["inputs"]
-    return "\n".join([
-        _table(["personas", "chunks", "wall s", "chunks/s", "harness CPU s per chunk", "commits per chunk",
-                "S3 requests per chunk", "driver peak MB", "lease timeouts"], run),
-        "", f"Checked in the store afterwards: {checks}.", "",
-        f"Projection of {inputs['P']:,} personas (`{d['projection']['formula']}`; T = {inputs['T_calls_per_s']:g} "
-        f"calls/s, {inputs['concurrency']} histories in flight, {inputs['latency_s']:g} s per call, "
-        f"{inputs['cores']} cores; per-chunk figures of the steady state above):", "",
-        _table(["history", "chunks", "wall h", "bound by", "commits", "S3 requests"], tiers),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            _table(
+                [
+                    "personas",
+                    "chunks",
+                    "wall s",
+                    "chunks/s",
+                    "harness CPU s per chunk",
+                    "commits per chunk",
+                    "S3 requests per chunk",
+                    "driver peak MB",
+                    "lease timeouts",
+                ],
+                run,
+            ),
+            "",
+            f"Checked in the store afterwards: {checks}.",
+            "",
+            f"Projection of {inputs['P']:,} personas (`{d['projection']['formula']}`; T = {inputs['T_calls_per_s']:g} "
+            f"calls/s, {inputs['concurrency']} histories in flight, {inputs['latency_s']:g} s per call, "
+            f"{inputs['cores']} cores; per-chunk figures of the steady state above):",
+            "",
+            _table(["history", "chunks", "wall h", "bound by", "commits", "S3 requests"], tiers),
+        ]
+    )
 
 
 def render_bench(name: str) -> str:

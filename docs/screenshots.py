@@ -40,15 +40,26 @@ def screenshots() -> dict[str, bytes]:
         settings = Settings(store_uri=f"{tmp}/db", embedder="hash:64", checkpoint_path=f"{tmp}/ck.sqlite")
         sample = load_sample()
         dual = LanceDualStore(settings.store_uri, HashEmbeddings(64))
-        write_history(sample.dialogue.sessions, sample.dialogue.persona, settings=settings, store=dual,
-                      model="fake:memory", namespace=(PERSONA, USER), progress=False)  # fmt: skip
+        write_history(
+            sample.dialogue.sessions,
+            sample.dialogue.persona,
+            settings=settings,
+            store=dual,
+            model="fake:memory",
+            namespace=(PERSONA, USER),
+            progress=False,
+        )
         insight = dual.list((PERSONA, USER), "insight")[0].id
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         env = {**os.environ, "DUALMEM_STORE_URI": settings.store_uri, "DUALMEM_EMBEDDER": "hash:64"}
-        proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "ui", "--port", str(port)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dualmem.cli", "ui", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.time() + 90
             while True:

@@ -45,5 +45,9 @@ def s3_server(tmp_path_factory):
     from dualmem.testing.s3 import S3Server
 
     with S3Server(tmp_path_factory.mktemp("moto")) as server:
-        yield {"bucket": server.bucket, "options": server.options, "options_json": json.dumps(server.options),
-               "endpoint": server.endpoint}  # fmt: skip
+        yield {
+            "bucket": server.bucket,
+            "options": server.options,
+            "options_json": json.dumps(server.options),
+            "endpoint": server.endpoint,
+        }

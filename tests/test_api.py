@@ -15,10 +15,22 @@ from conftest import REPO
 SNAPSHOTS = REPO / "tests" / "fixtures" / "api"
 # the public API: these modules' __all__ (and the members of what they list); the reference docs document them
 PUBLIC = (
-    "dualmem", "dualmem.auth", "dualmem.config", "dualmem.context", "dualmem.schema", "dualmem.errors",
-    "dualmem.stores", "dualmem.retrieval", "dualmem.writer", "dualmem.chat", "dualmem.control", "dualmem.datasets",
-    "dualmem.frameworks", "dualmem.graphs.respond", "dualmem.graphs.write",
-)  # fmt: skip
+    "dualmem",
+    "dualmem.auth",
+    "dualmem.config",
+    "dualmem.context",
+    "dualmem.schema",
+    "dualmem.errors",
+    "dualmem.stores",
+    "dualmem.retrieval",
+    "dualmem.writer",
+    "dualmem.chat",
+    "dualmem.control",
+    "dualmem.datasets",
+    "dualmem.frameworks",
+    "dualmem.graphs.respond",
+    "dualmem.graphs.write",
+)
 
 
 def _version(text: str) -> tuple[int, ...]:

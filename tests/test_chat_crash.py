@@ -57,8 +57,13 @@ def test_kill_9_between_reply_and_write_loses_and_duplicates_nothing(tmp_path, m
         assert facts_before == []
     assert all(t["seal"] for t in left.turns) == (moment != "idle")
 
-    env = {**os.environ, "DUALMEM_STORE_URI": uri, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory",
-           "DUALMEM_LEASE_TTL_S": "2"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DUALMEM_STORE_URI": uri,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_LEASE_TTL_S": "2",
+    }
     out = subprocess.run(
         [sys.executable, "-m", "dualmem.cli", "flush", "--now"],
         env=env,

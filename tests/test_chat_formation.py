@@ -39,9 +39,12 @@ def counting_writer() -> FakeChatModel:
 
 def chat(settings, store, formation, writer, messages):
     agent = create_agent(
-        FakeChatModel(responses=["Tell me more."], cycle=True), [], store=store, checkpointer=InMemorySaver(),
+        FakeChatModel(responses=["Tell me more."], cycle=True),
+        [],
+        store=store,
+        checkpointer=InMemorySaver(),
         middleware=[DualMemMiddleware(PERSONA, settings=settings, writer_model=writer, formation=formation)],
-    )  # fmt: skip
+    )
     sent = []
     for text in messages:
         agent.invoke(

@@ -128,8 +128,10 @@ def test_the_exchange_is_pending_after_the_turn_and_formed_in_the_background(tmp
 
         (formed,) = formation.flush(timeout=60, progress=True)
     said = capsys.readouterr().err.splitlines()
-    assert said == ["dualmem: writing the pending chat turns of 1 thread(s) into memory…",
-                    f"dualmem: thread th-1 of {PERSONA.id}/alice: 1 chunk(s) written"]  # fmt: skip
+    assert said == [
+        "dualmem: writing the pending chat turns of 1 thread(s) into memory…",
+        f"dualmem: thread th-1 of {PERSONA.id}/alice: 1 chunk(s) written",
+    ]
     assert (
         [r["status"] for r in formed.rows] == ["applied"]
         and len(formed.rows[0]["turn_ids"]) == 4

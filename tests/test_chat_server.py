@@ -51,9 +51,12 @@ def server(tmp_path_factory):
     config["graphs"]["agent"] = str(work / "agent.py") + ":agent"
     config["graphs"]["respond"] = "dualmem.graphs.respond:graph"
     env = {
-        "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": str(work / "lancedb"),
-        "DUALMEM_CHECKPOINT_PATH": str(work / "ck.sqlite"), "DUALMEM_FORMATION_IDLE_S": str(IDLE_S),
-    }  # fmt: skip
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_URI": str(work / "lancedb"),
+        "DUALMEM_CHECKPOINT_PATH": str(work / "ck.sqlite"),
+        "DUALMEM_FORMATION_IDLE_S": str(IDLE_S),
+    }
     with serve(config, work, env, cwd=REPO) as url:
         yield url
 

@@ -19,10 +19,27 @@ from dualmem.writer import write_history
 
 NS = ("mara", "theo")
 QUERIES = [
-    "amber birch", "cobalt denim", "ember fjord", "garnet harbor", "indigo juniper", "kelp lagoon", "maple nutmeg",
-    "opal amber", "updated fact", "revised insight", "I read this as a sign", "the user said", "thinking today",
-    "birch cobalt denim", "harbor indigo", "juniper kelp", "nutmeg opal birch", "fjord garnet", "lagoon maple", "denim ember",
-]  # fmt: skip
+    "amber birch",
+    "cobalt denim",
+    "ember fjord",
+    "garnet harbor",
+    "indigo juniper",
+    "kelp lagoon",
+    "maple nutmeg",
+    "opal amber",
+    "updated fact",
+    "revised insight",
+    "I read this as a sign",
+    "the user said",
+    "thinking today",
+    "birch cobalt denim",
+    "harbor indigo",
+    "juniper kelp",
+    "nutmeg opal birch",
+    "fjord garnet",
+    "lagoon maple",
+    "denim ember",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +52,15 @@ def source(tmp_path_factory):
     dual = LanceDualStore(settings.store_uri, HashEmbeddings(64))
     model = FakeChatModel(responses=[editing_writer], cycle=True)
     for user in ("theo", "ines"):
-        write_history(synthetic_history(14, 4), Persona(id="mara", name="Mara"), settings=settings, model=model, store=dual,
-                      namespace=("mara", user), progress=False)  # fmt: skip
+        write_history(
+            synthetic_history(14, 4),
+            Persona(id="mara", name="Mara"),
+            settings=settings,
+            model=model,
+            store=dual,
+            namespace=("mara", user),
+            progress=False,
+        )
     lg = langgraph_view(dual)
     lg.put(("dualmem", *NS, "fact"), "api-1", {"text": "moved to Lisbon"})
     lg.put(("dualmem", *NS, "fact"), "api-1", {"text": "moved to Porto"})

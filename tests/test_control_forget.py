@@ -36,13 +36,20 @@ def history(user: str, word: str, sessions: int = 6) -> list[Session]:
     """A user's sessions; every user turn says ``word`` (the marker, for the user to forget)."""
     topics = ["garden tomatoes", "night shift", "sailing boat", "old piano", "winter coat", "bakery job"]
     return [
-        Session(id=f"{user}-s{s}", time=f"2024-02-{s + 1:02d}", turns=[
-            Turn(id=f"{user}-s{s}-t{t}", role="user" if t % 2 == 0 else "assistant",
-                 text=f"about my {topics[(s + t) % len(topics)]} {word}{s}x{t} and more words here")
-            for t in range(4)
-        ])
+        Session(
+            id=f"{user}-s{s}",
+            time=f"2024-02-{s + 1:02d}",
+            turns=[
+                Turn(
+                    id=f"{user}-s{s}-t{t}",
+                    role="user" if t % 2 == 0 else "assistant",
+                    text=f"about my {topics[(s + t) % len(topics)]} {word}{s}x{t} and more words here",
+                )
+                for t in range(4)
+            ],
+        )
         for s in range(sessions)
-    ]  # fmt: skip
+    ]
 
 
 class Chat(TypedDict):
@@ -75,8 +82,15 @@ def populate(settings: Settings, user: str, word: str) -> None:
     baseline frameworks' records, checkpoints (one found by its chat record, one by its metadata)."""
     opts = settings.store_options or None
     dual = LanceDualStore(settings.store_uri, HashEmbeddings(64), storage_options=opts)
-    write_history(history(user, word), PERSONA, settings=settings, model=FakeChatModel(responses=[editing_writer], cycle=True),
-                  store=dual, namespace=(PERSONA.id, user), progress=False)  # fmt: skip
+    write_history(
+        history(user, word),
+        PERSONA,
+        settings=settings,
+        model=FakeChatModel(responses=[editing_writer], cycle=True),
+        store=dual,
+        namespace=(PERSONA.id, user),
+        progress=False,
+    )
     lg = LanceDBStore(settings.store_uri, dual=dual)
     PendingThread(lg, (PERSONA.id, user), f"chat-{user}").append(
         [new_turn(f"t-{user}", "user", f"pending words {word}-pending", seq=1)], PERSONA.model_dump(mode="json")
@@ -114,8 +128,11 @@ def objects_holding(s3: dict, prefix: str, marker: bytes) -> tuple[int, list[str
         aws_secret_access_key="test",
         region_name="us-east-1",
     )
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3["bucket"], Prefix=prefix)
-            for o in page.get("Contents", [])]  # fmt: skip
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3["bucket"], Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
     return len(keys), [k for k in keys if marker in client.get_object(Bucket=s3["bucket"], Key=k)["Body"].read()]
 
 
@@ -140,8 +157,13 @@ def where(request, tmp_path):
 
 
 def cli_env(settings: Settings) -> dict[str, str]:
-    return {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": settings.store_uri,
-            "DUALMEM_STORE_OPTIONS": settings.store_options, "DUALMEM_CHECKPOINT_PATH": settings.checkpoint_path}  # fmt: skip
+    return {
+        **os.environ,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_URI": settings.store_uri,
+        "DUALMEM_STORE_OPTIONS": settings.store_options,
+        "DUALMEM_CHECKPOINT_PATH": settings.checkpoint_path,
+    }
 
 
 def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
@@ -163,10 +185,21 @@ def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
     assert len(leftovers()) >= 5, "the scan finds the marker before the forget (in data files and the checkpointer)"
     env = cli_env(settings)
     ready, go = root / "ready", root / "go"
-    watch = {"uri": settings.store_uri, "persona": PERSONA.id, "users": ["alice", "bob"], "queries": QUERIES,
-             "ready": str(ready), "go": str(go)}  # fmt: skip
-    reader = subprocess.Popen([sys.executable, str(WORKER), "watch", json.dumps(watch)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    watch = {
+        "uri": settings.store_uri,
+        "persona": PERSONA.id,
+        "users": ["alice", "bob"],
+        "queries": QUERIES,
+        "ready": str(ready),
+        "go": str(go),
+    }
+    reader = subprocess.Popen(
+        [sys.executable, str(WORKER), "watch", json.dumps(watch)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 120
     while not ready.exists():
         assert reader.poll() is None and time.time() < deadline, (
@@ -174,8 +207,13 @@ def test_forget_leaves_no_byte_of_the_user_and_nothing_else_changes(where):
         )
         time.sleep(0.1)
 
-    done = subprocess.run([sys.executable, "-m", "dualmem.cli", "forget", "--persona", "mara", "--user", "alice", "--yes"],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", "forget", "--persona", "mara", "--user", "alice", "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "store/memory" in done.stdout and "raw-turns/memory" in done.stdout and "full-context" in done.stdout
 
@@ -220,8 +258,9 @@ def test_a_store_forgets_a_namespace_and_an_item_through_its_own_methods(backend
     alice, bob = (PERSONA.id, "alice"), (PERSONA.id, "bob")
     for ns, word in ((alice, marker), (bob, "plainword")):
         dual.upsert([MemoryItem(id=f"f{i}", namespace=ns, kind="fact", text=f"fact {i} {word}") for i in range(3)])
-        old = MemoryItem(id="v0", namespace=ns, kind="fact", text=f"old {word}", status="superseded",
-                         meta={VERSION_OF: "f0"})  # fmt: skip
+        old = MemoryItem(
+            id="v0", namespace=ns, kind="fact", text=f"old {word}", status="superseded", meta={VERSION_OF: "f0"}
+        )
         dual.upsert([old])
         plan = {"facts": [{"id": "f0", "text": f"fact 0 {word}"}, {"id": "f1", "text": f"fact 1 {word}"}]}
         dual.ledger.mark(ns, "c1", "applied", json.dumps(plan))

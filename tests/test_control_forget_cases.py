@@ -37,8 +37,13 @@ NAMES = [
 def seed(uri: str, persona: str, user: str, word: str) -> LanceDualStore:
     dual = LanceDualStore(uri, HashEmbeddings(64))
     ns = (persona, user)
-    dual.upsert([Fact(id="f1", namespace=ns, text=f"grows tomatoes {word}"), Fact(id="f2", namespace=ns, text=f"rides a bike {word}"),
-                 Insight(id="i1", namespace=ns, text=f"patience shows {word}", grounding=["f1"])])  # fmt: skip
+    dual.upsert(
+        [
+            Fact(id="f1", namespace=ns, text=f"grows tomatoes {word}"),
+            Fact(id="f2", namespace=ns, text=f"rides a bike {word}"),
+            Insight(id="i1", namespace=ns, text=f"patience shows {word}", grounding=["f1"]),
+        ]
+    )
     dual.ledger.mark(ns, f"chunk-{user}", "applied", json.dumps({"applied": [{"text": word, "store_id": "f1"}]}))
     lg = langgraph_view(dual)
     if "." not in user:  # LangGraph labels hold no dot (the pending turns' namespaces encode it)
@@ -122,8 +127,12 @@ def test_forget_refuses_while_a_writer_holds_the_namespace_and_waits_when_asked(
     line = one_error(invoke("forget", "-p", "mara", "-u", "alice", "--yes"))
     assert "test-holder" in line and "--wait" in line and "nothing was deleted" in line
     assert counts(env) == before
-    waiter = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "forget", "-p", "mara", "-u", "alice", "--yes", "--wait", "120"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "dualmem.cli", "forget", "-p", "mara", "-u", "alice", "--yes", "--wait", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2.0)
     assert waiter.poll() is None, "it waits for the writer"
     release.touch()
@@ -138,8 +147,11 @@ def test_forget_every_user_of_a_persona_leaves_other_personas(env):
     assert result.exit_code == 0, result.output
     assert counts(env) == {("zed", "alice"): 3}
     store = LanceDBStore(env)
-    assert store.list_namespaces(prefix=("dualmem",)) == [("dualmem", "zed", "alice", "fact"), ("dualmem", "zed", "alice", "insight"),
-                                                          ("dualmem", "zed", "alice", "profile")]  # fmt: skip
+    assert store.list_namespaces(prefix=("dualmem",)) == [
+        ("dualmem", "zed", "alice", "fact"),
+        ("dualmem", "zed", "alice", "insight"),
+        ("dualmem", "zed", "alice", "profile"),
+    ]
     assert [ns for ns, _ in pending_threads(store)] == [("zed", "alice")]
 
 

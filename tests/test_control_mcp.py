@@ -24,11 +24,18 @@ def store(tmp_path):
     """A store where mara remembers two users; the environment a served `dualmem mcp` reads."""
     uri = str(tmp_path / "db")
     dual = LanceDualStore(uri, HashEmbeddings(64))
-    for user, (a, b) in {"alice": ("grows tomatoes on her balcony", "works night shifts"),
-                         "bob": ("grows tomatoes in a greenhouse", "sails on weekends")}.items():  # fmt: skip
+    for user, (a, b) in {
+        "alice": ("grows tomatoes on her balcony", "works night shifts"),
+        "bob": ("grows tomatoes in a greenhouse", "sails on weekends"),
+    }.items():
         ns = ("mara", user)
-        dual.upsert([Fact(id=f"{user}-1", namespace=ns, text=a), Fact(id=f"{user}-2", namespace=ns, text=b),
-                     Insight(id=f"{user}-i", namespace=ns, text=f"{user} finds calm in routine", grounding=[f"{user}-1"])])  # fmt: skip
+        dual.upsert(
+            [
+                Fact(id=f"{user}-1", namespace=ns, text=a),
+                Fact(id=f"{user}-2", namespace=ns, text=b),
+                Insight(id=f"{user}-i", namespace=ns, text=f"{user} finds calm in routine", grounding=[f"{user}-1"]),
+            ]
+        )
     env = {
         **os.environ,
         "DUALMEM_EMBEDDER": "hash:64",
@@ -124,8 +131,15 @@ async def test_langchain_mcp_adapters_load_the_tools_into_an_agent(http_server):
     from langchain.agents import create_agent
     from langchain_mcp_adapters.client import MultiServerMCPClient
 
-    client = MultiServerMCPClient({"dualmem": {"transport": "streamable_http", "url": http_server,
-                                               "headers": {"X-DualMem-Persona": "mara", "X-DualMem-User": "bob"}}})  # fmt: skip
+    client = MultiServerMCPClient(
+        {
+            "dualmem": {
+                "transport": "streamable_http",
+                "url": http_server,
+                "headers": {"X-DualMem-Persona": "mara", "X-DualMem-User": "bob"},
+            }
+        }
+    )
     tools = {t.name: t for t in await client.get_tools()}
     model = FakeChatModel(responses=[{"query": "where does he grow tomatoes", "limit": 3}, "In a greenhouse."])
     agent = create_agent(model, [tools["search_memory"]])
@@ -136,8 +150,12 @@ async def test_langchain_mcp_adapters_load_the_tools_into_an_agent(http_server):
 
 
 TOKENS = {"tok-alice-0001": "alice", "tok-bob-00002": {"identity": "bob"}}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -194,8 +212,12 @@ async def test_a_session_keeps_the_credentials_it_was_initialized_with(auth_serv
         first = await http.post(auth_server, json=INIT, headers={**ACCEPT, **bearer("tok-alice-0001")})
         assert first.status_code == 200
         session = first.headers["mcp-session-id"]
-        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "search_memory", "arguments": {"query": "sails", "persona": "mara"}}}  # fmt: skip
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "search_memory", "arguments": {"query": "sails", "persona": "mara"}},
+        }
         for other in (bearer("tok-bob-00002"), bearer("tok-alice-0001", **{"X-DualMem-User": "bob"})):
             again = await http.post(auth_server, json=call, headers={**ACCEPT, **other, "mcp-session-id": session})
             assert again.status_code == 403 and "new session" in again.text
@@ -204,7 +226,12 @@ async def test_a_session_keeps_the_credentials_it_was_initialized_with(auth_serv
 def test_http_beyond_loopback_without_tokens_is_refused_in_one_line(store):
     _, env = store
     env = {k: v for k, v in env.items() if k != "DUALMEM_TOKENS"}
-    done = subprocess.run([sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--host", "0.0.0.0"],
-                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", "mcp", "--transport", "http", "--host", "0.0.0.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "--tokens" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -25,8 +25,9 @@ NS = ("mara", "theo")
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     full = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "dualmem.cli", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def export_file(tmp_path: Path, n: int = 1001) -> dict:
@@ -34,8 +35,17 @@ def export_file(tmp_path: Path, n: int = 1001) -> dict:
     dual = LanceDualStore(str(tmp_path / "src"), HashEmbeddings(64))
     facts = [Fact(id=f"f{i}", namespace=NS, text=f"fact number {i} about the garden") for i in range(n - 1)]
     dual.upsert([*facts, Insight(id="i0", namespace=NS, text="calm in routine", grounding=["f0", "f1"])])
-    done = cli("export", "--persona", "mara", "--user", "theo", "--out", str(tmp_path / "x.json"), cwd=tmp_path,
-               env={"DUALMEM_STORE_URI": str(tmp_path / "src")})  # fmt: skip
+    done = cli(
+        "export",
+        "--persona",
+        "mara",
+        "--user",
+        "theo",
+        "--out",
+        str(tmp_path / "x.json"),
+        cwd=tmp_path,
+        env={"DUALMEM_STORE_URI": str(tmp_path / "src")},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads((tmp_path / "x.json").read_text())
 
@@ -73,9 +83,13 @@ def test_an_import_is_whole_or_absent_and_a_rerun_works(tmp_path):
     target = {"DUALMEM_STORE_URI": str(tmp_path / "dst")}
     seen = set()
     for delay in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0):  # killed at several points: the namespace is empty or whole
-        proc = subprocess.Popen([sys.executable, "-m", "dualmem.cli", "import", str(tmp_path / "good.json")],
-                                cwd=tmp_path, env={**os.environ, "DUALMEM_EMBEDDER": "hash:64", **target},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dualmem.cli", "import", str(tmp_path / "good.json")],
+            cwd=tmp_path,
+            env={**os.environ, "DUALMEM_EMBEDDER": "hash:64", **target},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -103,9 +117,19 @@ def _chatted(home: Path, store: str) -> LanceDualStore:
     PendingThread(LanceDBStore(store, dual=dual), NS, "chat-1").append([new_turn("t-1", "user", "hello", seq=1)], {})
     (home / ".dualmem").mkdir(parents=True, exist_ok=True)
     with SqliteSaver.from_conn_string(str(home / ".dualmem" / "checkpoints.sqlite")) as saver:
-        saver.put({"configurable": {"thread_id": "chat-1", "checkpoint_ns": ""}},
-                  {"v": 1, "id": "c1", "ts": "2024-01-01T00:00:00+00:00", "channel_values": {}, "channel_versions": {},
-                   "versions_seen": {}}, {}, {})  # fmt: skip
+        saver.put(
+            {"configurable": {"thread_id": "chat-1", "checkpoint_ns": ""}},
+            {
+                "v": 1,
+                "id": "c1",
+                "ts": "2024-01-01T00:00:00+00:00",
+                "channel_values": {},
+                "channel_versions": {},
+                "versions_seen": {},
+            },
+            {},
+            {},
+        )
     return dual
 
 
@@ -121,8 +145,17 @@ def test_forget_from_another_folder_finds_the_checkpoints_or_fails_in_one_line(t
     elsewhere.mkdir(parents=True)
     # the default layout: .dualmem/lancedb beside .dualmem/checkpoints.sqlite — found from anywhere with --store
     dual = _chatted(home, str(home / ".dualmem" / "lancedb"))
-    done = cli("forget", "--persona", "mara", "--user", "theo", "--yes", "--store", str(home / ".dualmem" / "lancedb"),
-               cwd=elsewhere)  # fmt: skip
+    done = cli(
+        "forget",
+        "--persona",
+        "mara",
+        "--user",
+        "theo",
+        "--yes",
+        "--store",
+        str(home / ".dualmem" / "lancedb"),
+        cwd=elsewhere,
+    )
     assert done.returncode == 0, done.stderr
     assert dual.count(NS) == 0 and _threads(home) == [], "the checkpoints went too"
     # a store elsewhere: the default checkpoint file is neither here nor beside the store: one line, nothing forgotten
@@ -157,8 +190,17 @@ def test_ids_never_escape_a_folder_and_wildcards_are_literal(tmp_path):
     assert pending_threads(lg, ("mara", "*")) == [] and pending_threads(lg, ("mara", "ann")) == [
         (("mara", "ann"), "chat-1")
     ]
-    done = cli("flush", "-p", "mara", "-u", "*", "--model", "fake:memory", cwd=tmp_path,
-               env={"DUALMEM_STORE_URI": str(tmp_path / "db")})  # fmt: skip
+    done = cli(
+        "flush",
+        "-p",
+        "mara",
+        "-u",
+        "*",
+        "--model",
+        "fake:memory",
+        cwd=tmp_path,
+        env={"DUALMEM_STORE_URI": str(tmp_path / "db")},
+    )
     assert done.returncode == 0 and "ann" not in done.stdout + done.stderr and "no chat turns pending" in done.stdout
 
 
@@ -178,7 +220,8 @@ def test_an_explicit_user_wins_over_the_only_user_rule(tmp_path):
 
 def test_eval_on_a_malformed_file_writes_nothing(tmp_path):
     (tmp_path / "bad.json").write_text('{"dialogue": 5}')
-    done = cli("eval", "bad.json", "-d", "realmem", "-f", "dualmem", "--model", "fake:memory", "--out", "out",
-               cwd=tmp_path)  # fmt: skip
+    done = cli(
+        "eval", "bad.json", "-d", "realmem", "-f", "dualmem", "--model", "fake:memory", "--out", "out", cwd=tmp_path
+    )
     assert done.returncode == 2 and "bad.json" in done.stderr
     assert not (tmp_path / "out").exists(), "no run folder, run.json or run record before the input is checked"

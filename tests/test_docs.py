@@ -28,9 +28,14 @@ BLOCK = re.compile(
 )
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 OFFLINE = {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "LANGSMITH_TRACING": "false",
-    "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_FORMATION_IDLE_S": "1",
-}  # fmt: skip
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "LANGSMITH_TRACING": "false",
+    "DUALMEM_CHAT_MODEL": "fake:memory",
+    "DUALMEM_EMBEDDER": "hash:64",
+    "DUALMEM_FORMATION_IDLE_S": "1",
+}
 
 
 def blocks(page: Path) -> list[tuple[str, str, str]]:
@@ -71,8 +76,14 @@ def test_every_code_block_of_the_page_runs(page: Path, tmp_path):
 
 
 def test_the_site_builds_strictly_with_generated_tables(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, **OFFLINE})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **OFFLINE},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     config = (tmp_path / "site" / "configuration" / "index.html").read_text()
     assert "DUALMEM_CHUNK_TOKENS" in config and "DUALMEM_STORE_URI" in config  # the settings table, from the code

@@ -113,8 +113,10 @@ def test_every_reference_page_is_in_the_nav():
 
 
 def test_the_check_catches_a_missing_name_an_extra_name_and_a_private_module(found):
-    less = [(p, i, {"members": [n for n in o["members"] if n != "open_store"]} if i == "dualmem.stores" else o)
-            for p, i, o in found]  # fmt: skip
+    less = [
+        (p, i, {"members": [n for n in o["members"] if n != "open_store"]} if i == "dualmem.stores" else o)
+        for p, i, o in found
+    ]
     assert "dualmem.stores: __all__ names missing from the reference: ['open_store']" in problems(less)
     more = [*found, ("stores.md", "dualmem.stores.contract.GetItems", {})]
     assert "dualmem.stores: the reference documents names not in __all__: ['GetItems']" in problems(more)

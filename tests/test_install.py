@@ -88,9 +88,20 @@ def installed(tmp_path_factory) -> Path:
     site = next((root / "venv" / "lib").glob("python3*/site-packages"))
     (site / "deps.pth").write_text(f"{_base_deps(root / 'deps')}\n")
     _run(
-        sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-index",
-        "--find-links", root / "dist", "dualmem", cwd=root, env=CLEAN,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        bin_dir / "python",
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        root / "dist",
+        "dualmem",
+        cwd=root,
+        env=CLEAN,
+    )
     return bin_dir
 
 
@@ -107,9 +118,13 @@ def test_the_wheel_holds_the_package_data_and_nothing_of_the_checkout(installed)
 
 def test_the_console_script_runs_an_offline_quick_start(installed, tmp_path):
     env = {
-        **os.environ, "PATH": f"{installed}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-        "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_EMBEDDER": "hash:64", "COLUMNS": "300",
-    }  # fmt: skip
+        **os.environ,
+        "PATH": f"{installed}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_EMBEDDER": "hash:64",
+        "COLUMNS": "300",
+    }
     env.pop("PYTHONPATH", None)
     assert "--realmem-sessions" in _run(installed / "dualmem", "demo", "--help", cwd=tmp_path, env=env)
     _run(installed / "dualmem", "sample", "sample.json", cwd=tmp_path, env=env)

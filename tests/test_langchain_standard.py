@@ -36,19 +36,49 @@ NS = ("coach", "alice")
 def _facts() -> list[Fact | Insight]:
     src = SourceRef
     return [
-        Fact(id="f1", namespace=NS, text="runs five kilometres every morning before work",
-             source=src(session_id="s1", turn_ids=["s1:2"], chunk_id="c1"), event_time="2024-05-01"),
-        Fact(id="f2", namespace=NS, text="skipped running for a month after the knee injury",
-             source=src(session_id="s2", turn_ids=["s2:7"], chunk_id="c2"), event_time="2024-06-03"),
-        Fact(id="f3", namespace=NS, text="works night shifts at a warehouse and sleeps until noon",
-             source=src(session_id="s2", turn_ids=["s2:9"], chunk_id="c2"), event_time="2024-06-03"),
-        Fact(id="f4", namespace=NS, text="signed up for a half marathon in October",
-             source=src(session_id="s3", turn_ids=["s3:1"], chunk_id="c3"), event_time="2024-07-10"),
-        Insight(id="i1", namespace=NS, text="the knee injury made running feel unsafe: a fear, not a lack of will",
-                grounding=["f1", "f2"], source=src(session_id="s2", chunk_id="c2")),
-        Insight(id="i2", namespace=NS, text="the half marathon is a way to prove the injury is behind them",
-                grounding=["f2", "f4"], source=src(session_id="s3", chunk_id="c3")),
-    ]  # fmt: skip
+        Fact(
+            id="f1",
+            namespace=NS,
+            text="runs five kilometres every morning before work",
+            source=src(session_id="s1", turn_ids=["s1:2"], chunk_id="c1"),
+            event_time="2024-05-01",
+        ),
+        Fact(
+            id="f2",
+            namespace=NS,
+            text="skipped running for a month after the knee injury",
+            source=src(session_id="s2", turn_ids=["s2:7"], chunk_id="c2"),
+            event_time="2024-06-03",
+        ),
+        Fact(
+            id="f3",
+            namespace=NS,
+            text="works night shifts at a warehouse and sleeps until noon",
+            source=src(session_id="s2", turn_ids=["s2:9"], chunk_id="c2"),
+            event_time="2024-06-03",
+        ),
+        Fact(
+            id="f4",
+            namespace=NS,
+            text="signed up for a half marathon in October",
+            source=src(session_id="s3", turn_ids=["s3:1"], chunk_id="c3"),
+            event_time="2024-07-10",
+        ),
+        Insight(
+            id="i1",
+            namespace=NS,
+            text="the knee injury made running feel unsafe: a fear, not a lack of will",
+            grounding=["f1", "f2"],
+            source=src(session_id="s2", chunk_id="c2"),
+        ),
+        Insight(
+            id="i2",
+            namespace=NS,
+            text="the half marathon is a way to prove the injury is behind them",
+            grounding=["f2", "f4"],
+            source=src(session_id="s3", chunk_id="c3"),
+        ),
+    ]
 
 
 @pytest.fixture(scope="module")

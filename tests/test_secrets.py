@@ -61,26 +61,55 @@ def test_no_secret_in_any_file_a_run_writes(tmp_path):
         outputs: list[str] = []
 
         def run(*args: str) -> None:
-            done = subprocess.run([sys.executable, "-m", "dualmem.cli", *args], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=600)  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "dualmem.cli", *args],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             outputs.append(done.stdout + done.stderr)
             assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-3000:])
 
         run("ingest", str(SAMPLE_PATH), "--model", model)
-        run("eval", str(SAMPLE_PATH), "-f", "dualmem", "--limit", "2", "--model", model, "--judge", model, "--no-upload",
-            "--out", str(tmp_path / "run"))  # fmt: skip
+        run(
+            "eval",
+            str(SAMPLE_PATH),
+            "-f",
+            "dualmem",
+            "--limit",
+            "2",
+            "--model",
+            model,
+            "--judge",
+            model,
+            "--no-upload",
+            "--out",
+            str(tmp_path / "run"),
+        )
         run("export", "--persona", "mara-okafor", "--out", str(tmp_path / "export.json"))
         run("eval", "calibrate-judge", str(SAMPLE_PATH), "--judge", model, "--out", str(tmp_path / "calibration"))
         # a failing command's one-line error (a model that does not exist at the endpoint's URL) names no secret
         refused = {**env, "OPENAI_BASE_URL": f"http://planted:{SECRETS['url_password']}@127.0.0.1:9/v1"}
-        failing = subprocess.run([sys.executable, "-m", "dualmem.cli", "ask", "mara-okafor", "hi", "--model", model],
-                                 cwd=tmp_path, env=refused, capture_output=True, text=True, timeout=300)  # fmt: skip
+        failing = subprocess.run(
+            [sys.executable, "-m", "dualmem.cli", "ask", "mara-okafor", "hi", "--model", model],
+            cwd=tmp_path,
+            env=refused,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert failing.returncode != 0
         outputs.append(failing.stdout + failing.stderr)
 
         async def mcp_session() -> None:
-            params = StdioServerParameters(command=sys.executable, args=["-m", "dualmem.cli", "mcp", "--persona",
-                                           "mara-okafor", "--user", "user"], env=env, cwd=str(tmp_path))  # fmt: skip
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "dualmem.cli", "mcp", "--persona", "mara-okafor", "--user", "user"],
+                env=env,
+                cwd=str(tmp_path),
+            )
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 await session.call_tool("search_memory", {"query": "night shifts"})

@@ -56,10 +56,13 @@ def served(tmp_path_factory):
         "auth": {"path": str(work / "auth.py") + ":auth"},
     }
     env = {
-        "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": str(work / "lancedb"),
-        "DUALMEM_CHECKPOINT_PATH": str(work / "ck.sqlite"), "DUALMEM_FORMATION_IDLE_S": "2",
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_STORE_URI": str(work / "lancedb"),
+        "DUALMEM_CHECKPOINT_PATH": str(work / "ck.sqlite"),
+        "DUALMEM_FORMATION_IDLE_S": "2",
         "DUALMEM_DEMO_TOKENS": json.dumps(TOKENS),
-    }  # fmt: skip
+    }
     with serve(config, work, env, cwd=REPO) as url:
         yield url
 
@@ -132,8 +135,9 @@ def test_memory_threads_and_store_items_belong_to_the_authenticated_user(served)
             bob, "respond", input={"persona": persona, "query": query, "namespace": [pid, "alice"]}
         )
         assert "AccessDenied" in error
-        error = await failed_run(bob, "write", input={"persona": persona, "sessions": sessions[:1]},
-                                 context={"user_id": "alice"})  # fmt: skip
+        error = await failed_run(
+            bob, "write", input={"persona": persona, "sessions": sessions[:1]}, context={"user_id": "alice"}
+        )
         assert "AccessDenied" in error
 
         # the store API: bob cannot list, search, get, put or delete alice's items
@@ -202,8 +206,12 @@ def test_the_chat_middleware_forms_memory_of_the_authenticated_user_only(served)
         assert (await ops.store.search_items(["dualmem", pid, "user", "fact"], limit=100))["items"] == []
 
         # bob's agent turn claiming alice is refused; his own turn recalls nothing of hers
-        error = await failed_run(bob, "agent", input={"messages": [{"role": "user", "content": "night shifts"}]},
-                                 context={"user_id": "alice"})  # fmt: skip
+        error = await failed_run(
+            bob,
+            "agent",
+            input={"messages": [{"role": "user", "content": "night shifts"}]},
+            context={"user_id": "alice"},
+        )
         assert "AccessDenied" in error
         assert await status_of(bob.store.search_items(["dualmem_pending", pid, "alice", thread])) == 403
 

@@ -23,15 +23,18 @@ NS = ("mara-okafor", "theo")
 
 def cli(*args: str, cwd: Path, store: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_STORE_URI": str(store), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "dualmem.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_format_1_store_is_refused_in_one_line_then_migrated_with_nothing_lost(tmp_path):
     store = tmp_path / "db"
     shutil.copytree(FIXTURES / "format1", store)
-    for command in (("inspect", "--persona", "mara-okafor"), ("ask", "night shifts", "--persona", "mara-okafor",
-                                                              "--model", "fake:memory")):  # fmt: skip
+    for command in (
+        ("inspect", "--persona", "mara-okafor"),
+        ("ask", "night shifts", "--persona", "mara-okafor", "--model", "fake:memory"),
+    ):
         done = cli(*command, cwd=tmp_path, store=store)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "dualmem migrate" in done.stderr and "Traceback" not in done.stderr
@@ -51,8 +54,14 @@ def test_a_format_1_store_is_refused_in_one_line_then_migrated_with_nothing_lost
     assert all(set(i.grounding) <= facts for i in dual.list(NS, "insight"))
     shown = cli("inspect", "--persona", "mara-okafor", cwd=tmp_path, store=store)
     assert shown.returncode == 0 and "insight" in shown.stdout
-    again = cli("ingest", str(REPO / "dualmem" / "data" / "sample_dialogue.json"), "--model", "fake:memory",
-                cwd=tmp_path, store=store)  # fmt: skip
+    again = cli(
+        "ingest",
+        str(REPO / "dualmem" / "data" / "sample_dialogue.json"),
+        "--model",
+        "fake:memory",
+        cwd=tmp_path,
+        store=store,
+    )
     assert again.returncode == 0 and "written before" in again.stdout + again.stderr, "the ledger came along"
     assert dual.count(NS, "fact") == 4
     assert "nothing to migrate" in cli("migrate", cwd=tmp_path, store=store).stdout

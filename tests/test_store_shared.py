@@ -72,8 +72,11 @@ def test_a_reader_opened_before_another_process_writes_sees_it_through_every_rea
     assert dual.count(NS) == 0 and dual.search(NS, "tea", mode="vector") == [] and retriever.invoke("tea") == []
     assert graph_store.search(("dualmem", *NS), query="tea") == [] and graph_store.get(("notes", "alice"), "k") is None
 
-    facts = [{"id": "f1", "text": "drinks green tea every morning"}, {"id": "f2", "text": "plays chess on sundays"},
-             {"id": "f3", "text": "grows tomatoes on the balcony"}]  # fmt: skip
+    facts = [
+        {"id": "f1", "text": "drinks green tea every morning"},
+        {"id": "f2", "text": "plays chess on sundays"},
+        {"id": "f3", "text": "grows tomatoes on the balcony"},
+    ]
     run(
         "write",
         uri=uri,
@@ -175,8 +178,14 @@ def test_two_users_of_one_persona_ingested_at_once_each_get_exactly_their_memory
 
 def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
     sample = Path(__file__).resolve().parents[1] / "dualmem" / "data" / "sample_dialogue.json"
-    env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_STORE_URI": str(tmp_path / "db"),
-           "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"), "DUALMEM_CHUNK_TOKENS": "200"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_STORE_URI": str(tmp_path / "db"),
+        "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"),
+        "DUALMEM_CHUNK_TOKENS": "200",
+    }
     from dualmem.datasets import load_sample
 
     cmd = [sys.executable, "-m", "dualmem.cli", "ingest", str(sample)]
@@ -200,8 +209,14 @@ def test_cli_ingest_takes_the_user_from_the_caller_and_the_data(tmp_path):
 def test_two_cli_ingests_of_one_history_into_one_store_write_each_chunk_once(tmp_path):
     """The issue's own repro: two `dualmem ingest` of the same history at once, sharing the default checkpoint file."""
     sample = Path(__file__).resolve().parents[1] / "dualmem" / "data" / "sample_dialogue.json"
-    env = {**os.environ, "DUALMEM_EMBEDDER": "hash:64", "DUALMEM_CHAT_MODEL": "fake:memory", "DUALMEM_STORE_URI": str(tmp_path / "db"),
-           "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"), "DUALMEM_CHUNK_TOKENS": "200"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_CHAT_MODEL": "fake:memory",
+        "DUALMEM_STORE_URI": str(tmp_path / "db"),
+        "DUALMEM_CHECKPOINT_PATH": str(tmp_path / "ck.sqlite"),
+        "DUALMEM_CHUNK_TOKENS": "200",
+    }
     from dualmem.datasets import load_sample
     from dualmem.memory.chunking import chunk_sessions
 
@@ -230,8 +245,12 @@ def test_nothing_crosses_namespaces(tmp_path):
     uri = str(tmp_path / "db")
     dual = dual_at(uri)
     alice, bob = ("mara", "alice"), ("mara", "bob")
-    dual.upsert([Fact(id="x1", namespace=bob, text="bob's secret: allergic to cats"),
-                 Insight(id="y1", namespace=bob, text="bob needs care", grounding=["x1"])])  # fmt: skip
+    dual.upsert(
+        [
+            Fact(id="x1", namespace=bob, text="bob's secret: allergic to cats"),
+            Insight(id="y1", namespace=bob, text="bob needs care", grounding=["x1"]),
+        ]
+    )
     assert dual.get(alice, ["x1", "y1"]) == []
     dual.delete(alice, ["x1"])
     dual.supersede(alice, ["y1"])

@@ -43,10 +43,13 @@ print(json.dumps({"reads": reads, "errors": errors}))
 
 def _sessions(n: int) -> list[Session]:
     return [
-        Session(id=f"s{s}", time="2024-01-01",
-                turns=[Turn(id=f"s{s}t0", role="user", text=f"topic{s} detail{s} happened today")])
+        Session(
+            id=f"s{s}",
+            time="2024-01-01",
+            turns=[Turn(id=f"s{s}t0", role="user", text=f"topic{s} detail{s} happened today")],
+        )
         for s in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def _answer(messages, tool=None):
@@ -67,8 +70,9 @@ def _answer(messages, tool=None):
 def _write(store: LanceDualStore, tmp_settings, sessions: list[Session]) -> int:
     """Write the sessions (a chunk each); return how many chunks were applied now."""
     model = FakeChatModel(responses=[_answer], cycle=True)
-    report = write_history(sessions, PERSONA, settings=tmp_settings.replace(chunk_tokens=20), model=model, store=store,
-                           progress=False)  # fmt: skip
+    report = write_history(
+        sessions, PERSONA, settings=tmp_settings.replace(chunk_tokens=20), model=model, store=store, progress=False
+    )
     return sum(r["status"] == "applied" for r in report.chunks)
 
 
@@ -120,8 +124,14 @@ def test_many_short_lived_writers_tidy_as_one_long_one(tmp_path, tmp_settings, m
     for n in range(15):  # a fresh store object per short history, as batch ingest opens one per history
         store = LanceDualStore(uri, HashEmbeddings(64))
         persona = PERSONA.model_copy(update={"id": f"p{n}"})
-        write_history(_sessions(2), persona, settings=tmp_settings.replace(chunk_tokens=20), store=store,
-                      model=FakeChatModel(responses=[_answer], cycle=True), progress=False)  # fmt: skip
+        write_history(
+            _sessions(2),
+            persona,
+            settings=tmp_settings.replace(chunk_tokens=20),
+            store=store,
+            model=FakeChatModel(responses=[_answer], cycle=True),
+            progress=False,
+        )
     store = LanceDualStore(uri, HashEmbeddings(64))
     assert store.table.version > 30  # 30 chunks written
     assert len(store.table.list_versions()) < 12  # tidied on the way, though no writer made 10 commits itself

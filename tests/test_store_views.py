@@ -27,14 +27,28 @@ def dual(tmp_path):
     store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(64))
     store.upsert(
         [
-            Fact(id="f1", namespace=NS, text="runs five kilometres every morning",
-                 source=SourceRef(session_id="s1", turn_ids=["s1:2"], chunk_id="c1"), event_time="2024-05-01"),
-            Fact(id="f2", namespace=NS, text="skipped training after the knee injury",
-                 source=SourceRef(session_id="s2", turn_ids=["s2:7"])),
-            Insight(id="i1", namespace=NS, text="the injury made running feel unsafe, a fear not a lack of will",
-                    grounding=["f1", "f2"], source=SourceRef(session_id="s2")),
+            Fact(
+                id="f1",
+                namespace=NS,
+                text="runs five kilometres every morning",
+                source=SourceRef(session_id="s1", turn_ids=["s1:2"], chunk_id="c1"),
+                event_time="2024-05-01",
+            ),
+            Fact(
+                id="f2",
+                namespace=NS,
+                text="skipped training after the knee injury",
+                source=SourceRef(session_id="s2", turn_ids=["s2:7"]),
+            ),
+            Insight(
+                id="i1",
+                namespace=NS,
+                text="the injury made running feel unsafe, a fear not a lack of will",
+                grounding=["f1", "f2"],
+                source=SourceRef(session_id="s2"),
+            ),
         ]
-    )  # fmt: skip
+    )
     return store
 
 

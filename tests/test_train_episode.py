@@ -48,8 +48,15 @@ def _policy(messages: list[dict[str, str]]) -> str:
 def test_an_episode_writes_exactly_what_write_history_stores():
     sessions = _history()
     store = InMemoryDualStore(HashEmbeddings(64))
-    report = write_history(sessions, PERSONA, model=FakeChatModel(responses=[editing_writer], cycle=True), store=store,
-                           settings=SETTINGS, namespace=NS, progress=False)  # fmt: skip
+    report = write_history(
+        sessions,
+        PERSONA,
+        model=FakeChatModel(responses=[editing_writer], cycle=True),
+        store=store,
+        settings=SETTINGS,
+        namespace=NS,
+        progress=False,
+    )
     episode = build_episode(
         DatasetItem(dialogue=Dialogue(id="h", persona=PERSONA, sessions=sessions), queries=[]), chunk_tokens=80
     )

@@ -27,8 +27,11 @@ from dualmem.writer import write_history
 
 pytestmark = pytest.mark.slow
 PERSONA = "mara-okafor"
-TOKENS = {"tok-alice-0001": "alice", "tok-bob-000002": "bob",
-          "tok-admin-0003": {"identity": "ops", "permissions": ["dualmem:admin"]}}  # fmt: skip
+TOKENS = {
+    "tok-alice-0001": "alice",
+    "tok-bob-000002": "bob",
+    "tok-admin-0003": {"identity": "ops", "permissions": ["dualmem:admin"]},
+}
 
 
 def populate(root: Path) -> Settings:
@@ -36,16 +39,27 @@ def populate(root: Path) -> Settings:
     sample = load_sample()
     dual = LanceDualStore(settings.store_uri, HashEmbeddings(64))
     for user in ("alice", "bob"):
-        write_history(sample.dialogue.sessions, sample.dialogue.persona, settings=settings, store=dual,
-                      model="fake:memory", namespace=(PERSONA, user),
-                      progress=False)  # fmt: skip
+        write_history(
+            sample.dialogue.sessions,
+            sample.dialogue.persona,
+            settings=settings,
+            store=dual,
+            model="fake:memory",
+            namespace=(PERSONA, user),
+            progress=False,
+        )
     return settings
 
 
 @contextmanager
 def ui_server(settings: Settings, tmp: Path, *extra: str) -> Iterator[str]:
-    env = {**os.environ, "DUALMEM_STORE_URI": settings.store_uri, "DUALMEM_EMBEDDER": "hash:64",
-           "DUALMEM_CHECKPOINT_PATH": settings.checkpoint_path, "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "DUALMEM_STORE_URI": settings.store_uri,
+        "DUALMEM_EMBEDDER": "hash:64",
+        "DUALMEM_CHECKPOINT_PATH": settings.checkpoint_path,
+        "PYTHONPATH": str(REPO),
+    }
     with cli_server(["ui", *extra], env, tmp / f"ui-{len(list(tmp.glob('ui-*.log')))}.log") as port:
         yield f"http://127.0.0.1:{port}"
 
@@ -183,8 +197,9 @@ def test_with_tokens_a_user_reaches_only_their_own_memory(browser, tmp_path):
             == 403
         )
         # headers cannot widen it: a claimed user header, bob's path
-        sneaky = httpx.get(f"{url}/p/{PERSONA}/u/bob", headers={"Authorization": "Bearer tok-alice-0001",
-                                                                "X-DualMem-User": "bob"})  # fmt: skip
+        sneaky = httpx.get(
+            f"{url}/p/{PERSONA}/u/bob", headers={"Authorization": "Bearer tok-alice-0001", "X-DualMem-User": "bob"}
+        )
         assert sneaky.status_code == 404
         dual = LanceDualStore(settings.store_uri, HashEmbeddings(64))
         assert dual.count((PERSONA, "bob")) > 0
@@ -194,6 +209,11 @@ def test_with_tokens_a_user_reaches_only_their_own_memory(browser, tmp_path):
 
 
 def test_beyond_loopback_without_tokens_is_refused_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "dualmem.cli", "ui", "--host", "0.0.0.0"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "DUALMEM_STORE_URI": str(tmp_path / "db")})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "dualmem.cli", "ui", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DUALMEM_STORE_URI": str(tmp_path / "db")},
+    )
     assert done.returncode == 2 and "--tokens" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -24,7 +24,9 @@ def _session(sid: str, n: int) -> Session:
 
 
 def _fw(tmp_settings, model, **kw) -> MemAgentFramework:
-    chunk = tmp_settings.tuning.chunk_tokens if tmp_settings.tuning.chunk_tokens != 1024 else 80  # a test's own size wins
+    chunk = (
+        tmp_settings.tuning.chunk_tokens if tmp_settings.tuning.chunk_tokens != 1024 else 80
+    )  # a test's own size wins
     settings = tmp_settings.replace(chunk_tokens=chunk, max_retries=1)
     ctx = FrameworkContext(namespace=("p", "u"), settings=settings, chat_model=model, embeddings=HashEmbeddings())
     return MemAgentFramework(ctx, **kw)

@@ -255,3 +255,29 @@ def test_respond_graph_with_a_settings_dict_context(tmp_settings, filled):
     assert out["reply"].startswith("(fake reply)")
     assert [i["text"] for i in out["items"]] == ["failed the nursing exam in spring"]
     assert [m.type for m in out["messages"]] == ["human", "ai"]
+
+
+def test_a_turn_builds_its_memory_framework_once(tmp_settings, filled, monkeypatch):
+    """retrieve builds the framework and renders its memory text into the state; reply and remember build none."""
+    import dualmem.frameworks as frameworks
+    from dualmem.chat import FormationExecutor
+
+    built: list[str] = []
+    real = frameworks.open_framework
+    monkeypatch.setattr(frameworks, "open_framework", lambda name, ctx: built.append(name) or real(name, ctx))
+    model = FakeChatModel(responses=["Rest after those shifts."], cycle=True)
+    with FormationExecutor() as formation:
+        reply = respond(
+            "the night shifts",
+            PERSONA,
+            settings=tmp_settings,
+            model=model,
+            store=filled,
+            k=4,
+            remember=True,
+            thread_id="chat-2",
+            formation=formation,
+        )
+        formation.flush(timeout=60)
+    assert built == ["dualmem"] and reply.facts
+    assert "works night shifts at the warehouse" in str(model.calls[0][0].content)  # the rendered memory reached reply

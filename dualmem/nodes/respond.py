@@ -8,6 +8,11 @@ turns as context; ``reply`` renders them with the framework's own
 on) into the one reply prompt; ``remember`` hands the exchange to the
 framework's ``ingest``. Retrieved items travel through the state as plain
 dicts (:class:`~dualmem.frameworks.base.RetrievedItem` fields).
+
+Invariant: a turn builds its memory framework at most once. ``retrieve`` builds
+it and renders the items' ``memory_text`` into the state (``memory``), so
+``reply`` builds nothing; ``remember`` builds one only for a framework that
+ingests in the run (DualMem forms memory in the background and builds none).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing_extensions import TypedDict
 from dualmem.auth import whose_memory
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
-from dualmem.frameworks.base import FrameworkContext, MemoryFramework, RetrievedItem
+from dualmem.frameworks.base import FrameworkContext, MemoryFramework
 from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
@@ -48,6 +53,7 @@ class RespondState(RespondInput, total=False):
     """State of the respond graph: the input plus the retrieved items and the reply."""
 
     items: list[dict[str, Any]]
+    memory: str  # the items as the framework shows them to the chat model (its memory_text)
     reply: str
     written: list[dict[str, Any]]
     pending: dict[str, Any]
@@ -112,18 +118,17 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     recent = (
         history[-ctx.settings.tuning.ranker_context_turns :] if ctx.settings.tuning.ranker_context_turns else []
     )  # messages: the ranker reads who said what
-    items = memory_of(ctx, runtime, namespace, persona).retrieve(query, k, context=recent)
-    return {"query": query, "namespace": list(namespace), "items": [asdict(i) for i in items]}
+    memory = memory_of(ctx, runtime, namespace, persona)
+    items = memory.retrieve(query, k, context=recent)
+    rows = [asdict(i) for i in items]
+    return {"query": query, "namespace": list(namespace), "items": rows, "memory": memory.memory_text(items)}
 
 
 def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Answer in character from the retrieved memory and the recent turns."""
     ctx = context_of(runtime)
     query, history, in_messages = query_and_history(state)
-    persona = persona_of(state)
-    items = [RetrievedItem(**i) for i in state.get("items") or []]
-    memory = memory_of(ctx, runtime, namespace_of(state, ctx, persona, runtime), persona)
-    messages = render_respond_messages(persona, memory.memory_text(items), query, history)
+    messages = render_respond_messages(persona_of(state), state.get("memory") or "", query, history)
     answer = invoke_with_retry(
         ctx.llm("chat"), messages, policy=ctx.settings
     )  # the node's config (callbacks, streaming) flows in implicitly

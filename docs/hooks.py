@@ -476,8 +476,7 @@ def render_bench(name: str) -> str:
 def settings_table() -> str:
     """Return the tables of every setting, one per object that holds them (deployment, tuning, evaluation), from the
     code."""
-    from dualmem.config import EvalOptions, Settings, Tuning
-    from dualmem.config import settings_table as rows
+    from dualmem.config import EvalOptions, Settings, Tuning, settings_by_object
 
     titles = {
         "settings": ("Deployment: `Settings`", Settings),
@@ -491,8 +490,7 @@ def settings_table() -> str:
             ["setting", "environment variable", "default", "what it does"],
             [
                 [f"`{name}`", f"`{var}`", f"`{default}`", text.replace("|", "\\|")]
-                for owner, name, var, default, text in rows()
-                if owner == group
+                for name, var, default, text in settings_by_object()[group]
             ],
         )
         parts.append(f"### {title}\n\n{summary}\n\n{table}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dualmem.cli.common import _set_options
-from dualmem.config import GROUPS, EvalOptions, Settings, Tuning, setting_default, settings_table
+from dualmem.config import GROUPS, EvalOptions, Settings, Tuning, setting_default, settings_by_object, settings_table
 from dualmem.errors import ConfigurationError
 
 
@@ -71,7 +71,7 @@ def test_the_docs_settings_table_matches_code():
     assert "<!-- settings-table -->" not in rendered
     rows = [line for line in hooks.settings_table().splitlines() if line.startswith("| `")]
     assert len(rows) == len(settings_table()), "one row per setting, no more"
-    for _, name, var, default, help_text in settings_table():
+    for name, var, default, help_text in settings_table():
         row = next((line for line in rows if line.startswith(f"| `{name}` ")), None)
         assert row is not None, f"the docs settings table lacks {name}"
         assert f"`{var}`" in row and f"`{default}`" in row, f"docs row of {name} drifted from code: {row}"
@@ -92,7 +92,8 @@ def test_three_objects_one_name_per_setting(monkeypatch):
     assert set(GROUPS) == {"tuning", "evaluation"}
     names = Settings.field_names()
     assert len(names) == len(set(names)) == len(own) + len(fields(Tuning)) + len(fields(EvalOptions))
-    for owner, name, var, _, _ in settings_table():  # every number settable from the environment and by --set
+    owners = {name: owner for owner, rows in settings_by_object().items() for name, *_ in rows}
+    for name, var, _, _ in settings_table():  # every number settable from the environment and by --set
         value = setting_default(name)
         if type(value) not in (int, float):
             continue
@@ -100,6 +101,7 @@ def test_three_objects_one_name_per_setting(monkeypatch):
         assert _set_options([f"{name}={other}"]) == {name: other}
         monkeypatch.setenv(var, str(other))
         s = Settings()
+        owner = owners[name]
         assert (getattr(s, name) if owner == "settings" else getattr(getattr(s, owner), name)) == other, name
         monkeypatch.delenv(var)
     s = Settings(store_uri="db", chunk_tokens=300, framework="mem0")  # keywords go where each setting lives

@@ -118,8 +118,11 @@ class Settings:
             object.__setattr__(self, f.name, mine[f.name] if f.name in mine else f.default_factory())  # type: ignore[misc,operator]
         object.__setattr__(self, "tuning", tuning.replace(**tune) if tuning else Tuning(**tune))
         object.__setattr__(self, "evaluation", evaluation.replace(**judge) if evaluation else EvalOptions(**judge))
-        _check(self, {"local_engine": ("auto", "llama.cpp", "transformers"), "formation": ("auto", "local", "server")},
-               dict.fromkeys(("call_retries", "request_timeout", "endpoint_concurrency", "endpoint_rpm"), 0))  # fmt: skip
+        _check(
+            self,
+            {"local_engine": ("auto", "llama.cpp", "transformers"), "formation": ("auto", "local", "server")},
+            dict.fromkeys(("call_retries", "request_timeout", "endpoint_concurrency", "endpoint_rpm"), 0),
+        )
 
     if not TYPE_CHECKING:  # mypy flags the old flat reads; at run time they warn for one minor release
 
@@ -243,13 +246,39 @@ def setting_kind(name: str) -> type:
     return type(setting_default(name))
 
 
-def settings_table() -> list[tuple[str, str, str, str, str]]:
-    """Return (object, field, env var, default, help) rows of every setting: the configuration page's table."""
+def settings_table() -> list[tuple[str, str, str, str]]:
+    """Return (field, env var, default, help) rows of every setting, of all three objects."""
+    return [row[1:] for row in _rows()]
+
+
+def settings_by_object() -> dict[str, list[tuple[str, str, str, str]]]:
+    """Return :func:`settings_table`'s rows by the object holding them (``settings``, ``tuning``, ``evaluation``): the
+    configuration page's tables."""
+    out: dict[str, list[tuple[str, str, str, str]]] = {"settings": [], "tuning": [], "evaluation": []}
+    for group, *row in _rows():
+        out[group].append((row[0], row[1], row[2], row[3]))
+    return out
+
+
+def _rows() -> list[tuple[str, str, str, str, str]]:
     return [
-        (group, f.name, ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper()), repr(f.metadata["env_default"]),
-         f.metadata["help"])
+        (
+            group,
+            f.name,
+            ENV_ALIASES.get(f.name, ENV_PREFIX + f.name.upper()),
+            repr(f.metadata["env_default"]),
+            f.metadata["help"],
+        )
         for group, f in _all_fields()
-    ]  # fmt: skip
+    ]
 
 
-__all__ = ["DEFAULT_USER", "EvalOptions", "Settings", "Tuning", "setting_default", "settings_table"]
+__all__ = [
+    "DEFAULT_USER",
+    "EvalOptions",
+    "Settings",
+    "Tuning",
+    "setting_default",
+    "settings_by_object",
+    "settings_table",
+]

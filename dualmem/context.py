@@ -19,7 +19,7 @@ Nodes read it with :func:`context_of` and never open a store themselves.
 
 >>> Context(chat_model="fake:memory").llm("writer").__class__.__name__
 'FakeChatModel'
->>> Context(options={"chunk_tokens": 512}).settings.chunk_tokens
+>>> Context(options={"chunk_tokens": 512}).settings.tuning.chunk_tokens
 512
 """
 

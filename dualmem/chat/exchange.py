@@ -8,17 +8,18 @@ exchange is written.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from dualmem.chat.formation import Formation, FormationRequest
+from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
 from dualmem.chat.runtime import chat_thread
 from dualmem.config import Settings
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.guard import TurnFlag, flag_turns
-from dualmem.schema import Persona, Turn
-from dualmem.writer.pending import PendingTurn, Snapshot, new_turn, turn_id
+from dualmem.schema import Persona, Turn, stable_id
+from dualmem.writer.pending import PendingTurn, Snapshot, new_turn
 from dualmem.writer.sealing import graph_store
 
 
@@ -64,17 +65,18 @@ def handover(
     """
     turns, earlier = [], list(earlier)
     for seq, (role, text, message_id) in enumerate(said):
+        tid = stable_id(thread, message_id or "", role, "" if message_id else text, prefix="t-")
         speaker = persona.name if role == "assistant" else ""
-        turns.append(new_turn(turn_id(thread, message_id, role, text), role, text, speaker=speaker, earlier=earlier,
-                              seq=seq))  # fmt: skip
+        turns.append(new_turn(tid, role, text, speaker=speaker, earlier=earlier, seq=seq))
         if role == "user":
             earlier = [*earlier, text]
-    request = FormationRequest(persona.model_dump(mode="json"), tuple(namespace), thread, settings, store=store,
-                               writer_model=writer_model)  # fmt: skip
+    request = FormationRequest(
+        persona.model_dump(mode="json"), tuple(namespace), thread, settings, store=store, writer_model=writer_model
+    )
     return request, turns
 
 
-def exchange_handover(
+def remember_exchange(
     ctx: Context,
     runtime: Any,
     namespace: tuple[str, ...],
@@ -82,23 +84,55 @@ def exchange_handover(
     exchange: tuple[str, str],
     earlier: Sequence[str] = (),
     message_ids: tuple[str | None, str | None] = (None, None),
-) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
-    """Return the respond graph's exchange (query, reply) handed over (:func:`handover`) and the guard's flags.
+) -> dict[str, Any]:
+    """Hand the respond graph's exchange (query, reply) to memory formation; return what the graph reports of it: the
+    thread, its pending turns and tokens, and the memory-poisoning guard's flags on the user's message.
 
-    ``message_ids``: the ids of the user's and the reply's messages.
+    ``earlier``: the user's messages before this one; ``message_ids``: the ids of the user's and the reply's messages.
     """
+    request, turns, flags, formation = _exchange_request(
+        ctx, runtime, namespace, persona, exchange, earlier, message_ids
+    )
+    return _pending(request, hand_over(request, turns, formation), flags)
+
+
+async def aremember_exchange(
+    ctx: Context,
+    runtime: Any,
+    namespace: tuple[str, ...],
+    persona: Persona,
+    exchange: tuple[str, str],
+    earlier: Sequence[str] = (),
+    message_ids: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """Async :func:`remember_exchange` (on the LangGraph server the write run is scheduled in process)."""
+    request, turns, flags, formation = await asyncio.to_thread(
+        _exchange_request, ctx, runtime, namespace, persona, exchange, earlier, message_ids
+    )
+    return _pending(request, await ahand_over(request, turns, formation), flags)
+
+
+def _exchange_request(
+    ctx: Context,
+    runtime: Any,
+    namespace: tuple[str, ...],
+    persona: Persona,
+    exchange: tuple[str, str],
+    earlier: Sequence[str],
+    message_ids: tuple[str | None, str | None],
+) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag], Formation]:
     query, reply_text = exchange
     store = graph_store(getattr(runtime, "store", None) or ctx.dual(getattr(runtime, "store", None)))
     said = [("user", query, message_ids[0]), ("assistant", reply_text, message_ids[1])]
-    request, turns = handover(persona, namespace, chat_thread(runtime), ctx.settings, store, said, earlier,
-                              injected_writer(ctx))  # fmt: skip
+    request, turns = handover(
+        persona, namespace, chat_thread(runtime), ctx.settings, store, said, earlier, injected_writer(ctx)
+    )
     context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
     flags = list(flag_turns([Turn(id=turns[0]["id"], role="user", text=query)], context=context).values())
-    return request, turns, flags
+    return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
 
 
-def pending_state(request: FormationRequest, snap: Snapshot, flags: list[TurnFlag]) -> dict[str, Any]:
-    """Return what the respond graph reports of a hand-over: the thread's pending turns and the guard's flags."""
+def _pending(request: FormationRequest, snap: Snapshot, flags: list[TurnFlag]) -> dict[str, Any]:
     return {
         "thread": request.thread,
         "turns": len(snap.turns),

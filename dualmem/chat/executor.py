@@ -166,9 +166,10 @@ class FormationExecutor:
 
     def _due(self, now: float) -> list[Key]:
         return [
-            k for k, p in self._plans.items()
+            k
+            for k, p in self._plans.items()
             if k not in self._running and (p.now or (p.quiet_at is not None and p.quiet_at <= now))
-        ]  # fmt: skip
+        ]
 
     def _plan_loop(self) -> None:
         with self._cv:

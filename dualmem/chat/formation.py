@@ -118,6 +118,10 @@ def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
     context = context_of(request.settings, models={"writer": model} if model is not None else None, store=store)
     rows, formed = form_pending(context, store, request.namespace, request.thread, flush=flush, persona=request.persona)
     return Formed(
-        request.namespace, request.thread, rows, int(formed.get("pending_turns") or 0),
-        int(formed.get("pending_tokens") or 0), formed.get("newest_at"),
-    )  # fmt: skip
+        request.namespace,
+        request.thread,
+        rows,
+        int(formed.get("pending_turns") or 0),
+        int(formed.get("pending_tokens") or 0),
+        formed.get("newest_at"),
+    )

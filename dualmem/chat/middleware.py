@@ -131,8 +131,16 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         if not self.remember or not said:
             return None
         messages_said = [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said]
-        return handover(turn.persona, turn.namespace, turn.thread, self.settings, turn.store, messages_said, earlier,
-                        self.writer_model)  # fmt: skip
+        return handover(
+            turn.persona,
+            turn.namespace,
+            turn.thread,
+            self.settings,
+            turn.store,
+            messages_said,
+            earlier,
+            self.writer_model,
+        )
 
     @staticmethod
     def _with_memory(request: ModelRequest[Any]) -> ModelRequest[Any]:

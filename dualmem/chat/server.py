@@ -60,9 +60,12 @@ class ServerFormation:
     def _runs(self, request: FormationRequest, now: bool) -> tuple[str, list[dict[str, Any]]]:
         """Return the formation thread and the runs to create (the core shared by both shells)."""
         common: dict[str, Any] = {
-            "input": formation_input(request), "context": _context(request), "config": {"recursion_limit": 10_000},
-            "multitask_strategy": "enqueue", "if_not_exists": "create",
-        }  # fmt: skip
+            "input": formation_input(request),
+            "context": _context(request),
+            "config": {"recursion_limit": 10_000},
+            "multitask_strategy": "enqueue",
+            "if_not_exists": "create",
+        }
         runs: list[dict[str, Any]] = [{**common, "metadata": {_TAG: "chunk"}}] if now else []
         delay = int(math.ceil(request.settings.tuning.formation_idle_s))
         runs.append({**common, "metadata": {_TAG: "quiet"}, "after_seconds": delay})

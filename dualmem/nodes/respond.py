@@ -87,9 +87,15 @@ def memory_of(
     store = ctx.dual(getattr(runtime, "store", None))
     ns = (namespace[0], namespace[1])
     fctx = FrameworkContext(
-        namespace=ns, settings=ctx.settings, persona=persona, chat_model=ctx.llm("chat"), writer_model=ctx.llm("writer"),
-        embeddings=store.embeddings, store_uri=store.uri, store=store,
-    )  # fmt: skip
+        namespace=ns,
+        settings=ctx.settings,
+        persona=persona,
+        chat_model=ctx.llm("chat"),
+        writer_model=ctx.llm("writer"),
+        embeddings=store.embeddings,
+        store_uri=store.uri,
+        store=store,
+    )
     return open_framework(ctx.settings.evaluation.framework, fctx)
 
 
@@ -177,18 +183,6 @@ def _forms_in_background(ctx: Context) -> bool:
     ).forms_in_background
 
 
-def _handover(state: RespondState, runtime: Runtime[Context]) -> tuple[Any, Any, list[Any], Any]:
-    """Return the exchange handed over to background formation: request, pending turns, the guard's flags, formation."""
-    from dualmem.chat.exchange import exchange_handover, formation_for
-
-    ctx = context_of(runtime)
-    earlier, ids = _exchange(state)
-    request, turns, flags = exchange_handover(
-        ctx, runtime, tuple(state["namespace"]), persona_of(state), (state["query"], state["reply"]), earlier, ids
-    )
-    return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
-
-
 def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     persona, namespace = persona_of(state), tuple(state["namespace"])
@@ -201,24 +195,30 @@ def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Hand the exchange to memory formation (DualMem: pending turns of the thread, written in the background), else ``ingest`` it."""
-    from dualmem.chat.exchange import pending_state
-    from dualmem.chat.formation import hand_over
+    from dualmem.chat.exchange import remember_exchange
 
-    if not _forms_in_background(context_of(runtime)):
+    ctx = context_of(runtime)
+    if not _forms_in_background(ctx):
         return _ingest(state, runtime)
-    request, turns, flags, formation = _handover(state, runtime)
-    return {"written": [], "pending": pending_state(request, hand_over(request, turns, formation), flags)}
+    earlier, ids = _exchange(state)
+    exchange = (state["query"], state["reply"])
+    pending = remember_exchange(ctx, runtime, tuple(state["namespace"]), persona_of(state), exchange, earlier, ids)
+    return {"written": [], "pending": pending}
 
 
 async def aremember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Async :func:`remember` (on the LangGraph server the write run is scheduled in process)."""
-    from dualmem.chat.exchange import pending_state
-    from dualmem.chat.formation import ahand_over
+    from dualmem.chat.exchange import aremember_exchange
 
-    if not _forms_in_background(context_of(runtime)):
+    ctx = context_of(runtime)
+    if not _forms_in_background(ctx):
         return await asyncio.to_thread(_ingest, state, runtime)
-    request, turns, flags, formation = await asyncio.to_thread(_handover, state, runtime)
-    return {"written": [], "pending": pending_state(request, await ahand_over(request, turns, formation), flags)}
+    earlier, ids = _exchange(state)
+    exchange = (state["query"], state["reply"])
+    pending = await aremember_exchange(
+        ctx, runtime, tuple(state["namespace"]), persona_of(state), exchange, earlier, ids
+    )
+    return {"written": [], "pending": pending}
 
 
 def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:

@@ -30,7 +30,6 @@ from langgraph.store.base import BaseStore, Item, PutOp, SearchOp
 from typing_extensions import TypedDict
 
 from dualmem.models.tokens import count_tokens
-from dualmem.schema import stable_id
 
 PENDING_LABEL = "dualmem_pending"
 THREAD_KEY, WRITTEN_KEY = "thread", "written"
@@ -61,11 +60,6 @@ def label(text: str) -> str:
 def pending_namespace(namespace: Sequence[str], thread: str) -> tuple[str, ...]:
     """Return the store namespace of a chat thread's pending turns."""
     return (PENDING_LABEL, *(label(part) for part in namespace), label(thread))
-
-
-def turn_id(thread: str, message_id: str | None, role: str, text: str) -> str:
-    """Return a stable turn id: from the chat message id when there is one, else from the text."""
-    return stable_id(thread, message_id or "", role, "" if message_id else text, prefix="t-")
 
 
 def new_turn(

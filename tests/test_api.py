@@ -30,6 +30,8 @@ PUBLIC = (
     "dualmem.frameworks",
     "dualmem.graphs.respond",
     "dualmem.graphs.write",
+    "dualmem.models",
+    "dualmem.testing",
 )
 
 

@@ -26,6 +26,9 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.models.local.bundled import bundled_embedder_path
 
+# the public API: what users build models with (the rest is the helpers the package uses itself)
+__all__ = ["load_chat_model", "load_embeddings"]
+
 BUNDLED_EMBEDDER = "bundled:all-MiniLM-L6-v2"
 BUNDLED_DIMS = 384  # vector size of the bundled embedder
 LOCAL_PREFIX = "local:"

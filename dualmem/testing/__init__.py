@@ -24,6 +24,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field, PrivateAttr
 
+# the public API: the offline fakes the docs use; the scripted answers (make_fake, editing_writer…) and the S3
+# server (dualmem.testing.s3) are the project's own test helpers
+__all__ = ["FakeChatModel", "HashEmbeddings"]
+
 Response = Any  # BaseModel | dict | str | Exception | Callable[[list[BaseMessage]], Any]
 
 

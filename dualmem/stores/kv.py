@@ -156,9 +156,11 @@ class LanceKVStore(BaseStore):
         results: list[Result] = [None] * len(plan.ops)
         qmap = dict(zip(plan.queries, qvecs, strict=True))
         refresh: dict[str, dict[str, Any]] = {}
+        wanted = {item_id(op.namespace, op.key) for op in plan.ops if isinstance(op, GetOp)}
+        found = {r["id"]: r for r in self.rows(sql_in("id", wanted))} if wanted else {}  # the batch's gets: one scan
         for i, op in enumerate(plan.ops):
             if isinstance(op, GetOp):
-                results[i] = self._get(op, refresh)
+                results[i] = self._get(op, found, refresh)
             elif isinstance(op, SearchOp):
                 results[i] = self.search_all(op, qmap.get(op.query) if op.query else None, refresh)[
                     op.offset : op.offset + op.limit
@@ -193,14 +195,14 @@ class LanceKVStore(BaseStore):
         live = f"expires_at IS NULL OR expires_at > {time.time()!r}" if self._omit_expired() else None
         return one_per_key(L.scan(self.items, and_all(where, live), ITEM_COLS), "id").to_pylist()
 
-    def _get(self, op: GetOp, refresh: dict[str, dict[str, Any]]) -> Item | None:
-        iid = item_id(op.namespace, op.key)
-        found = self.rows(f"id = '{iid}'")
-        if not found:
+    @staticmethod
+    def _get(op: GetOp, found: dict[str, dict[str, Any]], refresh: dict[str, dict[str, Any]]) -> Item | None:
+        row = found.get(item_id(op.namespace, op.key))
+        if row is None:
             return None
         if op.refresh_ttl:
-            refresh[iid] = found[0]
-        return to_item(found[0])
+            refresh[row["id"]] = row
+        return to_item(row)
 
     def search_all(
         self, op: SearchOp, qvec: Sequence[float] | None, refresh: dict[str, dict[str, Any]]

@@ -30,8 +30,8 @@ import pyarrow.compute as pc
 
 from dualmem.schema import MemoryItem
 from dualmem.stores._rows import row_to_item, stamps, vectors_of
-from dualmem.stores._sql import filter_sql
-from dualmem.stores.contract import FILTERABLE, DualStore, Namespace
+from dualmem.stores.contract import DualStore, Namespace
+from dualmem.stores.ranking import allowed
 
 MAX_NAMESPACE_ROWS = 200_000  # a namespace larger than this is searched in the store, not held in RAM
 
@@ -70,49 +70,13 @@ class Snapshot:
         self, kinds: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None,
         since: str | None = None, until: str | None = None,
     ) -> np.ndarray:  # fmt: skip
-        """Return which rows are of ``kinds`` and pass ``filter`` and the ``event_time`` window (as the store filters)."""
+        """Return which rows are of ``kinds`` and pass ``filter`` and the ``event_time`` window (the stores' own
+        filter: :func:`~dualmem.stores.ranking.allowed`)."""
         keep = np.ones(len(self), dtype=bool)
         if kinds is not None:
             keep &= np.isin(self.kinds, list(kinds))
-        if filter:
-            keep &= filter_mask(self.rows, filter)
-        if since or until:
-            times = self.rows.column("event_time")
-            ok = pc.is_valid(times)
-            if since:
-                ok = pc.and_(ok, pc.greater_equal(times, since))
-            if until:
-                ok = pc.and_(ok, pc.less_equal(times, until))
-            keep &= ok.fill_null(False).to_numpy(zero_copy_only=False)
-        return keep
-
-
-def filter_mask(rows: pa.Table, filt: Mapping[str, Any]) -> np.ndarray:
-    """Return the rows that pass a filter dict over :data:`FILTERABLE` fields, with the store's SQL semantics."""
-    filter_sql(filt, FILTERABLE)  # validates keys, operators and values with the store's errors
-    ops = {
-        "$eq": pc.equal,
-        "$ne": pc.not_equal,
-        "$gt": pc.greater,
-        "$gte": pc.greater_equal,
-        "$lt": pc.less,
-        "$lte": pc.less_equal,
-    }
-    keep = pa.array(np.ones(rows.num_rows, dtype=bool))
-    for key, wanted in filt.items():
-        column = rows.column(FILTERABLE[key])
-        for op, arg in (wanted if isinstance(wanted, Mapping) else {"$eq": wanted}).items():
-            if op == "$in":
-                test = pc.is_in(column, value_set=pa.array([str(v) for v in arg if isinstance(v, str)], pa.string()))
-                test = pc.and_(test, pc.is_valid(column))
-            elif arg is None:
-                test = pc.is_valid(column) if op == "$ne" else pc.is_null(column)
-            elif not isinstance(arg, str):
-                test = pa.array(np.zeros(rows.num_rows, dtype=bool))  # a text column never equals a number
-            else:
-                test = ops[op](column, arg)
-            keep = pc.and_(keep, test.fill_null(False))
-    return keep.to_numpy(zero_copy_only=False)
+        passed = allowed(self.rows, filter, since, until)
+        return keep if passed is None else keep & passed
 
 
 def load(store: DualStore, namespace: Namespace, version: Any) -> Snapshot | None:

@@ -269,23 +269,6 @@ def scan(table: Any, where: str | None, columns: list[str], limit: int | None = 
     return query.select(columns).limit(limit).to_arrow()
 
 
-def nearest(table: Any, vector: Any, k: int, where: str | None, columns: list[str]) -> pa.Table:
-    """Return the ``k`` rows of ``where`` nearest ``vector`` by cosine, exactly (a prefiltered scan), with
-    ``columns`` and ``_distance`` (1 - cosine)."""
-    query = table.search(list(vector), vector_column_name="vector").distance_type("cosine").bypass_vector_index()
-    if where:
-        query = query.where(where, prefilter=True)
-    return query.select([*columns, "_distance"]).limit(k).to_arrow()
-
-
-def text_search(table: Any, text: str, k: int, where: str | None, columns: list[str]) -> pa.Table:
-    """Return the ``k`` best full-text (BM25) rows of the ``text`` column matching ``where`` (prefiltered), with ``_score``."""
-    query = table.search(text, query_type="fts", fts_columns="text")
-    if where:
-        query = query.where(where, prefilter=True)
-    return query.select([*columns, "_score"]).limit(k).to_arrow()
-
-
 def query_rows(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> list[dict[str, Any]]:
     """Return rows matching ``where`` (all of them unless ``limit``) with only ``columns``."""
     return scan(table, where, columns, limit).to_pylist()

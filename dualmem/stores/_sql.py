@@ -1,8 +1,10 @@
-"""SQL building blocks of the LanceDB stores: literals, namespaces, structured filters.
+"""SQL building blocks of the LanceDB stores: literals and namespaces.
 
-No public API takes raw SQL: every filter is built here from quoted literals
+No public API takes raw SQL: every SQL filter is built here from quoted literals
 and whitelisted column names, so no input can widen a filter (close a
-parenthesis, add an ``OR``) or reach another namespace.
+parenthesis, add an ``OR``) or reach another namespace. A search's structured
+``filter`` is no SQL at all: :mod:`~dualmem.stores.ranking` reads it over the
+rows a namespace scan returned.
 
 Namespaces are stored as one string column: the JSON array of their parts
 (``["sophie", "user"]``). JSON is prefix-free and escapes quotes, so the
@@ -14,9 +16,7 @@ equality is exact, and a prefix matches at part boundaries with
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from dualmem.errors import ConfigurationError
 
@@ -29,21 +29,6 @@ def sql_str(value: str) -> str:
     if "\x00" in text:
         raise ValueError("a NUL character cannot be stored or searched; remove it from the value")
     return "'" + text.replace("'", "''") + "'"
-
-
-def sql_literal(value: Any) -> str:
-    """Return a SQL literal for a string, bool, int or finite float."""
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"filter value {value!r} is not a finite number")
-        return repr(value)
-    if isinstance(value, str):
-        return sql_str(value)
-    raise ValueError(f"filter value {value!r} must be a string, number or boolean")
 
 
 def sql_in(column: str, values: Iterable[str]) -> str:
@@ -101,80 +86,3 @@ def row_key(namespace: Sequence[str], item_id: str) -> str:
     (namespace, id) pairs never share a key: an id is unique per namespace only.
     """
     return ns_key(namespace) + str(item_id)
-
-
-# --------------------------------------------------------------------------- structured filters
-
-_OPS = {"$eq": "=", "$ne": "!=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-
-
-def filter_sql(filt: Mapping[str, Any] | None, columns: Mapping[str, str]) -> str | None:
-    """Compile a filter dict over whitelisted columns into SQL.
-
-    ``{"session_id": "s1", "event_time": {"$gte": "2024-01-01"}, "chunk_id": {"$in": ["c1", "c2"]}}``:
-    plain values mean equality, operator dicts use ``$eq $ne $gt $gte $lt $lte $in``;
-    several keys are ANDed. ``columns`` maps the public key to its column name.
-    """
-    if not filt:
-        return None
-    clauses = []
-    for key, wanted in filt.items():
-        column = columns.get(key)
-        if column is None:
-            raise ConfigurationError(f"cannot filter on {key!r}; filterable fields are {sorted(columns)}")
-        conditions = wanted if isinstance(wanted, Mapping) else {"$eq": wanted}
-        for op, arg in conditions.items():
-            if op == "$in":
-                if not isinstance(arg, list | tuple | set):
-                    raise ConfigurationError(f"filter {key!r}: $in takes a list, got {type(arg).__name__}")
-                clauses.append(f"{column} IN ({', '.join(sql_literal(v) for v in arg)})" if arg else "FALSE")
-            elif op in _OPS:
-                if arg is None:
-                    clauses.append(f"{column} IS {'NOT ' if op == '$ne' else ''}NULL")
-                else:
-                    clauses.append(f"{column} {_OPS[op]} {sql_literal(arg)}")
-            else:
-                raise ConfigurationError(f"filter {key!r}: unknown operator {op!r}; use one of {[*_OPS, '$in']}")
-    return and_all(*clauses)
-
-
-def row_matches(row: Mapping[str, Any], filt: Mapping[str, Any] | None, columns: Mapping[str, str]) -> bool:
-    """Return True if ``row`` passes the filter dict, with :func:`filter_sql`'s semantics (a NULL passes nothing).
-
-    The same filter compiled by :func:`filter_sql` and run by LanceDB keeps the same rows, so
-    a backend or a RAM snapshot without SQL filters exactly as the LanceDB backend does.
-    """
-    if not filt:
-        return True
-    filter_sql(filt, columns)  # validates keys, operators and values with the same errors
-    for key, wanted in filt.items():
-        actual = row.get(columns[key])
-        conditions = wanted if isinstance(wanted, Mapping) else {"$eq": wanted}
-        for op, arg in conditions.items():
-            if op == "$in":
-                if actual is None or actual not in list(arg):
-                    return False
-            elif arg is None:
-                if (actual is None) != (op != "$ne"):
-                    return False
-            elif actual is None or not _compare(actual, op, arg):
-                return False
-    return True
-
-
-def _compare(actual: Any, op: str, arg: Any) -> bool:
-    if isinstance(actual, str) != isinstance(arg, str):
-        return False
-    return {
-        "$eq": actual == arg, "$ne": actual != arg, "$gt": actual > arg,
-        "$gte": actual >= arg, "$lt": actual < arg, "$lte": actual <= arg,
-    }[op]  # fmt: skip
-
-
-def in_window(event_time: str | None, since: str | None, until: str | None) -> bool:
-    """Return True if an item's ``event_time`` lies in [since, until] (ISO text; a NULL time passes no bound)."""
-    if not (since or until):
-        return True
-    if not event_time:
-        return False
-    return (not since or event_time >= since) and (not until or event_time <= until)

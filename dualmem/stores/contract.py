@@ -47,7 +47,6 @@ Columns = Literal["stamps", "items", "vectors"]
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 FILTERABLE = {name: name for name in ("id", "session_id", "chunk_id", "event_time", "status")}
 """Fields a structured ``filter`` may name (public key -> column)."""
-RRF_K = 60
 
 
 # --------------------------------------------------------------------------- operations
@@ -194,15 +193,6 @@ def check_mode(mode: str) -> SearchMode:
     if mode not in ("hybrid", "vector", "fts"):
         raise ConfigurationError(f"search mode {mode!r} is not one of hybrid, vector, fts")
     return mode  # type: ignore[return-value]
-
-
-def rrf(rankings: Sequence[Sequence[tuple[str, Any]]], k: int) -> list[tuple[str, float]]:
-    """Fuse ranked ``(key, anything)`` lists by reciprocal rank, ``sum 1 / (60 + rank)``; ties by key."""
-    fused: dict[str, float] = {}
-    for ranked in rankings:
-        for rank, (key, _) in enumerate(ranked, start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
 
 
 class DualStore(ABC):

@@ -10,12 +10,14 @@ Stores of older versions (tables ``facts`` and ``insights``) are copied into
 
 Every read goes to LanceDB through its public API with
 ``read_consistency_interval=0`` (each read sees every commit that finished
-before it began, from any process); this object caches no rows. Searches are
-exact: cosine over a prefiltered scan of the namespace (bitmap index on
-``namespace``), native full text (BM25), and reciprocal-rank fusion of both.
+before it began, from any process); this object caches no rows. A search reads
+the namespace's rows of the kind and status in one scan (bitmap indexes on
+``namespace``, ``kind`` and ``status``) and ranks them exactly with the one
+ranker of :mod:`~dualmem.stores.ranking` (cosine, DualMem's BM25, their
+reciprocal-rank fusion), as the in-memory backend and retrieval's snapshots do.
 Indexes: BTREE on ``pk``, ``id`` and ``event_time``, BITMAP on ``namespace``,
-``kind`` and ``status``, full text on ``text``. Rows written since the last
-:meth:`LanceDualStore.maintain` are searched as well; ``maintain`` repairs
+``kind`` and ``status`` (a full-text index on ``text`` that older versions made
+is left as it is, and no longer read). ``maintain`` repairs
 legacy duplicate rows, gathers each namespace whose rows lie scattered over
 many fragments into one (a reader taking a namespace then reads one contiguous
 run instead of pages across the whole table: in a 1M-row table, the difference
@@ -39,11 +41,10 @@ import dualmem.stores._lance as L
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import utcnow
-from dualmem.stores import erase
-from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, one_per_key, row_to_item
-from dualmem.stores._sql import and_all, filter_sql, ns_eq_sql, ns_parse, ns_prefix_sql, row_key, sql_in, sql_str
+from dualmem.stores import erase, ranking
+from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, one_per_key, row_to_item, vectors_of
+from dualmem.stores._sql import and_all, ns_eq_sql, ns_parse, ns_prefix_sql, row_key, sql_in, sql_str
 from dualmem.stores.contract import (
-    FILTERABLE,
     CountItems,
     DeleteItems,
     DualStore,
@@ -56,7 +57,6 @@ from dualmem.stores.contract import (
     SearchItems,
     SetStatus,
     put_rows,
-    rrf,
 )
 from dualmem.stores.leases import Lease, Leases
 from dualmem.stores.ledger import LanceLedger
@@ -65,8 +65,7 @@ from dualmem.stores.results import ScoredItem
 
 TABLE = "memory"
 INDEXES = {
-    "pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "kind": "BITMAP", "status": "BITMAP",
-    "event_time": "BTREE", "text": "FTS",
+    "pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "kind": "BITMAP", "status": "BITMAP", "event_time": "BTREE",
 }  # fmt: skip
 EMBEDDER_KEY = "dualmem.embedder"  # schema metadata: the embedder spec the store was created with
 
@@ -236,28 +235,18 @@ class LanceDualStore(DualStore):
         return self._last
 
     def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
-        where = and_all(
-            _where(op.namespace, op.kind, op.status), filter_sql(op.filter, FILTERABLE),
-            f"event_time >= {sql_str(op.since)}" if op.since else None,
-            f"event_time <= {sql_str(op.until)}" if op.until else None,
-        )  # fmt: skip
-        fetch = op.k if op.mode != "hybrid" else max(2 * op.k, 20)
-        found: dict[str, dict[str, Any]] = {}
-        rankings = []
-        if op.mode != "fts":
-            rows = one_per_key(L.nearest(self.table, op.vector, fetch + 8, where, ITEM_COLUMNS)).to_pylist()
-            rows.sort(key=lambda r: (r["_distance"], r["pk"]))
-            found.update((r["pk"], r) for r in rows)
-            rankings.append([(r["pk"], 1.0 - float(r["_distance"])) for r in rows[:fetch]])
-        if op.mode != "vector" and op.query.strip():
-            rows = one_per_key(L.text_search(self.table, op.query, fetch + 8, where, ITEM_COLUMNS)).to_pylist()
-            rows.sort(key=lambda r: (-float(r["_score"]), r["pk"]))
-            found.update((r["pk"], r) for r in rows)
-            rankings.append([(r["pk"], float(r["_score"])) for r in rows[:fetch]])
-        if not rankings:
-            return []
-        ranked = rankings[0][: op.k] if len(rankings) == 1 else rrf(rankings, op.k)
-        return [ScoredItem(row_to_item(found[pk]), float(score)) for pk, score in ranked]
+        """Read the namespace's rows of the kind and status (one SQL scan, vectors only when cosine ranks) and rank
+        them with the one ranker (:mod:`~dualmem.stores.ranking`)."""
+        columns = ITEM_COLUMNS if op.mode == "fts" else [*ITEM_COLUMNS, "vector"]
+        rows = one_per_key(L.scan(self.table, _where(op.namespace, op.kind, op.status), columns))
+        mask = ranking.allowed(rows, op.filter, op.since, op.until)
+        vectors = None if op.mode == "fts" else vectors_of(rows, self.dims)
+        corpus = ranking.Corpus(
+            rows.column("pk").to_numpy(zero_copy_only=False), vectors, rows.column("text").to_pylist()
+        )
+        found = ranking.search(corpus, op.query, op.vector, op.k, op.mode, mask)
+        picked = rows.select(ITEM_COLUMNS).take(pa.array([n for n, _ in found], pa.int64())).to_pylist()
+        return [ScoredItem(row_to_item(r), score) for r, (_, score) in zip(picked, found, strict=True)]
 
 
 def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:

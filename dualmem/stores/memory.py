@@ -4,9 +4,8 @@ Rows live in a dict keyed by ``pk`` (one row per key by construction) under one
 lock; a write bumps :meth:`InMemoryDualStore.version`. The ledger is a dict and
 a namespace's write lease a lock of this object: exactly-once holds between the
 threads of one process, which is all an in-memory store can be shared by.
-Searches rank like the LanceDB backend: exact cosine over the stored (float16,
-unit) vectors, BM25 over the texts, reciprocal-rank fusion for ``hybrid``; ties
-go to the smaller key.
+A search selects the namespace's rows of the kind and status and ranks them with
+the one ranker of :mod:`~dualmem.stores.ranking`, as the LanceDB backend does.
 """
 
 from __future__ import annotations
@@ -28,8 +27,9 @@ from langgraph.store.memory import InMemoryStore
 from dualmem.errors import ConfigurationError, LeaseTimeout
 from dualmem.memory.versions import VERSION_OF
 from dualmem.schema import utcnow
+from dualmem.stores import ranking
 from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, row_to_item
-from dualmem.stores._sql import in_window, ns_key, ns_parse, row_key, row_matches
+from dualmem.stores._sql import ns_key, ns_parse, row_key
 from dualmem.stores.contract import (
     FILTERABLE,
     CountItems,
@@ -44,7 +44,6 @@ from dualmem.stores.contract import (
     SearchItems,
     SetStatus,
     put_rows,
-    rrf,
 )
 from dualmem.stores.erase import scrub
 from dualmem.stores.results import ScoredItem
@@ -238,37 +237,12 @@ class InMemoryDualStore(DualStore):
         return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=schema)
 
     def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
-        rows = [
-            r for r in self._select(op.namespace, op.kind, op.status)
-            if row_matches(r, op.filter, FILTERABLE) and in_window(r["event_time"], op.since, op.until)
-        ]  # fmt: skip
-        if not rows or op.k <= 0:
-            return []
-        fetch = op.k if op.mode != "hybrid" else max(2 * op.k, 20)
-        rankings = []
-        if op.mode != "fts":
-            assert op.vector is not None
-            q = np.asarray(op.vector, dtype=np.float32)
-            q = q / (float(np.linalg.norm(q)) or 1.0)
-            scores = np.asarray([r["vector"] for r in rows], dtype=np.float32) @ q
-            order = sorted(range(len(rows)), key=lambda n: (-float(scores[n]), rows[n]["pk"]))[:fetch]
-            rankings.append([(rows[n]["pk"], float(scores[n])) for n in order])
-        if op.mode != "vector":
-            rankings.append(_bm25_ranking(rows, op.query, fetch))
-        by_pk = {r["pk"]: r for r in rows}
-        ranked = rankings[0][: op.k] if len(rankings) == 1 else rrf(rankings, op.k)
-        return [ScoredItem(row_to_item(by_pk[pk]), float(score)) for pk, score in ranked]
-
-
-def _bm25_ranking(rows: Sequence[dict[str, Any]], query: str, k: int) -> list[tuple[str, float]]:
-    """Return ``(pk, BM25)`` of the rows matching some query term, best first (ties: smaller key)."""
-    from dualmem.lexical import TermMatrix, bm25, query_terms
-
-    terms = query_terms(query)
-    if not query.strip() or not len(terms):
-        return []
-    matrix = TermMatrix.build([r["text"] or "" for r in rows])
-    scores = bm25(matrix.counts(terms), matrix.lengths)
-    hits = [n for n in range(len(rows)) if scores[n] > 0]
-    hits.sort(key=lambda n: (-float(scores[n]), rows[n]["pk"]))
-    return [(rows[n]["pk"], float(scores[n])) for n in hits[:k]]
+        """Rank the namespace's rows of the kind and status with the one ranker (:mod:`~dualmem.stores.ranking`)."""
+        rows = self._select(op.namespace, op.kind, op.status)
+        fields = FILTERABLE.values() if op.filter or op.since or op.until else ()  # event_time is one of them
+        columns = pa.table({n: pa.array([r[n] for r in rows], self._schema.field(n).type) for n in fields})
+        mask = ranking.allowed(columns, op.filter, op.since, op.until)
+        vectors = None if op.mode == "fts" else np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        corpus = ranking.Corpus(np.asarray([r["pk"] for r in rows], dtype=object), vectors, [r["text"] for r in rows])
+        found = ranking.search(corpus, op.query, op.vector, op.k, op.mode, mask)
+        return [ScoredItem(row_to_item(rows[n]), score) for n, score in found]

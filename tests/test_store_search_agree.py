@@ -46,7 +46,7 @@ def _items() -> list[Fact | Insight]:
                     source=source,
                     event_time=event_time,
                     status=status,
-                )  # fmt: skip
+                )
             )
         else:
             out.append(

@@ -40,9 +40,13 @@ from dualmem.stores.contract import FILTERABLE
 TIE_DECIMALS = 6  # scores equal to this many decimals are ties: float noise (summation order, SIMD) never orders them
 RRF_K = 60
 _OPS = {
-    "$eq": pc.equal, "$ne": pc.not_equal, "$gt": pc.greater, "$gte": pc.greater_equal, "$lt": pc.less,
+    "$eq": pc.equal,
+    "$ne": pc.not_equal,
+    "$gt": pc.greater,
+    "$gte": pc.greater_equal,
+    "$lt": pc.less,
     "$lte": pc.less_equal,
-}  # fmt: skip
+}
 
 
 # --------------------------------------------------------------------------- filters

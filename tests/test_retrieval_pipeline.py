@@ -262,20 +262,40 @@ def test_remembered_query_vectors_are_reused_until_forgotten(tmp_path):
     assert emb.queries == 2
 
 
-def test_a_namespace_too_large_for_ram_is_ranked_by_the_store_and_says_so_once(monkeypatch, caplog):
-    import logging
-
-    import dualmem.retrieval.snapshot as snapshot_module
+def test_one_ranking_at_any_size_300k_rows(tmp_path):
+    """A namespace of 300,000 items is ranked like a small one: by the learned ranker over the RAM snapshot (there is
+    no size above which retrieval switches to another ranking), and the store's own hybrid search of it returns what
+    the snapshot's hybrid ranking does (one search implementation)."""
     from dualmem.retrieval import Ranker
-    from dualmem.schema import Fact
-    from dualmem.stores import InMemoryDualStore
+    from dualmem.schema import Fact, SourceRef
+    from dualmem.stores import LanceDualStore
     from dualmem.testing import HashEmbeddings
 
-    monkeypatch.setattr(snapshot_module, "MAX_NAMESPACE_ROWS", 3)
-    dual = InMemoryDualStore(HashEmbeddings(32))
-    dual.upsert([Fact(id=f"f{i}", namespace=("p", "u"), text=f"tomatoes fact {i}") for i in range(5)])
-    ranker = Ranker()
-    with caplog.at_level(logging.WARNING, logger="dualmem.retrieval"):
-        assert ranker.rank(dual, ("p", "u"), "tomatoes", 3) and ranker.rank(dual, ("p", "u"), "fact", 3)
-    said = [r.getMessage() for r in caplog.records if "hybrid search" in r.getMessage()]
-    assert len(said) == 1 and "('p', 'u')" in said[0]
+    words = ["tomato", "river", "violin", "exam", "garden", "lisbon", "night", "shift", "dog", "biscuit", "clinic"]
+    ns, n = ("p", "u"), 300_000
+    items = [
+        Fact(
+            id=f"f{i:06d}",
+            namespace=ns,
+            text=f"{words[i % 11]} {words[(i // 11) % 11]} note {i}",
+            source=SourceRef(session_id=f"s{i // 100:05d}"),
+        )
+        for i in range(n)
+    ]
+    items.append(
+        Fact(
+            id="needle",
+            namespace=ns,
+            text="my sister Alma plays the theremin in Oslo",
+            source=SourceRef(session_id="s01234"),
+        )
+    )
+    store = LanceDualStore(str(tmp_path / "db"), HashEmbeddings(32))
+    store.upsert(items)
+    learned = Ranker("learned")
+    assert [h.item.id for h in learned.rank(store, ns, "theremin in Oslo", 3)][0] == "needle"
+    assert len(learned.snapshots.get(store, ns)) == n + 1  # held in RAM, whatever its size
+    query = "garden exam theremin"
+    plain = [(h.item.id, round(h.score, 6)) for h in Ranker("hybrid").rank(store, ns, query, 10)]
+    searched = store.search(ns, query, kind="fact", k=10, mode="hybrid", vector=store.embeddings.embed_query(query))
+    assert plain == [(h.item.id, round(h.score, 6)) for h in searched]

@@ -57,13 +57,6 @@ def seq_of(item: MemoryItem | Mapping[str, Any]) -> int:
     return int(seq) if isinstance(seq, int) and not isinstance(seq, bool) else -1
 
 
-def newest(items: Sequence[MemoryItem], n: int) -> list[MemoryItem]:
-    """Return the ``n`` items written last (highest ``seq``, then greatest id), newest first."""
-    if n <= 0:
-        return []
-    return sorted(items, key=lambda i: (seq_of(i), i.id), reverse=True)[:n]
-
-
 def build_view(
     facts: Sequence[MemoryItem], insights: Sequence[MemoryItem], vectors: Mapping[str, Sequence[float]] | None = None
 ) -> View:

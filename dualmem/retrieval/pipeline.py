@@ -19,7 +19,6 @@ Every reader of memory ranks through :class:`Ranker` (``raw-turns``, ``dualmem``
 
 ``ranker="vector" | "hybrid" | "fts"`` skips 3-4 and ranks the snapshot by cosine,
 BM25 or both (:mod:`dualmem.retrieval.plain`). A namespace too large to hold in
-RAM (``MAX_NAMESPACE_ROWS``) is searched in the store (hybrid).
 
 >>> from dualmem.stores import open_store  # doctest: +SKIP
 >>> Ranker("learned").rank(store, ("sophie", "user"), "when is the exam?", k=5, context=["I start revising today"])  # doctest: +SKIP
@@ -28,7 +27,6 @@ RAM (``MAX_NAMESPACE_ROWS``) is searched in the store (hybrid).
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import threading
 import weakref
@@ -54,8 +52,6 @@ from dualmem.schema import MemoryKind
 from dualmem.stores import dual_of
 from dualmem.stores.contract import DualStore, Namespace
 from dualmem.stores.results import DualResult, ScoredItem
-
-log = logging.getLogger("dualmem.retrieval")
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
@@ -136,7 +132,6 @@ class Ranker:
         self._memo_size = memo
         self._lock = threading.Lock()
         self.snapshots = Snapshots()
-        self._switched: set[tuple[str, ...]] = set()  # namespaces told to have left the learned ranker
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Ranker:
@@ -210,12 +205,10 @@ class Ranker:
         context: Sequence[Any] | None = None,
         kinds: Sequence[MemoryKind] = KINDS,
         filter: Mapping[str, Any] | None = None,
-    ) -> tuple[Candidates, QueryInput] | None:
-        """Return the candidates and the embedded query (None: the namespace is too large to hold in RAM)."""
+    ) -> tuple[Candidates, QueryInput]:
+        """Return the candidates and the embedded query."""
         kinds = _check_kinds(kinds)
         snap = self.snapshots.get(dual_of(store), namespace)
-        if snap is None:
-            return None
         cands = from_snapshot(snap, kinds, snap.mask(filter=filter) if filter else None)
         turns = context_turns(context, self.context_turns)
         names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
@@ -258,14 +251,6 @@ class Ranker:
                 for name, group in groups.items()
             }
         prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
-        if prepared is None:  # over MAX_NAMESPACE_ROWS: said once per namespace (docs: Limits)
-            if tuple(namespace) not in self._switched:
-                self._switched.add(tuple(namespace))
-                log.warning("namespace %s holds more items than MAX_NAMESPACE_ROWS: ranked by the store's hybrid search, "
-                            "not the %s ranker", tuple(namespace), self.spec)  # fmt: skip
-            return {
-                name: self._plain(store, namespace, query, k, group, filter, "hybrid") for name, group in groups.items()
-            }
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)
@@ -327,16 +312,9 @@ class Ranker:
         filter: Mapping[str, Any] | None,
         mode: str,
     ) -> list[ScoredItem]:
-        """Rank by cosine, BM25 or both over the snapshot (a namespace too large for RAM: the store's search)."""
+        """Rank by cosine, BM25 or both over the snapshot."""
         vector = None if mode == "fts" else store.embeddings.embed_query(query)
         snap = self.snapshots.get(store, namespace)
-        if snap is None:
-            hits = [
-                h
-                for kind in _check_kinds(kinds)
-                for h in store.search(namespace, query, kind=kind, k=k, mode=mode, filter=filter, vector=vector)  # type: ignore[arg-type]
-            ]
-            return sorted(hits, key=lambda h: -h.score)[:k]
         found = plain.search(snap, query, vector, k, mode, snap.mask(kinds=_check_kinds(kinds), filter=filter))
         return [
             ScoredItem(item, score) for item, (_, score) in zip(snap.items([r for r, _ in found]), found, strict=True)

@@ -33,8 +33,6 @@ from dualmem.stores._rows import row_to_item, stamps, vectors_of
 from dualmem.stores.contract import DualStore, Namespace
 from dualmem.stores.ranking import allowed
 
-MAX_NAMESPACE_ROWS = 200_000  # a namespace larger than this is searched in the store, not held in RAM
-
 
 @dataclass
 class Snapshot:
@@ -79,19 +77,15 @@ class Snapshot:
         return keep if passed is None else keep & passed
 
 
-def load(store: DualStore, namespace: Namespace, version: Any) -> Snapshot | None:
-    """Read a namespace's active rows and vectors (None when it holds over ``MAX_NAMESPACE_ROWS``)."""
+def load(store: DualStore, namespace: Namespace, version: Any) -> Snapshot:
+    """Read a namespace's active rows and vectors."""
     data = store.scan(namespace, columns="vectors")
-    if data.num_rows > MAX_NAMESPACE_ROWS:
-        return None
     return Snapshot(tuple(namespace), version, data.drop_columns(["vector"]), vectors_of(data, store.dims))
 
 
-def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot | None:
+def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot:
     """Bring ``snap`` to ``version``: fetch the rows whose ``(id, updated_at)`` changed, drop the rows gone."""
     now = store.scan(snap.namespace, columns="stamps")
-    if now.num_rows > MAX_NAMESPACE_ROWS:
-        return None
     ids, times = now.column("id"), stamps(now)
     known = snap.rows.column("id")
     where = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
@@ -124,22 +118,19 @@ class Snapshots:
         )
         self._lock = threading.Lock()
 
-    def get(self, store: DualStore, namespace: Namespace) -> Snapshot | None:
-        """Return the namespace's snapshot at the store's latest version (None: too large to hold in RAM)."""
+    def get(self, store: DualStore, namespace: Namespace) -> Snapshot:
+        """Return the namespace's snapshot at the store's latest version."""
         namespace = tuple(namespace)
         version = store.version()
         with self._lock:
             held = self._by_store.setdefault(store, OrderedDict())
             snap = held.get(namespace)
         if snap is not None and snap.version == version:
-            fresh: Snapshot | None = snap
+            fresh = snap
         else:
             fresh = load(store, namespace, version) if snap is None else refresh(snap, store, version)
         with self._lock:
             held = self._by_store.setdefault(store, OrderedDict())
-            if fresh is None:
-                held.pop(namespace, None)
-                return None
             held[namespace] = fresh
             held.move_to_end(namespace)
             self._evict()

@@ -31,7 +31,7 @@ from dualmem.context import Context
 from dualmem.errors import LeaseLost
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan, plan_update
-from dualmem.memory.view import View, build_view, empty_view, newest, view_text
+from dualmem.memory.view import View, build_view, empty_view, view_text
 from dualmem.models.structured import Structured, invoke_structured
 from dualmem.models.tokens import count_tokens
 from dualmem.prompts.writer import render_writer_messages
@@ -105,13 +105,6 @@ def recall_view(
     last (a pure function of the store's contents and ``text``; see :mod:`dualmem.memory.view`)."""
     snap = (snapshots or Snapshots()).get(store, namespace)
     vector = None if mode == "fts" or k <= 0 else store.embeddings.embed_query(text)
-    if snap is None:  # a namespace too large for RAM: the store's search, and its newest items
-        streams = {
-            kind: [h.item for h in store.search(namespace, text, kind=kind, k=k, mode=mode, vector=vector)]  # type: ignore[arg-type]
-            + newest(store.list(namespace, kind=kind), recent)
-            for kind in ("fact", "insight")
-        }  # type: ignore[arg-type]
-        return build_view(streams["fact"], streams["insight"])
     if not len(snap):
         return empty_view()
     seqs, ids = _seqs(snap), np.asarray(snap.ids, dtype=object)

@@ -65,9 +65,12 @@ class Snapshot:
         return [row_to_item(r) for r in self.rows.take(pa.array(list(positions), pa.int64())).to_pylist()]
 
     def mask(
-        self, kinds: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None,
-        since: str | None = None, until: str | None = None,
-    ) -> np.ndarray:  # fmt: skip
+        self,
+        kinds: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> np.ndarray:
         """Return which rows are of ``kinds`` and pass ``filter`` and the ``event_time`` window (the stores' own
         filter: :func:`~dualmem.stores.ranking.allowed`)."""
         keep = np.ones(len(self), dtype=bool)

@@ -162,10 +162,16 @@ def create_search_memory_tool(
             db, memory_ns, kinds = dual
             ranked: list[ScoredItem] = _ranker().rank(db, memory_ns, query, limit, kinds=kinds)
             hits: list[dict[str, Any]] = [
-                {"id": h.item.id, "kind": h.item.kind, "content": h.item.text, "grounding": h.item.grounding,
-                 "session_id": h.item.source.session_id, "score": round(h.score, 6)}
+                {
+                    "id": h.item.id,
+                    "kind": h.item.kind,
+                    "content": h.item.text,
+                    "grounding": h.item.grounding,
+                    "session_id": h.item.source.session_id,
+                    "score": round(h.score, 6),
+                }
                 for h in ranked
-            ]  # fmt: skip
+            ]
         elif isinstance(target, BaseStore):
             hits = [
                 {"id": i.key, "content": i.value.get("content", i.value.get("text", i.value)), "score": i.score}

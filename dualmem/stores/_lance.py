@@ -36,9 +36,13 @@ TIDY_EVERY = 64  # the writer of every 64th memory table version tidies the stor
 TIDY_KEEP = timedelta(minutes=1)  # a tidy keeps versions this recent (a read lasting longer may fail; none does)
 
 _CONFLICT_MARKERS = (
-    "commit conflict", "preempted", "incompatible transaction", "retryable", "concurrent transaction",
+    "commit conflict",
+    "preempted",
+    "incompatible transaction",
+    "retryable",
+    "concurrent transaction",
     "too many concurrent writers",
-)  # fmt: skip
+)
 
 
 def storage_options(raw: str | Mapping[str, str] | None) -> dict[str, str] | None:

@@ -22,9 +22,22 @@ from dualmem.stores._sql import ns_key, ns_parse, row_key
 
 TS = pa.timestamp("us", tz="UTC")
 ITEM_COLUMNS = [
-    "pk", "id", "namespace", "kind", "text", "session_id", "turn_ids", "chunk_id", "event_time",
-    "created_at", "updated_at", "grounding", "emotion", "status", "meta",
-]  # fmt: skip
+    "pk",
+    "id",
+    "namespace",
+    "kind",
+    "text",
+    "session_id",
+    "turn_ids",
+    "chunk_id",
+    "event_time",
+    "created_at",
+    "updated_at",
+    "grounding",
+    "emotion",
+    "status",
+    "meta",
+]
 STAMP_COLUMNS = ["pk", "id", "updated_at"]
 
 

@@ -38,7 +38,7 @@ from langchain_core.embeddings import Embeddings
 
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind
-from dualmem.stores._rows import item_to_row, row_to_item
+from dualmem.stores._rows import row_to_item
 from dualmem.stores.results import ScoredItem
 
 Namespace = tuple[str, ...]
@@ -218,9 +218,12 @@ class DualStore(ABC):
 
     @abstractmethod
     def exclusive(
-        self, namespace: Namespace, owner: str | None = None, wait_s: float | None = None,
+        self,
+        namespace: Namespace,
+        owner: str | None = None,
+        wait_s: float | None = None,
         give_up: Callable[[], bool] | None = None,
-    ) -> AbstractContextManager[Lease | None]:  # fmt: skip
+    ) -> AbstractContextManager[Lease | None]:
         """Hold the namespace's write lease for a ``with`` block (one writer per namespace, in any process).
 
         With ``give_up``, waiting ends when it answers True and the block gets None.
@@ -299,18 +302,26 @@ class DualStore(ABC):
         return self.batch([GetItems(tuple(namespace), tuple(ids))])[0] if ids else []
 
     def scan(
-        self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active",
-        columns: Columns = "items", ids: Sequence[str] | None = None,
-    ) -> pa.Table:  # fmt: skip
+        self,
+        namespace: Namespace,
+        kind: MemoryKind | None = None,
+        status: str | None = "active",
+        columns: Columns = "items",
+        ids: Sequence[str] | None = None,
+    ) -> pa.Table:
         """Return a namespace's rows as arrow (at most one per id); see :class:`ScanItems`."""
         check_kind(kind)
         op = ScanItems(tuple(namespace), kind, status, columns, None if ids is None else tuple(ids))
         return self.batch([op])[0]
 
     def list(
-        self, namespace: Namespace, kind: MemoryKind | None = None, status: str | None = "active",
-        limit: int | None = None, newest_first: bool = True,
-    ) -> builtins.list[MemoryItem]:  # fmt: skip
+        self,
+        namespace: Namespace,
+        kind: MemoryKind | None = None,
+        status: str | None = "active",
+        limit: int | None = None,
+        newest_first: bool = True,
+    ) -> builtins.list[MemoryItem]:
         """List a namespace's items ordered by (created_at, updated_at, id), newest first unless told otherwise."""
         rows = self.scan(namespace, kind, status).to_pylist()
         rows.sort(key=lambda r: (r["created_at"], r["updated_at"], r["id"]), reverse=newest_first)
@@ -325,11 +336,18 @@ class DualStore(ABC):
         return sorted(self.batch([ListNamespaces(tuple(prefix), check_kind(kind))])[0])
 
     def search(
-        self, namespace: Namespace, query: str, kind: MemoryKind | None = None, k: int = 10,
-        mode: SearchMode = "hybrid", status: str | None = "active",
+        self,
+        namespace: Namespace,
+        query: str,
+        kind: MemoryKind | None = None,
+        k: int = 10,
+        mode: SearchMode = "hybrid",
+        status: str | None = "active",
         filter: Mapping[str, Any] | None = None,
-        since: str | None = None, until: str | None = None, vector: Sequence[float] | None = None,
-    ) -> builtins.list[ScoredItem]:  # fmt: skip
+        since: str | None = None,
+        until: str | None = None,
+        vector: Sequence[float] | None = None,
+    ) -> builtins.list[ScoredItem]:
         """Search one namespace; ``filter`` is a dict over :data:`FILTERABLE` fields, ``since``/``until`` bound
         ``event_time`` (ISO text). Scores: cosine (``vector``), BM25 (``fts``) or reciprocal-rank fusion (``hybrid``)."""
         vec = None if vector is None else tuple(float(x) for x in vector)
@@ -369,17 +387,3 @@ def _filled(
             op = replace(op, vector=tuple(float(x) for x in next(q_iter)))
         out.append(op)
     return out
-
-
-def put_rows(op: PutItems, dims: int, now: Any) -> builtins.list[dict[str, Any]]:
-    """Return the table rows of a prepared put (the last of two rows for one key wins; ``updated_at`` = ``now``
-    unless the put keeps the items' times)."""
-    assert op.vectors is not None
-    rows: dict[tuple[Namespace, str], dict[str, Any]] = {}
-    for item, vector in zip(op.items, op.vectors, strict=True):
-        check_kind(item.kind)
-        stamp = item.updated_at if op.keep_times else now
-        rows[(tuple(item.namespace), item.id)] = item_to_row(
-            item, vector, created_at=item.created_at, updated_at=stamp, dims=dims
-        )
-    return builtins.list(rows.values())

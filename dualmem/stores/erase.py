@@ -37,8 +37,14 @@ MEMORY, LEDGER = "memory", _ledger.TABLE
 LEASES, NS_LEASES = _leases.TABLE, _leases.NS_TABLE
 KEYS = {MEMORY: "pk", LEDGER: "id", ITEMS: "id", VECTORS: "id"}
 """The data tables a namespace's rows are deleted from, with each one's key column."""
-REWRITE = {MEMORY: "status", LEDGER: "state", ITEMS: "namespace", VECTORS: "namespace", LEASES: "namespace",
-           NS_LEASES: "holder"}  # fmt: skip
+REWRITE = {
+    MEMORY: "status",
+    LEDGER: "state",
+    ITEMS: "namespace",
+    VECTORS: "namespace",
+    LEASES: "namespace",
+    NS_LEASES: "holder",
+}
 """Per table, the (non-key) column a purge sets to itself to move a fragment's rows into a new one."""
 
 Frags = dict[tuple[str, str], set[int]]
@@ -193,8 +199,11 @@ def scrub_ledger(folder: Folder, namespace: Sequence[str], ids: set[str], frags:
     if LEDGER not in folder.tables:
         return 0
     ledger = folder.table(LEDGER)
-    touched = [r for r in _rows(folder, LEDGER, ns_eq_sql(namespace), ["id", "payload"])
-               if any(i in (r["payload"] or "") for i in ids)]  # fmt: skip
+    touched = [
+        r
+        for r in _rows(folder, LEDGER, ns_eq_sql(namespace), ["id", "payload"])
+        if any(i in (r["payload"] or "") for i in ids)
+    ]
     for row in touched:
         where = f"id = {sql_str(row['id'])}"
         frags.setdefault((folder.name, LEDGER), set()).update(fragments(ledger, where, "id"))
@@ -255,8 +264,12 @@ def release_names(
 def purge_all(folders: Sequence[Folder], frags: Frags, unverified: bool = False) -> dict[str, dict[str, int]]:
     """Purge every table that lost rows (``frags``): fragments rewritten, indexes rebuilt, old versions dropped."""
     by_name = {f.name: f for f in folders}
-    return {f"{by_name[name].label()}/{table}": purge(by_name[name].table(table), found, REWRITE[table], delete_unverified=unverified)
-            for (name, table), found in sorted(frags.items())}  # fmt: skip
+    return {
+        f"{by_name[name].label()}/{table}": purge(
+            by_name[name].table(table), found, REWRITE[table], delete_unverified=unverified
+        )
+        for (name, table), found in sorted(frags.items())
+    }
 
 
 def forget_namespace(folder: Folder, namespace: Sequence[str], unverified: bool = False) -> dict[str, int]:

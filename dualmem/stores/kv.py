@@ -82,9 +82,14 @@ class LanceKVStore(BaseStore):
     supports_ttl = True
 
     def __init__(
-        self, uri: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None,
-        storage_options: Mapping[str, str] | str | None = None, db: Any = None,
-    ) -> None:  # fmt: skip
+        self,
+        uri: str,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        storage_options: Mapping[str, str] | str | None = None,
+        db: Any = None,
+    ) -> None:
         self.uri = str(uri)
         self.ttl_config: TTLConfig | None = dict(ttl) if ttl else None  # type: ignore[assignment]
         self.db = db if db is not None else L.connect(self.uri, L.storage_options(storage_options))
@@ -272,11 +277,17 @@ class LanceKVStore(BaseStore):
             revs[iid] = uuid.uuid4().hex
             rows.append(
                 {
-                    "id": iid, "namespace": ns_key(ns), "key": key, "value": json.dumps(op.value, ensure_ascii=False, default=str),
-                    "created_at": old.get(iid, now), "updated_at": now, "ttl_minutes": None if op.ttl is None else float(op.ttl),
-                    "expires_at": expiry(op.ttl, clock), "rev": revs[iid],
+                    "id": iid,
+                    "namespace": ns_key(ns),
+                    "key": key,
+                    "value": json.dumps(op.value, ensure_ascii=False, default=str),
+                    "created_at": old.get(iid, now),
+                    "updated_at": now,
+                    "ttl_minutes": None if op.ttl is None else float(op.ttl),
+                    "expires_at": expiry(op.ttl, clock),
+                    "rev": revs[iid],
                 }
-            )  # fmt: skip
+            )
         nskeys = {iid: ns_key(k[0]) for k, iid in ids.items()}
         vectors = [
             {
@@ -375,9 +386,12 @@ class LanceKVStore(BaseStore):
 def to_item(row: dict[str, Any], score: float | None | bool = False) -> Any:
     """Return the LangGraph ``Item`` (``SearchItem`` when ``score`` is given) of an item row."""
     kwargs = {
-        "namespace": ns_parse(row["namespace"]), "key": row["key"], "value": json.loads(row["value"]),
-        "created_at": utc(row["created_at"]), "updated_at": utc(row["updated_at"]),
-    }  # fmt: skip
+        "namespace": ns_parse(row["namespace"]),
+        "key": row["key"],
+        "value": json.loads(row["value"]),
+        "created_at": utc(row["created_at"]),
+        "updated_at": utc(row["updated_at"]),
+    }
     if score is False:
         return Item(**kwargs)
     return SearchItem(**kwargs, score=None if score is None else float(score))

@@ -42,6 +42,7 @@ from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import utcnow
 from dualmem.stores import erase, ranking
+from dualmem.stores._put import put_rows
 from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, one_per_key, row_to_item, vectors_of
 from dualmem.stores._sql import and_all, ns_eq_sql, ns_parse, ns_prefix_sql, row_key, sql_in, sql_str
 from dualmem.stores.contract import (
@@ -56,7 +57,6 @@ from dualmem.stores.contract import (
     ScanItems,
     SearchItems,
     SetStatus,
-    put_rows,
 )
 from dualmem.stores.leases import Lease, Leases
 from dualmem.stores.ledger import LanceLedger
@@ -65,8 +65,13 @@ from dualmem.stores.results import ScoredItem
 
 TABLE = "memory"
 INDEXES = {
-    "pk": "BTREE", "id": "BTREE", "namespace": "BITMAP", "kind": "BITMAP", "status": "BITMAP", "event_time": "BTREE",
-}  # fmt: skip
+    "pk": "BTREE",
+    "id": "BTREE",
+    "namespace": "BITMAP",
+    "kind": "BITMAP",
+    "status": "BITMAP",
+    "event_time": "BTREE",
+}
 EMBEDDER_KEY = "dualmem.embedder"  # schema metadata: the embedder spec the store was created with
 
 
@@ -78,9 +83,15 @@ class LanceDualStore(DualStore):
     """
 
     def __init__(
-        self, uri: str, embeddings: Any, *, dims: int | None = None, storage_options: Mapping[str, str] | str | None = None,
-        lease_ttl_s: float = 60.0, lease_wait_s: float = 900.0,
-    ) -> None:  # fmt: skip
+        self,
+        uri: str,
+        embeddings: Any,
+        *,
+        dims: int | None = None,
+        storage_options: Mapping[str, str] | str | None = None,
+        lease_ttl_s: float = 60.0,
+        lease_wait_s: float = 900.0,
+    ) -> None:
         if embeddings is None:
             raise ConfigurationError(
                 "LanceDualStore needs an embeddings object or spec; use open_store(settings) for the configured one"
@@ -131,9 +142,12 @@ class LanceDualStore(DualStore):
         """Open the store at ``settings.store_uri`` with the settings' embedder (or ``embeddings``), loaded when first needed."""
         s = Settings.resolve(settings)
         return cls(
-            s.store_uri, embeddings if embeddings is not None else s.embedder, storage_options=s.store_options,
-            lease_ttl_s=s.lease_ttl_s, lease_wait_s=s.lease_wait_s,
-        )  # fmt: skip
+            s.store_uri,
+            embeddings if embeddings is not None else s.embedder,
+            storage_options=s.store_options,
+            lease_ttl_s=s.lease_ttl_s,
+            lease_wait_s=s.lease_wait_s,
+        )
 
     # ------------------------------------------------------------------ contract
 
@@ -143,9 +157,12 @@ class LanceDualStore(DualStore):
 
     @contextmanager
     def exclusive(
-        self, namespace: Namespace, owner: str | None = None, wait_s: float | None = None,
+        self,
+        namespace: Namespace,
+        owner: str | None = None,
+        wait_s: float | None = None,
         give_up: Callable[[], bool] | None = None,
-    ) -> Iterator[Lease | None]:  # fmt: skip
+    ) -> Iterator[Lease | None]:
         """Hold the namespace's write lease for the block (one writer per namespace, any process)."""
         with self.leases.hold(tuple(namespace), owner, wait_s, give_up) as lease:
             yield lease
@@ -250,10 +267,14 @@ class LanceDualStore(DualStore):
 
 
 def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:
-    return and_all(
-        ns_eq_sql(namespace), None if kind is None else f"kind = {sql_str(kind)}",
-        None if status is None else f"status = {sql_str(status)}",
-    ) or ""  # fmt: skip
+    return (
+        and_all(
+            ns_eq_sql(namespace),
+            None if kind is None else f"kind = {sql_str(kind)}",
+            None if status is None else f"status = {sql_str(status)}",
+        )
+        or ""
+    )
 
 
 def _open_memory(db: Any, schema: pa.Schema) -> Any:

@@ -234,10 +234,16 @@ class LanceDBStore(DualMemStore):
     """
 
     def __init__(
-        self, uri: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None,
-        memory_label: str = DEFAULT_LABEL, storage_options: Mapping[str, str] | str | None = None,
-        dual: DualStore | None = None, embeddings: Any = None,
-    ) -> None:  # fmt: skip
+        self,
+        uri: str,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        memory_label: str = DEFAULT_LABEL,
+        storage_options: Mapping[str, str] | str | None = None,
+        dual: DualStore | None = None,
+        embeddings: Any = None,
+    ) -> None:
         self.uri = str(uri)
         self.storage_options = (
             storage_options if storage_options is not None else getattr(dual, "storage_options", None)

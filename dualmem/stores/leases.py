@@ -261,9 +261,12 @@ class Leases:
 
     @contextmanager
     def hold(
-        self, namespace: Sequence[str], owner: str | None = None, wait_s: float | None = None,
+        self,
+        namespace: Sequence[str],
+        owner: str | None = None,
+        wait_s: float | None = None,
         give_up: Callable[[], bool] | None = None,
-    ) -> Iterator[Lease | None]:  # fmt: skip
+    ) -> Iterator[Lease | None]:
         """Hold the namespace's write lease for the ``with`` block (None when ``give_up`` ended the wait)."""
         lease = self.acquire(namespace, owner or new_owner(), wait_s, give_up)
         if lease is None:

@@ -81,10 +81,16 @@ class LanceLedger:
             return
         now, key = utcnow(), ns_key(namespace)
         rows = [
-            {"id": ledger_id(namespace, unit), "namespace": key, "chunk_id": unit, "payload": payload,
-             "applied_at": now, "state": state}
+            {
+                "id": ledger_id(namespace, unit),
+                "namespace": key,
+                "chunk_id": unit,
+                "payload": payload,
+                "applied_at": now,
+                "state": state,
+            }
             for unit, state, payload in marks
-        ]  # fmt: skip
+        ]
         data = pa.Table.from_pylist(rows, schema=self._schema)
         L.retry(
             lambda: self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)

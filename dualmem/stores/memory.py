@@ -28,6 +28,7 @@ from dualmem.errors import ConfigurationError, LeaseTimeout
 from dualmem.memory.versions import VERSION_OF
 from dualmem.schema import utcnow
 from dualmem.stores import ranking
+from dualmem.stores._put import put_rows
 from dualmem.stores._rows import ITEM_COLUMNS, STAMP_COLUMNS, item_schema, row_to_item
 from dualmem.stores._sql import ns_key, ns_parse, row_key
 from dualmem.stores.contract import (
@@ -43,7 +44,6 @@ from dualmem.stores.contract import (
     ScanItems,
     SearchItems,
     SetStatus,
-    put_rows,
 )
 from dualmem.stores.erase import scrub
 from dualmem.stores.results import ScoredItem
@@ -144,9 +144,12 @@ class InMemoryDualStore(DualStore):
 
     @contextmanager
     def exclusive(
-        self, namespace: Namespace, owner: str | None = None, wait_s: float | None = None,
+        self,
+        namespace: Namespace,
+        owner: str | None = None,
+        wait_s: float | None = None,
         give_up: Callable[[], bool] | None = None,
-    ) -> Iterator[_NoLease | None]:  # fmt: skip
+    ) -> Iterator[_NoLease | None]:
         """Hold the namespace's lock for the block (waiting up to ``wait_s``, or until ``give_up`` answers True)."""
         with self._lock:
             lock = self._leases.setdefault(ns_key(namespace), threading.Lock())
@@ -226,9 +229,12 @@ class InMemoryDualStore(DualStore):
     def _select(self, namespace: Namespace, kind: str | None, status: str | None) -> builtins.list[dict[str, Any]]:
         key = ns_key(namespace)
         rows = [
-            r for r in self._rows.values()
-            if r["namespace"] == key and (kind is None or r["kind"] == kind) and (status is None or r["status"] == status)
-        ]  # fmt: skip
+            r
+            for r in self._rows.values()
+            if r["namespace"] == key
+            and (kind is None or r["kind"] == kind)
+            and (status is None or r["status"] == status)
+        ]
         return sorted(rows, key=lambda r: r["pk"])
 
     def _arrow(self, rows: builtins.list[dict[str, Any]], columns: str) -> pa.Table:

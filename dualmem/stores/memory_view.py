@@ -80,9 +80,12 @@ class MemoryView:
         value = item.model_dump(mode="json", exclude={"namespace"})
         value["content"] = item.text
         kwargs: dict[str, Any] = {
-            "namespace": (self.label, *item.namespace, item.kind), "key": item.id, "value": value,
-            "created_at": item.created_at, "updated_at": item.updated_at,
-        }  # fmt: skip
+            "namespace": (self.label, *item.namespace, item.kind),
+            "key": item.id,
+            "value": value,
+            "created_at": item.created_at,
+            "updated_at": item.updated_at,
+        }
         return Item(**kwargs) if score is False else SearchItem(**kwargs, score=score)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ operations

@@ -124,8 +124,10 @@ def _memory(db: Any, legacy: list[Any], expected: int) -> None:
     data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
     db.create_table(MEMORY, data=data)
     if db.open_table(MEMORY).count_rows() != expected:
-        raise ConfigurationError(f"migration: the new {MEMORY} table does not hold the {expected} old rows; nothing "
-                                 "was dropped, run dualmem migrate again")  # fmt: skip
+        raise ConfigurationError(
+            f"migration: the new {MEMORY} table does not hold the {expected} old rows; nothing "
+            "was dropped, run dualmem migrate again"
+        )
 
 
 def _ledger(db: Any, rows: pa.Table, from_live: bool) -> int:
@@ -143,7 +145,9 @@ def _ledger(db: Any, rows: pa.Table, from_live: bool) -> int:
         db.drop_table(LEDGER)
     db.create_table(LEDGER, data=pa.Table.from_pylist(data, schema=SCHEMA))
     if db.open_table(LEDGER).count_rows() != len(data):
-        raise ConfigurationError(f"migration: the new ledger does not hold the {len(data)} old units; the old ones "
-                                 f"are kept in {LEDGER_BACKUP}, run dualmem migrate again")  # fmt: skip
+        raise ConfigurationError(
+            f"migration: the new ledger does not hold the {len(data)} old units; the old ones "
+            f"are kept in {LEDGER_BACKUP}, run dualmem migrate again"
+        )
     db.drop_table(LEDGER_BACKUP)
     return len(data)

@@ -112,9 +112,10 @@ _RUNNABLES: dict[
 ] = {}  # id(model) -> (model, its runnables)
 
 
-def _forget(ref: weakref.ref[Any], key: int) -> None:
-    if _RUNNABLES.get(key, (None, None))[0] is ref:
-        _RUNNABLES.pop(key, None)
+def _forget(ref: weakref.ref[Any], key: int, table: dict[int, Any]) -> None:
+    """Drop a collected model's runnables (``table`` is bound: at interpreter exit the module's globals are gone)."""
+    if table.get(key, (None, None))[0] is ref:
+        table.pop(key, None)
 
 
 def _structured_runnable(model: BaseChatModel, schema: type[T], method: str | None) -> Any:
@@ -125,7 +126,7 @@ def _structured_runnable(model: BaseChatModel, schema: type[T], method: str | No
     entry = _RUNNABLES.get(key)
     if entry is None or entry[0]() is not model:
         try:
-            ref = weakref.ref(model, functools.partial(_forget, key=key))
+            ref = weakref.ref(model, functools.partial(_forget, key=key, table=_RUNNABLES))
         except TypeError:  # a model that takes no weak reference: built every time
             return model.with_structured_output(schema, include_raw=True, **kwargs)
         entry = _RUNNABLES[key] = (ref, {})

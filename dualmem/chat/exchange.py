@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
@@ -76,59 +77,53 @@ def handover(
     return request, turns
 
 
-def remember_exchange(
-    ctx: Context,
-    runtime: Any,
-    namespace: tuple[str, ...],
-    persona: Persona,
-    exchange: tuple[str, str],
-    earlier: Sequence[str] = (),
-    message_ids: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
-    """Hand the respond graph's exchange (query, reply) to memory formation; return what the graph reports of it: the
-    thread, its pending turns and tokens, and the memory-poisoning guard's flags on the user's message.
+@dataclass(frozen=True)
+class Exchange:
+    """One exchange of the respond graph, as memory formation needs it.
 
-    ``earlier``: the user's messages before this one; ``message_ids``: the ids of the user's and the reply's messages.
+    ``earlier``: the user's messages before this one (the memory-poisoning guard's context); ``message_ids``: the ids
+    of the user's and the reply's messages (turn ids derive from them, so a resumed run hands nothing over twice).
     """
-    request, turns, flags, formation = _exchange_request(
-        ctx, runtime, namespace, persona, exchange, earlier, message_ids
-    )
+
+    persona: Persona
+    namespace: tuple[str, ...]
+    query: str
+    reply: str
+    earlier: Sequence[str] = ()
+    message_ids: tuple[str | None, str | None] = (None, None)
+
+
+def remember_exchange(ctx: Context, runtime: Any, exchange: Exchange) -> dict[str, Any]:
+    """Hand the respond graph's exchange to memory formation; return what the graph reports of it: the thread, its
+    pending turns and tokens, and the memory-poisoning guard's flags on the user's message."""
+    request, turns, flags, formation = _exchange_request(ctx, runtime, exchange)
     return _pending(request, hand_over(request, turns, formation), flags)
 
 
-async def aremember_exchange(
-    ctx: Context,
-    runtime: Any,
-    namespace: tuple[str, ...],
-    persona: Persona,
-    exchange: tuple[str, str],
-    earlier: Sequence[str] = (),
-    message_ids: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
+async def aremember_exchange(ctx: Context, runtime: Any, exchange: Exchange) -> dict[str, Any]:
     """Async :func:`remember_exchange` (on the LangGraph server the write run is scheduled in process)."""
-    request, turns, flags, formation = await asyncio.to_thread(
-        _exchange_request, ctx, runtime, namespace, persona, exchange, earlier, message_ids
-    )
+    request, turns, flags, formation = await asyncio.to_thread(_exchange_request, ctx, runtime, exchange)
     return _pending(request, await ahand_over(request, turns, formation), flags)
 
 
 def _exchange_request(
-    ctx: Context,
-    runtime: Any,
-    namespace: tuple[str, ...],
-    persona: Persona,
-    exchange: tuple[str, str],
-    earlier: Sequence[str],
-    message_ids: tuple[str | None, str | None],
+    ctx: Context, runtime: Any, exchange: Exchange
 ) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag], Formation]:
-    query, reply_text = exchange
     store = graph_store(getattr(runtime, "store", None) or ctx.dual(getattr(runtime, "store", None)))
-    said = [("user", query, message_ids[0]), ("assistant", reply_text, message_ids[1])]
+    user_id, reply_id = exchange.message_ids
+    said = [("user", exchange.query, user_id), ("assistant", exchange.reply, reply_id)]
     request, turns = handover(
-        persona, namespace, chat_thread(runtime), ctx.settings, store, said, earlier, injected_writer(ctx)
+        exchange.persona,
+        exchange.namespace,
+        chat_thread(runtime),
+        ctx.settings,
+        store,
+        said,
+        exchange.earlier,
+        injected_writer(ctx),
     )
     context = [Turn(id=f"earlier-{i}", role="user", text=text) for i, text in enumerate(turns[0]["earlier"])]
-    flags = list(flag_turns([Turn(id=turns[0]["id"], role="user", text=query)], context=context).values())
+    flags = list(flag_turns([Turn(id=turns[0]["id"], role="user", text=exchange.query)], context=context).values())
     return request, turns, flags, ctx.formation or formation_for(ctx.settings, runtime)
 
 

@@ -18,8 +18,9 @@ ingests in the run (DualMem forms memory in the background and builds none).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph.message import add_messages
@@ -33,6 +34,9 @@ from dualmem.frameworks.base import FrameworkContext, MemoryFramework
 from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
+
+if TYPE_CHECKING:
+    from dualmem.chat.exchange import Exchange
 
 EARLIER_USER_MESSAGES = 4  # the guard reads this many of the user's earlier messages when an exchange is remembered
 
@@ -144,7 +148,7 @@ def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 def exchange_session(
-    persona: Persona, query: str, reply: str, earlier: list[str] | None = None, when: str | None = None
+    persona: Persona, query: str, reply: str, earlier: Sequence[str] | None = None, when: str | None = None
 ) -> Session:
     """Return one chat exchange as a session (unique id per exchange).
 
@@ -164,14 +168,17 @@ def exchange_session(
     )
 
 
-def _exchange(state: RespondState) -> tuple[list[str], tuple[str | None, str | None]]:
-    """Return the user's messages before this exchange (the guard's context) and the exchange's message ids."""
+def _exchange(state: RespondState) -> Exchange:
+    """Return the state's exchange, with the user's messages before it (the guard's context) and its message ids."""
+    from dualmem.chat.exchange import Exchange
+
     messages = list(state.get("messages") or [])
     said = [message_text(m) for m in messages if isinstance(m, HumanMessage)]
     earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
     asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
     answered = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
-    return earlier, (getattr(asked, "id", None), getattr(answered, "id", None))
+    ids = (getattr(asked, "id", None), getattr(answered, "id", None))
+    return Exchange(persona_of(state), tuple(state["namespace"]), state["query"], state["reply"], earlier, ids)
 
 
 def _forms_in_background(ctx: Context) -> bool:
@@ -185,10 +192,9 @@ def _forms_in_background(ctx: Context) -> bool:
 
 def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
-    persona, namespace = persona_of(state), tuple(state["namespace"])
-    earlier, _ = _exchange(state)
-    report = memory_of(ctx, runtime, namespace, persona).ingest(
-        exchange_session(persona, state["query"], state["reply"], earlier)
+    exchange = _exchange(state)
+    report = memory_of(ctx, runtime, exchange.namespace, exchange.persona).ingest(
+        exchange_session(exchange.persona, exchange.query, exchange.reply, exchange.earlier)
     )
     return {"written": list(report.meta.get("rows") or [asdict(report)])}
 
@@ -200,9 +206,7 @@ def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     if not _forms_in_background(ctx):
         return _ingest(state, runtime)
-    earlier, ids = _exchange(state)
-    exchange = (state["query"], state["reply"])
-    pending = remember_exchange(ctx, runtime, tuple(state["namespace"]), persona_of(state), exchange, earlier, ids)
+    pending = remember_exchange(ctx, runtime, _exchange(state))
     return {"written": [], "pending": pending}
 
 
@@ -213,11 +217,7 @@ async def aremember(state: RespondState, runtime: Runtime[Context]) -> dict[str,
     ctx = context_of(runtime)
     if not _forms_in_background(ctx):
         return await asyncio.to_thread(_ingest, state, runtime)
-    earlier, ids = _exchange(state)
-    exchange = (state["query"], state["reply"])
-    pending = await aremember_exchange(
-        ctx, runtime, tuple(state["namespace"]), persona_of(state), exchange, earlier, ids
-    )
+    pending = await aremember_exchange(ctx, runtime, _exchange(state))
     return {"written": [], "pending": pending}
 
 

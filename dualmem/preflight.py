@@ -34,7 +34,8 @@ from dualmem.models.retry import RetryPolicy, invoke_with_retry
 
 # LanceDB's object stores (lance 0.40) plus LanceDB Cloud's db://
 CHECK_TIMEOUT = 10.0
-_PASSED: set[str] = set()
+_PASSED: set[str] = set()  # endpoints checked in this process (a key of _key)
+_CHECKING: dict[str, threading.Lock] = {}  # one lock per key: a check runs once however many threads ask
 _LOCK = threading.Lock()
 ENDPOINT_FIX = "start the server or fix OPENAI_BASE_URL (settings.openai_base_url)"
 # what each optional extra of pyproject.toml brings, by the modules the code imports from it
@@ -154,9 +155,15 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
         return
     key = _key(model)
     with _LOCK:
+        checking = _CHECKING.setdefault(key, threading.Lock())
+    with checking:  # threads asking at once (an evaluation's first units) wait for one check of the endpoint
         if key in _PASSED:
             return
-    s = settings or Settings()
+        _check(model, settings or Settings())
+        _PASSED.add(key)
+
+
+def _check(model: BaseChatModel, s: Settings) -> None:
     policy = RetryPolicy(
         retries=min(s.call_retries, 2),
         backoff=min(s.tuning.retry_backoff, 1.0),
@@ -166,8 +173,6 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
         _check_openai(model, policy)
     else:
         _check_by_call(model, policy, f"{type(model).__name__} {getattr(model, 'model', '')}".strip())
-    with _LOCK:
-        _PASSED.add(key)
 
 
 def needs_check(spec: Any) -> bool:

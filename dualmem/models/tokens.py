@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 from typing import Any
 
+_LOADING = threading.Lock()
+
+
+def _tokenizer() -> Any:
+    """Return the process's tokenizer, loaded once: threads asking at once (an evaluation's first units) wait for the
+    first load instead of each loading it."""
+    with _LOADING:
+        return _load_tokenizer()
+
 
 @lru_cache(maxsize=1)
-def _tokenizer() -> Any:
+def _load_tokenizer() -> Any:
     from tokenizers import Tokenizer
 
     from dualmem.models.local.bundled import bundled_embedder_path

@@ -95,14 +95,13 @@ def ingest_histories(
 ) -> list[Any]:
     """Save the personas, write every history (threads, or the Ray cluster of ``ray_address``); return their reports in
     order, calling ``on_report(report, history)`` for each, in order, as soon as it and those before it are written."""
-    from dualmem.stores.personas import save_persona
+    from dualmem.stores.personas import save_personas
 
     if settings.ray_address:
         from dualmem.evals.cluster import check_address
 
         check_address(settings.ray_address)  # a bad address is one line, before anything is written
-    for persona in {h.persona.id: h.persona for h in histories}.values():
-        save_persona(settings.store_uri, persona, settings.store_options)
+    save_personas(settings.store_uri, [h.persona for h in histories], settings.store_options)  # one commit
     if len(histories) == 1 and not settings.ray_address:  # one history: its own bar, chunk by chunk
         report = histories[0].write(settings, progress=progress)
         if on_report is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,11 +22,18 @@ def _open_personas(uri: str, options: str | dict[str, str] | None):
 
 def save_persona(uri: str, persona: Persona, options: str | dict[str, str] | None = None) -> None:
     """Insert or replace ``persona`` in the registry at ``uri`` (``options``: the store's storage options)."""
+    save_personas(uri, [persona], options)
+
+
+def save_personas(uri: str, personas: Iterable[Persona], options: str | dict[str, str] | None = None) -> None:
+    """Insert or replace every persona in the registry at ``uri`` in one commit (the last one of an id wins)."""
     from dualmem.stores import _lance as L
 
-    row = {"id": persona.id, "json": persona.model_dump_json()}
+    rows = list({p.id: {"id": p.id, "json": p.model_dump_json()} for p in personas}.values())
+    if not rows:
+        return
     table = _open_personas(uri, options)
-    L.retry(lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row]))
+    L.retry(lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows))
 
 
 def list_personas(uri: str, options: str | dict[str, str] | None = None) -> list[Persona]:

@@ -35,8 +35,7 @@ from dualmem.models.retry import RetryPolicy, invoke_with_retry
 # LanceDB's object stores (lance 0.40) plus LanceDB Cloud's db://
 CHECK_TIMEOUT = 10.0
 _PASSED: set[str] = set()  # endpoints checked in this process (a key of _key)
-_CHECKING: dict[str, threading.Lock] = {}  # one lock per key: a check runs once however many threads ask
-_LOCK = threading.Lock()
+_CHECKING = threading.Lock()  # threads asking at once (an evaluation's first units) wait for one check of an endpoint
 ENDPOINT_FIX = "start the server or fix OPENAI_BASE_URL (settings.openai_base_url)"
 # what each optional extra of pyproject.toml brings, by the modules the code imports from it
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -154,25 +153,20 @@ def check_model(model: BaseChatModel, settings: Settings | None = None) -> None:
     if type(model).__module__.startswith("dualmem."):  # the bundled local model and the test fakes
         return
     key = _key(model)
-    with _LOCK:
-        checking = _CHECKING.setdefault(key, threading.Lock())
-    with checking:  # threads asking at once (an evaluation's first units) wait for one check of the endpoint
+    with _CHECKING:
         if key in _PASSED:
             return
-        _check(model, settings or Settings())
+        s = settings or Settings()
+        policy = RetryPolicy(
+            retries=min(s.call_retries, 2),
+            backoff=min(s.tuning.retry_backoff, 1.0),
+            max_wait=min(s.tuning.retry_max_wait, 10.0),
+        )
+        if hasattr(model, "openai_api_base"):
+            _check_openai(model, policy)
+        else:
+            _check_by_call(model, policy, f"{type(model).__name__} {getattr(model, 'model', '')}".strip())
         _PASSED.add(key)
-
-
-def _check(model: BaseChatModel, s: Settings) -> None:
-    policy = RetryPolicy(
-        retries=min(s.call_retries, 2),
-        backoff=min(s.tuning.retry_backoff, 1.0),
-        max_wait=min(s.tuning.retry_max_wait, 10.0),
-    )
-    if hasattr(model, "openai_api_base"):
-        _check_openai(model, policy)
-    else:
-        _check_by_call(model, policy, f"{type(model).__name__} {getattr(model, 'model', '')}".strip())
 
 
 def needs_check(spec: Any) -> bool:

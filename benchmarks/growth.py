@@ -13,6 +13,10 @@ repeated with new ids when more chunks are asked than they hold), written throug
   processes, timed from opening the store to the answer (imports and the embedder's load not counted);
 - at every mark: the store's bytes, files and the memory table's versions.
 
+The embedder's share of the overhead (the bundled MiniLM: the chunk's view query and the plan's new texts) is
+timed apart. A run of one place replaces that place's run in the results file and keeps the other's, each run
+with its own command and date.
+
 The same run on a local folder and on an S3-compatible server (moto's, loopback; ``--s3-chunks``). The writer is
 paused while a mark is measured, so the measuring never overlaps a chunk.
 
@@ -137,9 +141,11 @@ def fresh_search(settings: Any, ns: tuple[str, ...], query: str, runs: int = 3) 
 
 def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Path) -> dict[str, Any]:
     from _lib.tables import table_versions
+    from _lib.timed_embeddings import TimedEmbeddings
     from writer_overhead import answer
 
     from dualmem.config import Settings
+    from dualmem.models import load_embeddings
     from dualmem.stores import open_store
     from dualmem.testing import FakeChatModel
     from dualmem.writer import write_history
@@ -148,7 +154,8 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
     with tempfile.TemporaryDirectory(prefix=f"growth-{kind}-") as tmp:
         place = Place(kind, Path(tmp))
         settings = Settings(store_uri=place.uri, store_options=place.options, checkpoint_path=f"{tmp}/c.sqlite")
-        store = open_store(settings)
+        embedder = TimedEmbeddings(load_embeddings(settings.embedder, settings))
+        store = open_store(settings, embedder)
         store.embeddings.embed_query("warm up the embedder")
         ns = (persona.id, "user")
         calls: list[tuple[float, float]] = []
@@ -192,6 +199,8 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
                 start = time.perf_counter()
             out = answer(messages, tool)
             calls.append((start, time.perf_counter()))
+            if i and i % 500 == 0:  # long work shows progress
+                print(f"{kind}: {i:,} of {chunks:,} chunks written", file=sys.stderr, flush=True)
             if len(calls) > chunks:
                 raise KeyboardInterrupt("enough chunks")
             return out
@@ -203,7 +212,9 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
         except KeyboardInterrupt:
             pass
         wall = time.perf_counter() - started
-        gaps = [(b[0] - a[1]) * 1000 for a, b in zip(calls, calls[1:], strict=False)]
+        spans = [(a[1], b[0]) for a, b in zip(calls, calls[1:], strict=False)]
+        gaps = [(b - a) * 1000 for a, b in spans]
+        embedding = embedder.within(spans)
         at = []
         for m in marks:
             if m in window and "commits" in window[m]:
@@ -213,19 +224,29 @@ def run(kind: str, chunks: int, marks: list[int], search_at: list[int], data: Pa
                     {
                         "chunk": m,
                         "overhead_ms_p50": round(statistics.median(gaps[w["from"] : m + 4]), 1),
+                        "embedder_ms_p50": round(statistics.median(embedding[w["from"] : m + 4]), 1),
                         "commits_per_chunk": round(w["commits"] / n, 2),
                         "requests_per_chunk": round(w["requests"] / n, 1) if kind == "s3" else None,
                     }
                 )
         place.close()
-    return {"place": kind, "chunks": len(calls) - 1, "wall_s": round(wall, 1), "at": at, "points": points}
+    return {
+        "place": kind,
+        "command": "python benchmarks/growth.py " + " ".join(sys.argv[1:]),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "chunks": len(calls) - 1,
+        "wall_s": round(wall, 1),
+        "at": at,
+        "points": points,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=1000)
     parser.add_argument("--s3-chunks", type=int, default=300, help="0: no S3 run")
-    parser.add_argument("--marks", default="10,100,1000")
+    parser.add_argument("--marks", default="10,100,1000,10000")
     parser.add_argument("--search-at", default="100,1000,10000")
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--out", default=str(RESULTS))
@@ -246,16 +267,18 @@ def main() -> int:
                     Path(args.data),
                 )
             )
+    out = Path(args.out)
+    ran = {r["place"] for r in runs}
+    before = json.loads(out.read_text()) if out.exists() else {"runs": []}
+    shared = {k: before[k] for k in ("command", "when", "machine") if k in before}  # a file of one command for all
+    kept = [{**shared, **r} for r in before["runs"] if r["place"] not in ran]
     result = {
         "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
         "worker's first search, files and versions (write_history defaults, instant scripted writer)",
-        "command": "python benchmarks/growth.py " + " ".join(sys.argv[1:]),
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "runs": runs,
+        "runs": sorted([*runs, *kept], key=lambda r: r["place"] != "local"),
         "targets": {"overhead_ms_p50_max": 50.0, "commits_per_chunk_max": 2.0, "fresh_first_search_ms_max": 15.0},
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
     }
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
 

@@ -98,6 +98,8 @@ def render_writer_overhead(d: dict[str, Any]) -> str:
                     "per chunk p50 ms",
                     "p95 ms",
                     "mean ms",
+                    "of which the embedder, p50 ms",
+                    "outside the embedder, p50 ms",
                     "target p50 ms",
                     "table commits per chunk",
                     "files per chunk",
@@ -107,6 +109,8 @@ def render_writer_overhead(d: dict[str, Any]) -> str:
                         per["p50"],
                         per["p95"],
                         per["mean"],
+                        d.get("embedder_ms_per_chunk_p50") or "—",
+                        (d.get("outside_embedder_ms_per_chunk") or {}).get("p50", "—"),
                         d["target"]["per_chunk_p50_ms_max"],
                         d.get("commits_per_chunk", "—"),
                         d.get("files_per_chunk", "—"),
@@ -126,6 +130,7 @@ def render_growth(d: dict[str, Any]) -> str:
             [
                 f"{a['chunk']:,}",
                 a["overhead_ms_p50"],
+                a.get("embedder_ms_p50", "—"),
                 a["commits_per_chunk"],
                 "—" if a["requests_per_chunk"] is None else a["requests_per_chunk"],
             ]
@@ -144,10 +149,21 @@ def render_growth(d: dict[str, Any]) -> str:
             ]
             for p in run["points"]
         ]
+        machine = run.get("machine") or d["machine"]
         out += [
-            f"**{place}**: {run['chunks']:,} chunks in {run['wall_s']:g} s.",
+            f"**{place}**: {run['chunks']:,} chunks in {run['wall_s']:g} s "
+            f"({machine['cpus']} cores, load {machine['load_avg_1m']}).",
             "",
-            _table(["at chunk", "writer overhead p50 ms", "table commits per chunk", "S3 requests per chunk"], at),
+            _table(
+                [
+                    "at chunk",
+                    "writer overhead p50 ms",
+                    "of which the embedder",
+                    "table commits per chunk",
+                    "S3 requests per chunk",
+                ],
+                at,
+            ),
             "",
             _table(
                 [
@@ -162,7 +178,7 @@ def render_growth(d: dict[str, Any]) -> str:
             ),
             "",
         ]
-    return "\n".join(out) + f"machine: {d['machine']['cpus']} cores, load {d['machine']['load_avg_1m']}."
+    return "\n".join(out).rstrip() + "\n"
 
 
 def _verdict(runs: list[dict[str, Any]], key: str, target: float) -> str:

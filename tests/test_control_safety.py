@@ -50,6 +50,12 @@ def export_file(tmp_path: Path, n: int = 1001) -> dict:
     return json.loads((tmp_path / "x.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> str:
+    """One export of 1,001 items (JSON text), made once for the module: each test spoils its own copy."""
+    return json.dumps(export_file(tmp_path_factory.mktemp("export")))
+
+
 @pytest.mark.parametrize(
     "spoil, field",
     [
@@ -66,8 +72,8 @@ def export_file(tmp_path: Path, n: int = 1001) -> dict:
     ],
     ids=["nan-vector", "nul-id", "empty-id", "path-id", "20mb-text", "ungrounded", "unknown-kind"],
 )
-def test_one_bad_record_refuses_the_whole_import_in_one_line(tmp_path, spoil, field):
-    data = export_file(tmp_path)
+def test_one_bad_record_refuses_the_whole_import_in_one_line(tmp_path, exported, spoil, field):
+    data = json.loads(exported)
     spoil(data)
     (tmp_path / "bad.json").write_text(json.dumps(data))
     target = {"DUALMEM_STORE_URI": str(tmp_path / "dst")}
@@ -77,9 +83,8 @@ def test_one_bad_record_refuses_the_whole_import_in_one_line(tmp_path, spoil, fi
     assert not (tmp_path / "dst").exists() or LanceDualStore(str(tmp_path / "dst"), HashEmbeddings(64)).count(NS) == 0
 
 
-def test_an_import_is_whole_or_absent_and_a_rerun_works(tmp_path):
-    data = export_file(tmp_path)
-    (tmp_path / "good.json").write_text(json.dumps(data))
+def test_an_import_is_whole_or_absent_and_a_rerun_works(tmp_path, exported):
+    (tmp_path / "good.json").write_text(exported)
     target = {"DUALMEM_STORE_URI": str(tmp_path / "dst")}
     seen = set()
     for delay in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0):  # killed at several points: the namespace is empty or whole

@@ -124,11 +124,20 @@ def _evaluate(data: Path, out: Path, settings: Settings) -> list[Path]:
     )
 
 
-def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endpoint_limit(
-    cluster, data, s3_server, tmp_path
-):
+@pytest.fixture(scope="module")
+def in_process(data, s3_server, tmp_path_factory):
+    """The run every cluster run is compared with: in process (threads), once for the module; returns its run
+    folders, settings and the endpoint's calls."""
     with OpenAIStandin(latency_s=0.05) as local:
-        here = _evaluate(data, tmp_path / "threads", _settings(s3_server, local.base_url))
+        settings = _settings(s3_server, local.base_url)
+        dirs = _evaluate(data, tmp_path_factory.mktemp("in-process"), settings)
+    return {"dirs": dirs, "settings": settings, "calls": list(local.calls)}
+
+
+def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endpoint_limit(
+    cluster, data, s3_server, in_process, tmp_path
+):
+    here, local_calls = in_process["dirs"], in_process["calls"]
     with OpenAIStandin(latency_s=0.05) as remote:
         there = _evaluate(
             data,
@@ -140,8 +149,8 @@ def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endp
         assert _stable(read_records(a / "records.jsonl")) == _stable(read_records(b / "records.jsonl"))
         assert _summary(a) == _summary(b)
         assert "Ray cluster" in json.loads((b / "summary.json").read_text())["meta"]["workers"]
-    assert len(remote.calls) == len(local.calls)  # no call made twice, none left out
-    assert _peak(remote.calls) == 2 < _peak(local.calls)  # 4 units in flight, 2 calls at once across both nodes
+    assert len(remote.calls) == len(local_calls)  # no call made twice, none left out
+    assert _peak(remote.calls) == 2 < _peak(local_calls)  # 4 units in flight, 2 calls at once across both nodes
     assert not ray.is_initialized()  # the run's connection ended with it
     deadline = time.monotonic() + 15
     while _worker_pids() and time.monotonic() < deadline:
@@ -181,11 +190,9 @@ def _kill_a_worker_process() -> None:
 
 @pytest.mark.parametrize("fault", ["node removed", "process killed"])
 def test_a_worker_lost_mid_run_applies_each_chunk_once_and_scores_each_query_once(
-    fault, cluster, data, s3_server, tmp_path
+    fault, cluster, data, s3_server, in_process, tmp_path
 ):
-    with OpenAIStandin(latency_s=0.05) as clean:
-        reference = _settings(s3_server, clean.base_url)
-        _evaluate(data, tmp_path / "clean", reference)
+    reference = in_process["settings"]
     with OpenAIStandin(latency_s=0.3) as server:
         settings = _settings(s3_server, server.base_url, ray_address=cluster.address)
         outcome: dict[str, object] = {}
@@ -206,7 +213,7 @@ def test_a_worker_lost_mid_run_applies_each_chunk_once_and_scores_each_query_onc
     assert isinstance(dirs, list)
     meta = json.loads((dirs[0] / "summary.json").read_text())["meta"]
     assert "1 lost" in meta["workers"], meta["workers"]
-    for fw_dir, ref_dir in zip(dirs, [tmp_path / "clean" / fw for fw in FRAMEWORKS], strict=True):
+    for fw_dir, ref_dir in zip(dirs, in_process["dirs"], strict=True):
         records = read_records(fw_dir / "records.jsonl")
         assert _stable(records) == _stable(read_records(ref_dir / "records.jsonl"))  # each query once, as the clean run
         run = read_run(fw_dir)

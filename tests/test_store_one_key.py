@@ -162,12 +162,12 @@ def uri(request, tmp_path, monkeypatch):
     return f"s3://{s3['bucket']}/{request.node.name.replace('[', '-').rstrip(']')}-{time.time_ns()}"
 
 
-@pytest.mark.parametrize("delete_every", [0, 3])
+@pytest.mark.parametrize("delete_every", [0, 2])
 def test_processes_started_at_one_instant_putting_the_same_keys_leave_one_item_per_key(uri, delete_every):
     keys = [f"k{i}" for i in range(10)]
     _lance(uri)  # the store exists before the race (creating it at once is its own test)
     at = time.time() + 4.0
-    rounds = 3 if delete_every else 1
+    rounds = 2 if delete_every else 1  # with deletes: a round of puts racing, then a round of deletes racing the puts
     procs = [
         _start("put_keys", uri=uri, start=at, tag=f"p{i}", keys=keys, rounds=rounds, delete_every=delete_every)
         for i in range(3)

@@ -275,6 +275,7 @@ def main() -> int:
     result = {
         "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
         "worker's first search, files and versions (write_history defaults, instant scripted writer)",
+        "command": "python benchmarks/growth.py " + " ".join(sys.argv[1:]),  # the latest; each run names its own
         "runs": sorted([*runs, *kept], key=lambda r: r["place"] != "local"),
         "targets": {"overhead_ms_p50_max": 50.0, "commits_per_chunk_max": 2.0, "fresh_first_search_ms_max": 15.0},
     }

@@ -152,7 +152,8 @@ def render_growth(d: dict[str, Any]) -> str:
         machine = run.get("machine") or d["machine"]
         out += [
             f"**{place}**: {run['chunks']:,} chunks in {run['wall_s']:g} s "
-            f"({machine['cpus']} cores, load {machine['load_avg_1m']}).",
+            f"({machine['cpus']} cores, load {machine['load_avg_1m']})"
+            + (f", by `{run['command']}`." if run.get("command", d["command"]) != d["command"] else "."),
             "",
             _table(
                 [

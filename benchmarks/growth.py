@@ -269,9 +269,7 @@ def main() -> int:
             )
     out = Path(args.out)
     ran = {r["place"] for r in runs}
-    before = json.loads(out.read_text()) if out.exists() else {"runs": []}
-    shared = {k: before[k] for k in ("command", "when", "machine") if k in before}  # a file of one command for all
-    kept = [{**shared, **r} for r in before["runs"] if r["place"] not in ran]
+    kept = [r for r in json.loads(out.read_text())["runs"] if r["place"] not in ran] if out.exists() else []
     result = {
         "benchmark": "growth along one long history: writer overhead, commits and requests per chunk, a fresh "
         "worker's first search, files and versions (write_history defaults, instant scripted writer)",

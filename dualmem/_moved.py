@@ -1,9 +1,11 @@
-"""Modules that moved in 0.3.0, importable by their old names until 0.4.0 (each import warns with the new name).
+"""Modules that moved, importable by their old names for one minor release (each import warns with the new name).
 
-The model-call layer moved into :mod:`dualmem.models` (``structured``, ``retry``, ``limits``, ``usage``,
-``tokens``, ``local``) and the offline fakes into :mod:`dualmem.testing` (``scripted``). An import of an old
-name — or of anything under it, such as ``dualmem.local.bundled`` — returns the module at its new name (the same
-object, so patching either patches both) and warns once per old name with :class:`DeprecationWarning`.
+In 0.3.0 the model-call layer moved into :mod:`dualmem.models` (``structured``, ``retry``, ``limits``, ``usage``,
+``tokens``, ``local``) and the offline fakes into :mod:`dualmem.testing` (``scripted``); in 0.4.0 chat memory's
+pending turns and sealing moved from :mod:`dualmem.writer` into :mod:`dualmem.chat`. An import of an old name — or
+of anything under it, such as ``dualmem.local.bundled`` — returns the module at its new name (the same object, so
+patching either patches both) and warns once per old name with :class:`DeprecationWarning`, naming the release
+that drops the old name.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ MOVED = {
     "dualmem.tokens": "dualmem.models.tokens",
     "dualmem.local": "dualmem.models.local",
     "dualmem.scripted": "dualmem.testing.scripted",
+    "dualmem.writer.pending": "dualmem.chat.pending",
+    "dualmem.writer.sealing": "dualmem.chat.sealing",
 }
+GOES_IN = {"dualmem.writer.pending": "0.5.0", "dualmem.writer.sealing": "0.5.0"}  # the rest: 0.4.0
 
 
 def new_name(old: str) -> str | None:
@@ -55,7 +60,7 @@ class MovedFinder(importlib.abc.MetaPathFinder):
             return None
         if fullname in MOVED:
             warnings.warn(
-                f"{fullname} moved to {moved}; import it from there (the old name goes in 0.4.0)",
+                f"{fullname} moved to {moved}; import it from there (the old name goes in {GOES_IN.get(fullname, '0.4.0')})",
                 DeprecationWarning,
                 stacklevel=2,
             )

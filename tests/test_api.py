@@ -113,8 +113,9 @@ def test_moved_modules_import_by_their_old_names_with_a_warning():
     import subprocess
     import sys
 
-    from dualmem._moved import MOVED
+    from dualmem._moved import GOES_IN, MOVED
 
+    assert GOES_IN["dualmem.writer.pending"] == "0.5.0"  # moved in 0.4.0: one minor release of notice
     for old, new in MOVED.items():
         code = (
             "import importlib, warnings\n"
@@ -123,6 +124,7 @@ def test_moved_modules_import_by_their_old_names_with_a_warning():
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert f"{old} moved to {new}" in out.stdout, out.stdout + out.stderr
+        assert f"goes in {GOES_IN.get(old, '0.4.0')}" in out.stdout, out.stdout
     import warnings
 
     with warnings.catch_warnings():
@@ -130,4 +132,7 @@ def test_moved_modules_import_by_their_old_names_with_a_warning():
         from dualmem.local.bundled import pack_adapter  # the path the 0.2.0 training guide gave
 
         assert importlib.import_module("dualmem.structured") is importlib.import_module("dualmem.models.structured")
+        from dualmem.writer.pending import PendingThread  # the path 0.3.0's chat tests and guides used
+
+        assert PendingThread is importlib.import_module("dualmem.chat.pending").PendingThread
     assert pack_adapter is importlib.import_module("dualmem.models.local.bundled").pack_adapter

@@ -16,9 +16,9 @@ import sys
 import pytest
 from conftest import REPO
 
+from dualmem.chat.pending import PendingThread
 from dualmem.stores import LanceDBStore
 from dualmem.testing import HashEmbeddings
-from dualmem.writer.pending import PendingThread
 
 WORKER = REPO / "tests" / "fixtures" / "chat_worker.py"
 NS = ("dr-lee", "alice")

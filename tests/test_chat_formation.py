@@ -11,11 +11,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from dualmem.chat import DualMemMiddleware, FormationExecutor
 from dualmem.chat.formation import FormationRequest, run_formation
+from dualmem.chat.pending import PendingThread, new_turn
+from dualmem.chat.sealing import plan_chunks
 from dualmem.schema import Persona
 from dualmem.stores import LanceDBStore
 from dualmem.testing import FakeChatModel
-from dualmem.writer.pending import PendingThread, new_turn
-from dualmem.writer.sealing import plan_chunks
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 NS = (PERSONA.id, "alice")
@@ -106,7 +106,7 @@ def test_a_sealed_chunk_keeps_its_turns_when_more_arrive(tmp_settings):
     )
     first, seals = plan_chunks(thread.read(), NS, "th", 4096, write_tail=True)
     assert len(first) == 1 and set(seals) == {"t-0", "t-1", "t-2"}
-    from dualmem.writer.pending import seal_ops
+    from dualmem.chat.pending import seal_ops
 
     thread.write(seal_ops(thread.ns, thread.read(), seals))
     thread.append([new_turn("t-3", "assistant", MESSAGES[3], seq=3)], persona)

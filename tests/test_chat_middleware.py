@@ -9,11 +9,11 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from dualmem.chat import DualMemMiddleware, FormationExecutor
+from dualmem.chat.pending import PendingThread
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight, Persona, SourceRef
 from dualmem.stores import LanceDBStore
 from dualmem.testing import FakeChatModel
-from dualmem.writer.pending import PendingThread
 
 PERSONA = Persona(id="dr-lee", name="Dr. Lee", description="a clinical psychologist")
 MEMORY = {

@@ -6,9 +6,9 @@ import re
 
 from conftest import REPO
 
+from dualmem.chat.pending import PendingThread
 from dualmem.stores import LanceDBStore
 from dualmem.testing import FakeChatModel
-from dualmem.writer.pending import PendingThread
 
 PAGE = REPO / "docs" / "guides" / "agents.md"
 MODEL = "load_chat_model()"  # the example's chat model: the settings' (bundled by default)

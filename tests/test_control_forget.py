@@ -16,6 +16,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
+from dualmem.chat.pending import PendingThread, new_turn, pending_threads
 from dualmem.config import Settings
 from dualmem.control.checkpoints import thread_metadata
 from dualmem.frameworks import FrameworkContext, open_framework
@@ -24,7 +25,6 @@ from dualmem.schema import Persona, Session, Turn
 from dualmem.stores import LanceDBStore, LanceDualStore
 from dualmem.testing import FakeChatModel, HashEmbeddings, editing_writer
 from dualmem.writer import write_history
-from dualmem.writer.pending import PendingThread, new_turn, pending_threads
 
 WORKER = Path(__file__).parent / "fixtures" / "control_worker.py"
 PERSONA = Persona(id="mara", name="Mara")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dualmem.chat.pending import PendingThread, new_turn, pending_threads
 from dualmem.cli import app
 from dualmem.control.forget import aforget, forget
 from dualmem.control.history import item_history
@@ -20,7 +21,6 @@ from dualmem.errors import ConfigurationError
 from dualmem.schema import Fact, Insight
 from dualmem.stores import InMemoryDualStore, LanceDBStore, LanceDualStore, langgraph_view
 from dualmem.testing import HashEmbeddings
-from dualmem.writer.pending import PendingThread, new_turn, pending_threads
 
 WORKER = Path(__file__).parent / "fixtures" / "control_worker.py"
 runner = CliRunner()

@@ -114,8 +114,8 @@ def _chatted(home: Path, store: str) -> LanceDualStore:
     """A user with memory and a chat thread whose checkpoint is in ``home/.dualmem/checkpoints.sqlite``."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    from dualmem.chat.pending import PendingThread, new_turn
     from dualmem.stores import LanceDBStore
-    from dualmem.writer.pending import PendingThread, new_turn
 
     dual = LanceDualStore(store, HashEmbeddings(64))
     dual.upsert([Fact(id="f1", namespace=NS, text="grows tomatoes")])
@@ -187,8 +187,8 @@ def test_ids_never_escape_a_folder_and_wildcards_are_literal(tmp_path):
         [Fact(id="f1", namespace=("mara", "ann"), text="a"), Fact(id="f2", namespace=("mara", "bo%"), text="b")]
     )
     assert dual.count(("mara", "*")) == 0 and dual.count(("mara", "%")) == 0 and dual.count(("mara", "bo%")) == 1
+    from dualmem.chat.pending import PendingThread, new_turn, pending_threads
     from dualmem.stores import LanceDBStore
-    from dualmem.writer.pending import PendingThread, new_turn, pending_threads
 
     lg = LanceDBStore(str(tmp_path / "db"), dual=dual)
     PendingThread(lg, ("mara", "ann"), "chat-1").append([new_turn("t-1", "user", "hello", seq=1)], {})

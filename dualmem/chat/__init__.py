@@ -2,7 +2,8 @@
 
 - :class:`~dualmem.chat.middleware.DualMemMiddleware` — ``create_agent`` middleware: recall before the model,
   hand each exchange to memory formation after the turn;
-- :mod:`~dualmem.writer.pending` — chat turns waiting in the store for the writer;
+- :mod:`~dualmem.chat.pending` — chat turns waiting in the store for the writer;
+- :mod:`~dualmem.chat.sealing` — the write graph's pending mode: turns sealed into chunks, then settled;
 - :mod:`~dualmem.chat.formation` — pending turns → sealed chunks → the write graph (exactly once);
 - :class:`~dualmem.chat.executor.FormationExecutor` — background, debounced formation in this process;
 - :class:`~dualmem.chat.server.ServerFormation` — scheduled ``write`` runs on a LangGraph server.

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
+from dualmem.chat.pending import PendingTurn, Snapshot, new_turn
 from dualmem.chat.runtime import chat_thread
+from dualmem.chat.sealing import graph_store
 from dualmem.config import Settings
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.guard import TurnFlag, flag_turns
 from dualmem.schema import Persona, Turn, stable_id
-from dualmem.writer.pending import PendingTurn, Snapshot, new_turn
-from dualmem.writer.sealing import graph_store
 
 
 def formation_for(settings: Settings, runtime: Any = None) -> Formation:

@@ -133,7 +133,7 @@ class FormationExecutor:
 
     def recover(self, store: Any, settings: Any, *, namespace: tuple[str, ...] = (), writer_model: Any = None) -> int:
         """Plan a write of every thread left with pending turns in ``store`` (under ``namespace``); return how many."""
-        from dualmem.writer.pending import PendingThread, pending_threads
+        from dualmem.chat.pending import PendingThread, pending_threads
 
         count = 0
         for ns, thread in pending_threads(store, namespace):

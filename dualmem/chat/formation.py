@@ -1,7 +1,7 @@
 """Memory formation from chat: pending turns → sealed chunks → the write graph → settled.
 
 A chat turn is *handed over* (:func:`hand_over`): its turns join the thread's
-pending turns in the store (:mod:`dualmem.writer.pending`) and a write of the
+pending turns in the store (:mod:`dualmem.chat.pending`) and a write of the
 thread is scheduled — at once when the pending turns reach ``chunk_tokens``,
 else once the thread has been quiet for ``formation_idle_s`` (each new message
 postpones it). Where the write runs is a :class:`Formation`: the background
@@ -9,7 +9,7 @@ executor of this process (:mod:`dualmem.chat.executor`) or scheduled runs of
 the ``write`` graph on a LangGraph server (:mod:`dualmem.chat.server`). Both
 run the same graph, in its pending mode (input ``pending: {"thread", "flush"}``),
 which seals the thread's turns into chunks, writes them and settles them
-(:func:`dualmem.writer.sealing.form_pending`; in this process that function runs directly).
+(:func:`dualmem.chat.sealing.form_pending`; in this process that function runs directly).
 
 A process killed anywhere in between loses nothing (the turns stay pending) and
 writes nothing twice (a sealed chunk already applied is skipped by the ledger).
@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 from langgraph.store.base import BaseStore
 
+from dualmem.chat.pending import PendingThread, PendingTurn, Snapshot
 from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
-from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot
 
 
 @dataclass
@@ -108,8 +108,8 @@ def formation_input(request: FormationRequest, *, flush: bool = False) -> dict[s
 
 def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
     """Form the thread's pending turns in this process (``flush``: write them all now), as the write graph does."""
+    from dualmem.chat.sealing import form_pending
     from dualmem.models import load_chat_model
-    from dualmem.writer.sealing import form_pending
 
     store = _store(request)
     model = (

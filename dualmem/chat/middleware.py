@@ -33,6 +33,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 
 from dualmem.chat.exchange import formation_for, handover
 from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
+from dualmem.chat.pending import PendingTurn
 from dualmem.chat.recall import memory_prompt, recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
 from dualmem.config import Settings
@@ -40,7 +41,6 @@ from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
 from dualmem.prompts.respond import message_text
 from dualmem.schema import Persona
-from dualmem.writer.pending import PendingTurn
 
 
 class DualMemState(AgentState[Any]):

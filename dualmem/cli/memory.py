@@ -261,9 +261,9 @@ def flush(
 ) -> None:
     """Write chat turns left pending (after a crash, or an exit before they were written): full chunks, and quiet chats whole."""
     from dualmem.chat.formation import FormationRequest, run_formation
+    from dualmem.chat.pending import PendingThread, pending_threads
     from dualmem.schema import check_id
     from dualmem.stores import LanceDBStore
-    from dualmem.writer.pending import PendingThread, pending_threads
 
     settings = _settings(model, store)
     for value, what in ((persona, "--persona"), (user, "--user")):

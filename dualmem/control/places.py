@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from dualmem.chat.pending import PENDING_LABEL, label
 from dualmem.frameworks import REGISTRY
 from dualmem.stores import erase
 from dualmem.stores._sql import ns_prefix_sql
 from dualmem.stores.erase import Folder
-from dualmem.writer.pending import PENDING_LABEL, label
 
 FRAMEWORK_FOLDERS = tuple(
     name for name in REGISTRY if name != "dualmem"

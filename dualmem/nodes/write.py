@@ -20,12 +20,12 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from dualmem.auth import whose_memory
+from dualmem.chat.sealing import settle_pending, take_pending
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, as_sessions, chunk_sessions
 from dualmem.schema import Persona, check_id
 from dualmem.writer.core import write_chunk
-from dualmem.writer.sealing import settle_pending, take_pending
 
 
 def merge_rows(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

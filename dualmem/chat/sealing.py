@@ -24,11 +24,11 @@ from typing import Any, cast
 
 from langgraph.store.base import BaseStore
 
+from dualmem.chat.pending import PendingThread, PendingTurn, Snapshot, seal_ops, settle_ops
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, chunk_sessions
 from dualmem.schema import Persona, Session, Turn
-from dualmem.writer.pending import PendingThread, PendingTurn, Snapshot, seal_ops, settle_ops
 
 IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early (clocks, whole-second server delays)
 

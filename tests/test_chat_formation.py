@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from dualmem.chat import DualMemMiddleware, FormationExecutor
-from dualmem.chat.formation import FormationRequest, run_formation
-from dualmem.chat.pending import PendingThread, new_turn
+from dualmem.chat.formation import run_formation
+from dualmem.chat.pending import FormationRequest, PendingThread, new_turn
 from dualmem.chat.sealing import plan_chunks
 from dualmem.schema import Persona
 from dualmem.stores import LanceDBStore

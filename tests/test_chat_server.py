@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 from fixtures.langgraph_server import serve
 
-from dualmem.chat.formation import FormationRequest
+from dualmem.chat.pending import FormationRequest
 from dualmem.chat.server import formation_thread
 from dualmem.config import Settings
 

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dualmem.chat.formation import FormationRequest, Formed, run_formation
+from dualmem.chat.formation import Formed, run_formation
+from dualmem.chat.pending import FormationRequest
 
 log = logging.getLogger("dualmem.chat")
 Key = tuple[str, tuple[str, ...], str]

@@ -1,8 +1,8 @@
 """Memory formation from chat: pending turns → sealed chunks → the write graph → settled.
 
-A chat turn is *handed over* (:func:`hand_over`): its turns join the thread's
-pending turns in the store (:mod:`dualmem.chat.pending`) and a write of the
-thread is scheduled — at once when the pending turns reach ``chunk_tokens``,
+A chat turn is *handed over* (:func:`dualmem.chat.pending.hand_over`): its turns
+join the thread's pending turns in the store and a write of the thread
+(a :class:`~dualmem.chat.pending.FormationRequest`) is scheduled — at once when the pending turns reach ``chunk_tokens``,
 else once the thread has been quiet for ``formation_idle_s`` (each new message
 postpones it). Where the write runs is a :class:`Formation`: the background
 executor of this process (:mod:`dualmem.chat.executor`) or scheduled runs of
@@ -17,43 +17,14 @@ writes nothing twice (a sealed chunk already applied is skipped by the ledger).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from langgraph.store.base import BaseStore
+from dualmem.chat.pending import Formation, FormationRequest
 
-from dualmem.chat.pending import PendingThread, PendingTurn, Snapshot
-from dualmem.config import Settings
+__all__ = ["Formation", "FormationRequest", "Formed", "formation_input", "run_formation"]
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
-
-
-@dataclass
-class FormationRequest:
-    """Which thread to write, through which persona, into which namespace; in-process: with which store and writer."""
-
-    persona: dict[str, Any]
-    namespace: tuple[str, ...]
-    thread: str
-    settings: Settings
-    store: BaseStore | None = None  # the LangGraph store (a LanceDBStore) holding the pending turns and the memory
-    writer_model: Any = None  # a chat model object or spec; None = settings.writer
-
-    @property
-    def key(self) -> tuple[str, tuple[str, ...], str]:
-        """Return what identifies the thread across requests: store, namespace, thread."""
-        return (str(getattr(self.store, "uri", id(self.store))), self.namespace, self.thread)
-
-
-class Formation(Protocol):
-    """Where chat memory is formed: schedules writes of a thread's pending turns."""
-
-    def schedule(self, request: FormationRequest, *, now: bool) -> None:
-        """Write the thread's full chunks now (``now``) and the rest once it is quiet (postponing an earlier plan)."""
-
-    async def aschedule(self, request: FormationRequest, *, now: bool) -> None:
-        """Async :meth:`schedule`."""
 
 
 @dataclass
@@ -67,31 +38,6 @@ class Formed:
     pending_tokens: int = 0
     newest_at: float | None = None
     error: str | None = None
-
-
-# --------------------------------------------------------------------------- hand-over
-
-
-def hand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
-    """Add a chat exchange to its thread's pending turns and schedule the thread's write."""
-    snap = PendingThread(_store(request), request.namespace, request.thread).append(turns, request.persona)
-    formation.schedule(request, now=snap.unsealed_tokens >= request.settings.tuning.chunk_tokens)
-    return snap
-
-
-async def ahand_over(request: FormationRequest, turns: Sequence[PendingTurn], formation: Formation) -> Snapshot:
-    """Async :func:`hand_over`."""
-    snap = await PendingThread(_store(request), request.namespace, request.thread).aappend(turns, request.persona)
-    await formation.aschedule(request, now=snap.unsealed_tokens >= request.settings.tuning.chunk_tokens)
-    return snap
-
-
-def _store(request: FormationRequest) -> BaseStore:
-    if request.store is None:
-        raise ConfigurationError(
-            "chat memory needs the store: compile the agent or graph with store=LanceDBStore.from_settings()"
-        )
-    return request.store
 
 
 # --------------------------------------------------------------------------- one run in this process
@@ -111,7 +57,11 @@ def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
     from dualmem.chat.sealing import form_pending
     from dualmem.models import load_chat_model
 
-    store = _store(request)
+    store = request.store
+    if store is None:
+        raise ConfigurationError(
+            "chat memory needs the store: compile the agent or graph with store=LanceDBStore.from_settings()"
+        )
     model = (
         None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
     )

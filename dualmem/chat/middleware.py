@@ -31,9 +31,9 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 
-from dualmem.chat.exchange import formation_for, handover
-from dualmem.chat.formation import Formation, FormationRequest, ahand_over, hand_over
-from dualmem.chat.pending import PendingTurn
+from dualmem.chat.exchange import formation_for
+from dualmem.chat.formation import Formation
+from dualmem.chat.pending import ahand_over, hand_over
 from dualmem.chat.recall import memory_prompt, recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
 from dualmem.config import Settings
@@ -124,23 +124,12 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         text = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings, turn.persona)
         return {"dualmem_prompt": memory_prompt(turn.persona, text)}
 
-    def _handover(
-        self, turn: ChatTurn, messages: Sequence[AnyMessage]
-    ) -> tuple[FormationRequest, list[PendingTurn]] | None:
+    def _said(self, messages: Sequence[AnyMessage]) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+        """Return the turn's messages to hand over ``(role, text, message id)`` and the user's messages before them."""
         said, earlier = exchange(messages)
-        if not self.remember or not said:
-            return None
-        messages_said = [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said]
-        return handover(
-            turn.persona,
-            turn.namespace,
-            turn.thread,
-            self.settings,
-            turn.store,
-            messages_said,
-            earlier,
-            self.writer_model,
-        )
+        if not self.remember:
+            return [], earlier
+        return [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said], earlier
 
     @staticmethod
     def _with_memory(request: ModelRequest[Any]) -> ModelRequest[Any]:
@@ -176,14 +165,38 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
 
     def after_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Hand the exchange to memory formation (stored as pending turns now, written in the background)."""
-        handover = self._handover(self.chat_turn(runtime), state["messages"])
-        if handover is not None:
-            hand_over(*handover, self.formation or formation_for(self.settings, runtime))
+        said, earlier = self._said(state["messages"])
+        if said:
+            turn = self.chat_turn(runtime)
+            formation = self.formation or formation_for(self.settings, runtime)
+            hand_over(
+                turn.persona,
+                turn.namespace,
+                turn.thread,
+                self.settings,
+                turn.store,
+                said,
+                formation,
+                earlier,
+                self.writer_model,
+            )
         return None
 
     async def aafter_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Async :meth:`after_agent`."""
-        handover = self._handover(self.chat_turn(runtime), state["messages"])
-        if handover is not None:
-            await ahand_over(*handover, self.formation or formation_for(self.settings, runtime))
+        said, earlier = self._said(state["messages"])
+        if said:
+            turn = self.chat_turn(runtime)
+            formation = self.formation or formation_for(self.settings, runtime)
+            await ahand_over(
+                turn.persona,
+                turn.namespace,
+                turn.thread,
+                self.settings,
+                turn.store,
+                said,
+                formation,
+                earlier,
+                self.writer_model,
+            )
         return None

@@ -14,22 +14,32 @@ label is percent-encoded, as store labels may not hold dots):
   same messages adds nothing).
 
 A turn is appended once (by id), sealed into a chunk under the namespace's
-write lease, and deleted once that chunk is applied (:mod:`dualmem.chat.formation`).
+write lease, and deleted once that chunk is applied (:mod:`dualmem.chat.sealing`).
 The pure core plans store operations; ``PendingThread`` runs them sync or async.
+
+:func:`hand_over` is the one way in, for the respond graph and the chat
+middleware alike: an exchange's messages become pending turns of its thread
+and a :class:`FormationRequest` for that thread is scheduled where formation
+runs (a :class:`~dualmem.chat.formation.Formation`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from langgraph.store.base import BaseStore, Item, PutOp, SearchOp
 from typing_extensions import TypedDict
 
+from dualmem.config import Settings
+from dualmem.errors import ConfigurationError
+from dualmem.memory.guard import TurnFlag, flag_turns
 from dualmem.models.tokens import count_tokens
+from dualmem.schema import Persona, Turn, stable_id
 
 PENDING_LABEL = "dualmem_pending"
 THREAD_KEY, WRITTEN_KEY = "thread", "written"
@@ -193,6 +203,138 @@ class PendingThread:
         """Apply planned operations (seals, removals)."""
         if ops:
             self.store.batch(list(ops))
+
+
+def graph_store(store: Any) -> BaseStore:
+    """Return the LangGraph store view of a graph's store (a ``LanceDBStore``, or one over a ``DualStore``)."""
+    from dualmem.stores.contract import DualStore
+    from dualmem.stores.langgraph_store import langgraph_view
+
+    if isinstance(store, DualStore):
+        return langgraph_view(store)
+    if isinstance(store, BaseStore):
+        return store
+    raise ConfigurationError(
+        "chat memory needs the graph's store: compile the agent or graph with store=LanceDBStore.from_settings()"
+    )
+
+
+# --------------------------------------------------------------------------- the hand-over
+
+
+@dataclass
+class FormationRequest:
+    """Which thread to write, through which persona, into which namespace; in-process: with which store and writer."""
+
+    persona: dict[str, Any]
+    namespace: tuple[str, ...]
+    thread: str
+    settings: Settings
+    store: BaseStore | None = None  # the LangGraph store (a LanceDBStore) holding the pending turns and the memory
+    writer_model: Any = None  # a chat model object or spec; None = settings.writer
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...], str]:
+        """Return what identifies the thread across requests: store, namespace, thread."""
+        return (str(getattr(self.store, "uri", id(self.store))), self.namespace, self.thread)
+
+
+class Formation(Protocol):
+    """Where chat memory is formed: schedules writes of a thread's pending turns."""
+
+    def schedule(self, request: FormationRequest, *, now: bool) -> None:
+        """Write the thread's full chunks now (``now``) and the rest once it is quiet (postponing an earlier plan)."""
+
+    async def aschedule(self, request: FormationRequest, *, now: bool) -> None:
+        """Async :meth:`schedule`."""
+
+
+@dataclass
+class HandedOver:
+    """What a hand-over did: the request scheduled, the thread's pending turns after it and their unsealed tokens
+    (what decided whether the write runs at once), and the memory-poisoning guard's flags on the user's messages (the
+    guard runs again when the turns are written)."""
+
+    request: FormationRequest
+    pending: Snapshot
+    unsealed_tokens: int
+    flags: list[TurnFlag]
+
+
+def hand_over(
+    persona: Persona,
+    namespace: Sequence[str],
+    thread: str,
+    settings: Settings,
+    store: Any,
+    said: Sequence[tuple[str, str, str | None]],
+    formation: Formation,
+    earlier: Sequence[str] = (),
+    writer_model: Any = None,
+) -> HandedOver:
+    """Hand an exchange's messages ``(role, text, message id)`` to memory formation: they join ``thread``'s pending
+    turns in ``store`` (those not handed over before) and the thread's write is scheduled on ``formation`` — at once
+    when its unsealed turns reach ``chunk_tokens``, else when it is quiet.
+
+    Turn ids come from the message ids (a resumed run hands nothing over twice); each user turn keeps the user's
+    messages before it (``earlier``, read by the memory-poisoning guard when the turns are written).
+    """
+    request, turns, flags = _handed(persona, namespace, thread, settings, store, said, earlier, writer_model)
+    assert request.store is not None
+    snap = PendingThread(request.store, request.namespace, thread).append(turns, request.persona)
+    tokens = snap.unsealed_tokens
+    formation.schedule(request, now=tokens >= settings.tuning.chunk_tokens)
+    return HandedOver(request, snap, tokens, flags)
+
+
+async def ahand_over(
+    persona: Persona,
+    namespace: Sequence[str],
+    thread: str,
+    settings: Settings,
+    store: Any,
+    said: Sequence[tuple[str, str, str | None]],
+    formation: Formation,
+    earlier: Sequence[str] = (),
+    writer_model: Any = None,
+) -> HandedOver:
+    """Async :func:`hand_over` (turns are counted and checked in a worker thread: the tokenizer may load)."""
+    request, turns, flags = await asyncio.to_thread(
+        _handed, persona, namespace, thread, settings, store, said, earlier, writer_model
+    )
+    assert request.store is not None
+    snap = await PendingThread(request.store, request.namespace, thread).aappend(turns, request.persona)
+    tokens = snap.unsealed_tokens
+    await formation.aschedule(request, now=tokens >= settings.tuning.chunk_tokens)
+    return HandedOver(request, snap, tokens, flags)
+
+
+def _handed(
+    persona: Persona,
+    namespace: Sequence[str],
+    thread: str,
+    settings: Settings,
+    store: Any,
+    said: Sequence[tuple[str, str, str | None]],
+    earlier: Sequence[str],
+    writer_model: Any,
+) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
+    turns, before = [], list(earlier)
+    for seq, (role, text, message_id) in enumerate(said):
+        tid = stable_id(thread, message_id or "", role, "" if message_id else text, prefix="t-")
+        speaker = persona.name if role == "assistant" else ""
+        turns.append(new_turn(tid, role, text, speaker=speaker, earlier=before, seq=seq))
+        if role == "user":
+            before = [*before, text]
+    flags: list[TurnFlag] = []
+    for turn in turns:
+        if turn["role"] == "user":
+            context = [Turn(id=f"earlier-{i}", role="user", text=t) for i, t in enumerate(turn["earlier"])]
+            flags += flag_turns([Turn(id=turn["id"], role="user", text=turn["text"])], context=context).values()
+    request = FormationRequest(
+        persona.model_dump(mode="json"), tuple(namespace), thread, settings, graph_store(store), writer_model
+    )
+    return request, turns, flags
 
 
 def pending_threads(store: BaseStore, namespace: Sequence[str] = ()) -> list[tuple[tuple[str, ...], str]]:

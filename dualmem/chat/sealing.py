@@ -22,29 +22,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from langgraph.store.base import BaseStore
-
-from dualmem.chat.pending import PendingThread, PendingTurn, Snapshot, seal_ops, settle_ops
+from dualmem.chat.pending import PendingThread, PendingTurn, Snapshot, graph_store, seal_ops, settle_ops
 from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, chunk_sessions
 from dualmem.schema import Persona, Session, Turn
 
 IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early (clocks, whole-second server delays)
-
-
-def graph_store(store: Any) -> BaseStore:
-    """Return the LangGraph store view of a graph's store (a ``LanceDBStore``, or one over a ``DualStore``)."""
-    from dualmem.stores.contract import DualStore
-    from dualmem.stores.langgraph_store import langgraph_view
-
-    if isinstance(store, DualStore):
-        return langgraph_view(store)
-    if isinstance(store, BaseStore):
-        return store
-    raise ConfigurationError(
-        "chat memory formation needs the graph's store: compile with store=LanceDBStore.from_settings()"
-    )
 
 
 def is_quiet(snap: Snapshot, idle_s: float, now: float | None = None) -> bool:

@@ -27,7 +27,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from dualmem.chat.formation import FormationRequest, formation_input
+from dualmem.chat.formation import formation_input
+from dualmem.chat.pending import FormationRequest
 from dualmem.errors import ConfigurationError
 
 log = logging.getLogger("dualmem.chat")

@@ -260,8 +260,8 @@ def flush(
     ),
 ) -> None:
     """Write chat turns left pending (after a crash, or an exit before they were written): full chunks, and quiet chats whole."""
-    from dualmem.chat.formation import FormationRequest, run_formation
-    from dualmem.chat.pending import PendingThread, pending_threads
+    from dualmem.chat.formation import run_formation
+    from dualmem.chat.pending import FormationRequest, PendingThread, pending_threads
     from dualmem.schema import check_id
     from dualmem.stores import LanceDBStore
 

@@ -2,7 +2,8 @@
 
 In 0.3.0 the model-call layer moved into :mod:`dualmem.models` (``structured``, ``retry``, ``limits``, ``usage``,
 ``tokens``, ``local``) and the offline fakes into :mod:`dualmem.testing` (``scripted``); in 0.4.0 chat memory's
-pending turns and sealing moved from :mod:`dualmem.writer` into :mod:`dualmem.chat`. An import of an old name — or
+pending turns and sealing moved from :mod:`dualmem.writer` into :mod:`dualmem.chat`, and ``formation_for`` from
+``dualmem.chat.exchange`` into :mod:`dualmem.chat.runtime`. An import of an old name — or
 of anything under it, such as ``dualmem.local.bundled`` — returns the module at its new name (the same object, so
 patching either patches both) and warns once per old name with :class:`DeprecationWarning`, naming the release
 that drops the old name.
@@ -28,8 +29,9 @@ MOVED = {
     "dualmem.scripted": "dualmem.testing.scripted",
     "dualmem.writer.pending": "dualmem.chat.pending",
     "dualmem.writer.sealing": "dualmem.chat.sealing",
+    "dualmem.chat.exchange": "dualmem.chat.runtime",  # formation_for; the hand-over is dualmem.chat.pending's
 }
-GOES_IN = {"dualmem.writer.pending": "0.5.0", "dualmem.writer.sealing": "0.5.0"}  # the rest: 0.4.0
+GOES_IN = {name: "0.5.0" for name in ("dualmem.writer.pending", "dualmem.writer.sealing", "dualmem.chat.exchange")}
 
 
 def new_name(old: str) -> str | None:

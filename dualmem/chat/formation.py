@@ -1,10 +1,11 @@
 """Memory formation from chat: pending turns → sealed chunks → the write graph → settled.
 
-A chat turn is *handed over* (:func:`dualmem.chat.pending.hand_over`): its turns
-join the thread's pending turns in the store and a write of the thread
-(a :class:`~dualmem.chat.pending.FormationRequest`) is scheduled — at once when the pending turns reach ``chunk_tokens``,
-else once the thread has been quiet for ``formation_idle_s`` (each new message
-postpones it). Where the write runs is a :class:`Formation`: the background
+A chat turn is *handed over* (:func:`dualmem.chat.pending.hand_over`): its
+turns join the thread's pending turns in the store and a write of the thread
+(a :class:`~dualmem.chat.pending.FormationRequest`) is scheduled — at once
+when the pending turns reach ``chunk_tokens``, else once the thread has been
+quiet for ``formation_idle_s`` (each new message postpones it). Where the write
+runs is a :class:`Formation` (:func:`~dualmem.chat.runtime.formation_for` picks it): the background
 executor of this process (:mod:`dualmem.chat.executor`) or scheduled runs of
 the ``write`` graph on a LangGraph server (:mod:`dualmem.chat.server`). Both
 run the same graph, in its pending mode (input ``pending: {"thread", "flush"}``),
@@ -21,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualmem.chat.pending import Formation, FormationRequest
-
-__all__ = ["Formation", "FormationRequest", "Formed", "formation_input", "run_formation"]
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
+
+__all__ = ["Formation", "FormationRequest", "Formed", "formation_input", "run_formation"]
 
 
 @dataclass

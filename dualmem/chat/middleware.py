@@ -31,11 +31,10 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 
-from dualmem.chat.exchange import formation_for
 from dualmem.chat.formation import Formation
 from dualmem.chat.pending import ahand_over, hand_over
 from dualmem.chat.recall import memory_prompt, recall_for_chat
-from dualmem.chat.runtime import chat_namespace, chat_thread, lookup, run_configurable
+from dualmem.chat.runtime import chat_namespace, chat_thread, formation_for, lookup, run_configurable
 from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph.message import add_messages
@@ -28,15 +28,14 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from dualmem.auth import whose_memory
+from dualmem.chat.pending import HandedOver, ahand_over, hand_over
+from dualmem.chat.runtime import chat_thread, formation_for
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.frameworks.base import FrameworkContext, MemoryFramework
 from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
-
-if TYPE_CHECKING:
-    from dualmem.chat.exchange import Exchange
 
 EARLIER_USER_MESSAGES = 4  # the guard reads this many of the user's earlier messages when an exchange is remembered
 
@@ -168,17 +167,46 @@ def exchange_session(
     )
 
 
-def _exchange(state: RespondState) -> Exchange:
-    """Return the state's exchange, with the user's messages before it (the guard's context) and its message ids."""
-    from dualmem.chat.exchange import Exchange
+def _earlier(state: RespondState) -> list[str]:
+    """Return the user's messages before this query (the memory-poisoning guard's context)."""
+    said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    return (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
 
+
+def _hand_over_args(ctx: Context, runtime: Runtime[Context], state: RespondState) -> tuple[Any, ...]:
+    """Return :func:`~dualmem.chat.pending.hand_over`'s arguments for the state's exchange: its turn ids come from the
+    ids of the user's message and the reply (a resumed run hands nothing over twice)."""
     messages = list(state.get("messages") or [])
-    said = [message_text(m) for m in messages if isinstance(m, HumanMessage)]
-    earlier = (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
     asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
     answered = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
-    ids = (getattr(asked, "id", None), getattr(answered, "id", None))
-    return Exchange(persona_of(state), tuple(state["namespace"]), state["query"], state["reply"], earlier, ids)
+    said = [
+        ("user", state["query"], getattr(asked, "id", None)),
+        ("assistant", state["reply"], getattr(answered, "id", None)),
+    ]
+    given = dict(ctx.models or {})  # an injected writer, else the injected chat model unless a writer is set
+    writer = given["writer"] if "writer" in given else None if ctx.settings.writer_model else given.get("chat")
+    store = getattr(runtime, "store", None)
+    return (
+        persona_of(state),
+        tuple(state["namespace"]),
+        chat_thread(runtime),
+        ctx.settings,
+        store if store is not None else ctx.dual(None),
+        said,
+        ctx.formation or formation_for(ctx.settings, runtime),
+        _earlier(state),
+        writer,
+    )
+
+
+def _reported(done: HandedOver) -> dict[str, Any]:
+    """Return what the graph reports of a hand-over: the thread, its pending turns and tokens, the guard's flags."""
+    return {
+        "thread": done.request.thread,
+        "turns": len(done.pending.turns),
+        "tokens": done.unsealed_tokens,
+        "flagged": [dict(f) for f in done.flags],
+    }
 
 
 def _forms_in_background(ctx: Context) -> bool:
@@ -192,33 +220,29 @@ def _forms_in_background(ctx: Context) -> bool:
 
 def _ingest(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
-    exchange = _exchange(state)
-    report = memory_of(ctx, runtime, exchange.namespace, exchange.persona).ingest(
-        exchange_session(exchange.persona, exchange.query, exchange.reply, exchange.earlier)
+    persona = persona_of(state)
+    report = memory_of(ctx, runtime, tuple(state["namespace"]), persona).ingest(
+        exchange_session(persona, state["query"], state["reply"], _earlier(state))
     )
     return {"written": list(report.meta.get("rows") or [asdict(report)])}
 
 
 def remember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Hand the exchange to memory formation (DualMem: pending turns of the thread, written in the background), else ``ingest`` it."""
-    from dualmem.chat.exchange import remember_exchange
-
+    """Hand the exchange to memory formation (DualMem: pending turns of the thread, written in the background, through
+    the one hand-over the chat middleware uses too), else ``ingest`` it."""
     ctx = context_of(runtime)
     if not _forms_in_background(ctx):
         return _ingest(state, runtime)
-    pending = remember_exchange(ctx, runtime, _exchange(state))
-    return {"written": [], "pending": pending}
+    return {"written": [], "pending": _reported(hand_over(*_hand_over_args(ctx, runtime, state)))}
 
 
 async def aremember(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Async :func:`remember` (on the LangGraph server the write run is scheduled in process)."""
-    from dualmem.chat.exchange import aremember_exchange
-
     ctx = context_of(runtime)
     if not _forms_in_background(ctx):
         return await asyncio.to_thread(_ingest, state, runtime)
-    pending = await aremember_exchange(ctx, runtime, _exchange(state))
-    return {"written": [], "pending": pending}
+    args = await asyncio.to_thread(_hand_over_args, ctx, runtime, state)  # may open the store
+    return {"written": [], "pending": _reported(await ahand_over(*args))}
 
 
 def route_after_reply(state: RespondState) -> Literal["remember", "__end__"]:

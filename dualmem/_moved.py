@@ -1,12 +1,10 @@
 """Modules that moved, importable by their old names for one minor release (each import warns with the new name).
 
-In 0.3.0 the model-call layer moved into :mod:`dualmem.models` (``structured``, ``retry``, ``limits``, ``usage``,
-``tokens``, ``local``) and the offline fakes into :mod:`dualmem.testing` (``scripted``); in 0.4.0 chat memory's
-pending turns and sealing moved from :mod:`dualmem.writer` into :mod:`dualmem.chat`, and ``formation_for`` from
-``dualmem.chat.exchange`` into :mod:`dualmem.chat.runtime`. An import of an old name — or
-of anything under it, such as ``dualmem.local.bundled`` — returns the module at its new name (the same object, so
-patching either patches both) and warns once per old name with :class:`DeprecationWarning`, naming the release
-that drops the old name.
+In 0.4.0 chat memory's pending turns and sealing moved from :mod:`dualmem.writer` into :mod:`dualmem.chat`, and
+``formation_for`` from ``dualmem.chat.exchange`` into :mod:`dualmem.chat.runtime`. An import of an old name — or of
+anything under it — returns the module at its new name (the same object, so patching either patches both) and warns
+once per old name with :class:`DeprecationWarning`, naming the release that drops the old name. (The names that
+moved in 0.3.0, such as ``dualmem.structured`` or ``dualmem.local``, went in 0.4.0.)
 """
 
 from __future__ import annotations
@@ -19,19 +17,12 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-MOVED = {
-    "dualmem.structured": "dualmem.models.structured",
-    "dualmem.retry": "dualmem.models.retry",
-    "dualmem.limits": "dualmem.models.limits",
-    "dualmem.usage": "dualmem.models.usage",
-    "dualmem.tokens": "dualmem.models.tokens",
-    "dualmem.local": "dualmem.models.local",
-    "dualmem.scripted": "dualmem.testing.scripted",
+MOVED = {  # old name -> new name; every one goes in GOES_IN
     "dualmem.writer.pending": "dualmem.chat.pending",
     "dualmem.writer.sealing": "dualmem.chat.sealing",
     "dualmem.chat.exchange": "dualmem.chat.runtime",  # formation_for; the hand-over is dualmem.chat.pending's
 }
-GOES_IN = {name: "0.5.0" for name in ("dualmem.writer.pending", "dualmem.writer.sealing", "dualmem.chat.exchange")}
+GOES_IN = "0.5.0"
 
 
 def new_name(old: str) -> str | None:
@@ -62,7 +53,7 @@ class MovedFinder(importlib.abc.MetaPathFinder):
             return None
         if fullname in MOVED:
             warnings.warn(
-                f"{fullname} moved to {moved}; import it from there (the old name goes in {GOES_IN.get(fullname, '0.4.0')})",
+                f"{fullname} moved to {moved}; import it from there (the old name goes in {GOES_IN})",
                 DeprecationWarning,
                 stacklevel=2,
             )

@@ -115,7 +115,7 @@ def test_moved_modules_import_by_their_old_names_with_a_warning():
 
     from dualmem._moved import GOES_IN, MOVED
 
-    assert GOES_IN["dualmem.writer.pending"] == "0.5.0"  # moved in 0.4.0: one minor release of notice
+    assert GOES_IN == "0.5.0"  # moved in 0.4.0: one minor release of notice
     for old, new in MOVED.items():
         code = (
             "import importlib, warnings\n"
@@ -124,15 +124,22 @@ def test_moved_modules_import_by_their_old_names_with_a_warning():
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert f"{old} moved to {new}" in out.stdout, out.stdout + out.stderr
-        assert f"goes in {GOES_IN.get(old, '0.4.0')}" in out.stdout, out.stdout
+        assert f"goes in {GOES_IN}" in out.stdout, out.stdout
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        from dualmem.local.bundled import pack_adapter  # the path the 0.2.0 training guide gave
+        from dualmem.writer.pending import PendingThread  # the path 0.3.0's chat code used
 
-        assert importlib.import_module("dualmem.structured") is importlib.import_module("dualmem.models.structured")
-        from dualmem.writer.pending import PendingThread  # the path 0.3.0's chat tests and guides used
+    assert PendingThread is importlib.import_module("dualmem.chat.pending").PendingThread
 
-        assert PendingThread is importlib.import_module("dualmem.chat.pending").PendingThread
-    assert pack_adapter is importlib.import_module("dualmem.models.local.bundled").pack_adapter
+
+def test_names_moved_in_0_3_0_went_in_0_4_0():
+    """The 0.3.0 shims lasted one minor release: their old names no longer import."""
+    import importlib
+
+    import pytest
+
+    for old in ("dualmem.structured", "dualmem.local", "dualmem.scripted"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)

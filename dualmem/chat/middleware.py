@@ -123,12 +123,26 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         text = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings, turn.persona)
         return {"dualmem_prompt": memory_prompt(turn.persona, text)}
 
-    def _said(self, messages: Sequence[AnyMessage]) -> tuple[list[tuple[str, str, str | None]], list[str]]:
-        """Return the turn's messages to hand over ``(role, text, message id)`` and the user's messages before them."""
-        said, earlier = exchange(messages)
-        if not self.remember:
-            return [], earlier
-        return [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said], earlier
+    def _hand_over_args(self, state: DualMemState, runtime: Any) -> tuple[Any, ...] | None:
+        """Return :func:`~dualmem.chat.pending.hand_over`'s arguments for the turn's exchange (None: nothing to hand
+        over): its messages ``(role, text, message id)`` and the user's messages before them."""
+        said, earlier = exchange(state["messages"])
+        if not self.remember or not said:
+            return None
+        turn = self.chat_turn(runtime)
+        messages = [("user" if isinstance(m, HumanMessage) else "assistant", message_text(m), m.id) for m in said]
+        formation = self.formation or formation_for(self.settings, runtime)
+        return (
+            turn.persona,
+            turn.namespace,
+            turn.thread,
+            self.settings,
+            turn.store,
+            messages,
+            formation,
+            earlier,
+            self.writer_model,
+        )
 
     @staticmethod
     def _with_memory(request: ModelRequest[Any]) -> ModelRequest[Any]:
@@ -164,38 +178,12 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
 
     def after_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Hand the exchange to memory formation (stored as pending turns now, written in the background)."""
-        said, earlier = self._said(state["messages"])
-        if said:
-            turn = self.chat_turn(runtime)
-            formation = self.formation or formation_for(self.settings, runtime)
-            hand_over(
-                turn.persona,
-                turn.namespace,
-                turn.thread,
-                self.settings,
-                turn.store,
-                said,
-                formation,
-                earlier,
-                self.writer_model,
-            )
+        if args := self._hand_over_args(state, runtime):
+            hand_over(*args)
         return None
 
     async def aafter_agent(self, state: DualMemState, runtime: Any) -> dict[str, Any] | None:
         """Async :meth:`after_agent`."""
-        said, earlier = self._said(state["messages"])
-        if said:
-            turn = self.chat_turn(runtime)
-            formation = self.formation or formation_for(self.settings, runtime)
-            await ahand_over(
-                turn.persona,
-                turn.namespace,
-                turn.thread,
-                self.settings,
-                turn.store,
-                said,
-                formation,
-                earlier,
-                self.writer_model,
-            )
+        if args := self._hand_over_args(state, runtime):
+            await ahand_over(*args)
         return None

@@ -133,3 +133,41 @@ def test_a_run_before_the_quiet_time_leaves_a_short_tail_pending(tmp_settings):
     assert early.rows == [] and early.pending_turns == 1
     forced = run_formation(request, flush=True)
     assert [r["status"] for r in forced.rows] == ["applied"] and forced.pending_turns == 0
+
+
+def test_the_write_graph_forms_a_thread_under_one_hold_of_the_lease(tmp_settings, monkeypatch):
+    """The server's path (the ``write`` graph with ``pending``) holds the namespace's lease once per formation, as the
+    chat process does: sealing, each chunk's write and the removal of the written turns happen under that one hold."""
+    from dualmem.context import context_of
+    from dualmem.graphs.write import builder
+    from dualmem.stores import LanceDualStore
+
+    store = LanceDBStore.from_settings(tmp_settings)
+    thread = PendingThread(store, NS, "th")
+    persona = PERSONA.model_dump(mode="json")
+    thread.append(
+        [
+            new_turn(f"t-{i}", "user" if i % 2 == 0 else "assistant", MESSAGES[i % len(MESSAGES)], seq=i)
+            for i in range(6)
+        ],
+        persona,
+    )
+    held = []
+    original = LanceDualStore.exclusive
+
+    def counted(self, namespace, *args, **kwargs):
+        held.append(tuple(namespace))
+        return original(self, namespace, *args, **kwargs)
+
+    monkeypatch.setattr(LanceDualStore, "exclusive", counted)
+    writer = counting_writer()
+    context = context_of(tmp_settings.replace(chunk_tokens=40), models={"writer": writer})
+    out = builder.compile(store=store).invoke(
+        {"persona": persona, "namespace": list(NS), "pending": {"thread": "th", "flush": True}}, context=context
+    )
+    chunks = [r["chunk_id"] for r in out["report"]]
+    assert len(chunks) >= 2 and [r["status"] for r in out["report"]] == ["applied"] * len(chunks)
+    assert held == [NS], "one hold of the namespace's write lease for the whole formation"
+    assert out["formed"]["pending_turns"] == 0 and thread.read().turns == []
+    assert out["failed_chunks"] == []
+    assert len(writer.calls) == len(chunks)

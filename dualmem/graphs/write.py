@@ -1,10 +1,10 @@
 """The recurrent memory writer graph, for the LangGraph server and chat: history → chunks → each written once → report.
 
 Nodes live in :mod:`dualmem.nodes.write`: ``prepare`` cuts the sessions into
-chunks (or seals a chat thread's pending turns: ``pending``), ``write`` writes
-one chunk through the persona with :func:`dualmem.writer.core.write_chunk`
-(under the namespace's write lease, with the ledger) and loops, ``settle``
-removes a chat thread's written turns (:mod:`dualmem.chat.formation`). The
+chunks, ``write`` writes one chunk through the persona with
+:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease,
+with the ledger) and loops; with ``pending`` in the input, ``form`` forms a chat
+thread's pending turns under one hold of the lease (:mod:`dualmem.chat.formation`). The
 graph reads its store from ``runtime.store`` — the server's (``langgraph.json``)
 — and its context is :class:`~dualmem.context.Context`. Running it again on the
 same input, in any process, resumes: applied chunks are skipped, a plan drafted
@@ -17,16 +17,16 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 
 from dualmem.context import Context
-from dualmem.nodes.write import WriteInput, WriteState, prepare, route, settle, write
+from dualmem.nodes.write import WriteInput, WriteState, form, prepare, route, start, write
 
 builder = StateGraph(WriteState, context_schema=Context, input_schema=WriteInput)
 builder.add_node("prepare", prepare)
 builder.add_node("write", write)
-builder.add_node("settle", settle)
-builder.add_edge(START, "prepare")
-builder.add_conditional_edges("prepare", route, ["write", "settle", END])
-builder.add_conditional_edges("write", route, ["write", "settle", END])
-builder.add_edge("settle", END)
+builder.add_node("form", form)
+builder.add_conditional_edges(START, start, ["prepare", "form"])
+builder.add_conditional_edges("prepare", route, ["write", END])
+builder.add_conditional_edges("write", route, ["write", END])
+builder.add_edge("form", END)
 graph = builder.compile()
 graph.name = "write"
 

@@ -1,26 +1,30 @@
 """Nodes of the writer graph: cut the history into chunks, write them one by one exactly once.
 
-``prepare`` chunks the sessions (or takes ready ``chunks``, or, with
-``pending: {"thread", "flush"}``, seals a chat thread's pending turns into
-chunks: :mod:`dualmem.chat.formation`); ``write`` writes the chunk at ``cursor`` through
-:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease, with
-the pending-plan ledger) and records its report row; ``route`` loops. A chunk
-whose answer stays malformed after the repairs, or whose model call fails, is
-recorded in ``failed_chunks`` with its reason — never dropped; running the
-graph again on the same input asks it again (applied chunks are skipped by the
-ledger). In pending mode ``settle`` then removes the written turns from the
-thread and reports what is left (``formed``).
+``prepare`` chunks the sessions (or takes ready ``chunks``); ``write`` writes
+the chunk at ``cursor`` through :func:`dualmem.writer.core.write_chunk` (under
+the namespace's write lease, with the pending-plan ledger) and records its
+report row; ``route`` loops. A chunk whose answer stays malformed after the
+repairs, or whose model call fails, is recorded in ``failed_chunks`` with its
+reason — never dropped; running the graph again on the same input asks it
+again (applied chunks are skipped by the ledger).
+
+With ``pending: {"thread", "flush"}`` the graph forms a chat thread's pending
+turns instead: ``form`` seals them into chunks, writes each exactly once and
+removes the written turns, all under one hold of the namespace's write lease
+(:func:`dualmem.chat.sealing.form_pending`, what formation in this process
+runs too), and reports what the thread still has pending (``formed``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from dualmem.auth import whose_memory
-from dualmem.chat.sealing import settle_pending, take_pending
+from dualmem.chat.sealing import form_pending
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, as_sessions, chunk_sessions
@@ -81,16 +85,11 @@ def namespace_of(state: WriteState, ctx: Context, runtime: Any = None) -> tuple[
 
 
 def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Chunk the sessions (or take the given chunks, or a chat thread's pending turns)."""
+    """Chunk the sessions (or take the given chunks)."""
     ctx = context_of(runtime)
     namespace = namespace_of(state, ctx, runtime)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
     update: dict[str, Any] = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": []}
-    if job := state.get("pending"):
-        chunks, persona = take_pending(
-            ctx, runtime.store, namespace, job["thread"], flush=bool(job.get("flush")), persona=state.get("persona")
-        )
-        return {**update, "chunks": chunks, "persona": persona}
     update["pending"] = None
     if state.get("sessions"):
         return {
@@ -108,34 +107,44 @@ def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     row = write_chunk(
         ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk
     )  # the view: a fresh snapshot
-    update: dict[str, Any] = {"report": [row], "cursor": state["cursor"] + 1}
-    if row["status"] == "failed":
-        entry = {
-            "chunk_id": row["chunk_id"],
-            "index": row["index"],
-            "error": row.get("error"),
-            "attempts": row.get("attempts"),
-        }
-        update["failed_chunks"] = [entry]
-    else:
-        update["failed_chunks"] = [{"chunk_id": row["chunk_id"], "drop": True}]
-    return update
+    return {"report": [row], "cursor": state["cursor"] + 1, "failed_chunks": [_failed(row)]}
 
 
-def settle(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Remove the chat thread's turns whose chunks are applied; report what it still has pending."""
-    job = state.get("pending")
-    if not job:
-        raise ValueError(
-            "settle runs only for a chat thread's pending turns (input `pending`)"
-        )  # route() never sends it here
-    namespace, chunks = tuple(state["namespace"]), list(state.get("chunks") or [])
-    rows = list(state.get("report") or [])
-    return {"formed": settle_pending(context_of(runtime), runtime.store, namespace, job["thread"], chunks, rows)}
+def _failed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the ``failed_chunks`` entry of a report row (a failed chunk with its reason, else the drop of one)."""
+    if row["status"] != "failed":
+        return {"chunk_id": row["chunk_id"], "drop": True}
+    return {
+        "chunk_id": row["chunk_id"],
+        "index": row["index"],
+        "error": row.get("error"),
+        "attempts": row.get("attempts"),
+    }
 
 
-def route(state: WriteState) -> Literal["write", "settle", "__end__"]:
-    """Go on with the next chunk, or settle a chat thread's written turns, or end."""
-    if state.get("cursor", 0) < len(state.get("chunks") or []):
-        return "write"
-    return "settle" if state.get("pending") else "__end__"
+def form(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Form a chat thread's pending turns (input ``pending``): seal, write each chunk exactly once, remove the written
+    turns — under one hold of the namespace's write lease; report what the thread still has pending."""
+    ctx = context_of(runtime)
+    namespace = namespace_of(state, ctx, runtime)
+    job = state["pending"] or {}
+    rows, formed = form_pending(
+        ctx, runtime.store, namespace, job["thread"], flush=bool(job.get("flush")), persona=state.get("persona")
+    )
+    reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
+    return {
+        "namespace": list(namespace),
+        "report": [*reset, *rows],
+        "failed_chunks": [_failed(r) for r in rows],
+        "formed": formed,
+    }
+
+
+def start(state: WriteInput) -> Literal["form", "prepare"]:
+    """Form a chat thread's pending turns (input ``pending``), else write the history."""
+    return "form" if state.get("pending") else "prepare"
+
+
+def route(state: WriteState) -> Literal["write", "__end__"]:
+    """Go on with the next chunk, or end."""
+    return "write" if state.get("cursor", 0) < len(state.get("chunks") or []) else "__end__"

@@ -212,3 +212,24 @@ def test_many_processes_racing_for_a_new_namespace_take_turns_and_make_one_lease
     db = lance(uri, options=options)
     assert db.leases.rows.count_rows(f"namespace = {sql_str(ns_key(NS))}") == 1, "one lease row for the namespace"
     assert db.leases.holder(NS)[0] == ""
+
+
+def lease_versions(uri: str) -> tuple[int, int]:
+    """Return the table versions of the namespace lease rows and of the creation guard, as a fresh store sees them."""
+    leases = lance(uri).leases
+    return leases.rows.version, leases.table.version
+
+
+def test_a_writer_waiting_for_a_held_namespace_commits_nothing_to_the_lease_tables(tmp_path):
+    uri = str(tmp_path / "db")
+    db, other = lance(uri), lance(uri)
+    with db.exclusive(NS):
+        before = lease_versions(uri)
+        with pytest.raises(LeaseTimeout):  # a dozen polls of the held lease
+            with other.exclusive(NS, wait_s=1.0):
+                pass
+        assert lease_versions(uri) == before  # LanceDB commits even an update that matches no row: none is made
+    rows, guard = lease_versions(uri)  # the release: one commit
+    with other.exclusive(NS, wait_s=5.0) as lease:  # free: taken with one conditional update
+        assert lease is not None
+        assert lease_versions(uri) == (rows + 1, guard)

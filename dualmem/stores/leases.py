@@ -1,16 +1,19 @@
 """Write leases of the LanceDB backend: one writer at a time per namespace, across threads, processes and machines.
 
 Each namespace has its own lease row in the table ``namespace_leases`` (``namespace`` key, ``holder``,
-``expires``). Taking a lease is one conditional update of that row (``holder = '' OR expired OR mine`` -> me):
-LanceDB's optimistic commits let exactly one of several racing updates through, on a local disk and on object
-storage alike; renewing and releasing are conditional on ``holder = me``. A held lease is renewed every
-``ttl / 3`` by one heartbeat thread per held lease, because a writer holds its namespace across a model call
-that may outlast the TTL; a writer killed with ``kill -9`` stops renewing: its lease expires after ``ttl``, or
-at once for a writer of this host whose process is gone (:func:`holder_gone`). The lease is released when the
-``with`` block ends.
+``expires``). Taking a lease reads that row and, when it is free, expired or ours, makes one conditional update
+of it (``holder = '' OR expired OR mine`` -> me): LanceDB's optimistic commits let exactly one of several racing
+updates through, on a local disk and on object storage alike; renewing and releasing are conditional on
+``holder = me``. A held lease is renewed every ``ttl / 3`` by one heartbeat thread per held lease, because a
+writer holds its namespace across a model call that may outlast the TTL; a writer killed with ``kill -9`` stops
+renewing: its lease expires after ``ttl``, or at once for a writer of this host whose process is gone
+(:func:`holder_gone`). The lease is released when the ``with`` block ends.
 
 Invariants:
 
+- **a waiting writer commits nothing**: an update is made only when the row read says it can succeed (LanceDB
+  commits a new table version even for an update that matches no row), so polling a held lease costs reads, not
+  versions or object-storage writes;
 - **unrelated namespaces never wait on each other**: a lease is taken, renewed and released on its own row only;
 - **one row per namespace**: LanceDB does not enforce keys (two processes adding one key both succeed), so a
   namespace's row is created once, lazily, under a *creation guard*: the old fixed table ``write_leases`` of
@@ -171,19 +174,20 @@ class Leases:
     def try_acquire(self, namespace: Sequence[str], owner: str) -> bool:
         """Take the namespace's lease if it is free, expired or already ours; return whether we hold it.
 
-        One conditional update of the namespace's own row; a namespace without a row yet gets it, held by
-        ``owner``, from :meth:`_create`.
+        One read of the namespace's own row, then — only when the lease looks takeable — one conditional update
+        of it (the update's condition decides a race): a writer waiting for a held lease commits nothing. A
+        namespace without a row yet gets it, held by ``owner``, from :meth:`_create`.
         """
-        key, now = sql_str(ns_key(namespace)), time.time()
-        values = {"holder": owner, "expires": now + self.ttl_s}
-        where = f"namespace = {key} AND (holder = '' OR holder = {sql_str(owner)} OR expires < {now!r})"
-        if self._update(self.rows, where, values) == 1:
-            return True
-        rows = L.query_rows(self.rows, f"namespace = {key}", ["holder"], 1)
+        key = sql_str(ns_key(namespace))
+        rows = L.query_rows(self.rows, f"namespace = {key}", ["holder", "expires"], 1)
         if not rows:
             return self._create(namespace, owner)
-        who = rows[0]["holder"]
-        if who and who != owner and holder_gone(who):  # its process is gone from this host: taken over now
+        who, now = rows[0]["holder"], time.time()
+        values = {"holder": owner, "expires": now + self.ttl_s}
+        if not who or who == owner or rows[0]["expires"] < now:
+            where = f"namespace = {key} AND (holder = '' OR holder = {sql_str(owner)} OR expires < {now!r})"
+            return self._update(self.rows, where, values) == 1
+        if holder_gone(who):  # its process is gone from this host: taken over now
             return self._update(self.rows, f"namespace = {key} AND holder = {sql_str(who)}", values) == 1
         return False
 
@@ -191,14 +195,18 @@ class Leases:
         """Create the namespace's lease row, held by ``owner``, under its slot's guard; False when the guard is busy
         (another namespace of the slot is being created) or the row appeared meanwhile: the caller tries again."""
         slot, guard = slot_of(namespace), new_owner("create-")
+        [guarded] = L.query_rows(self.table, f"slot = {slot}", ["holder", "expires"], 1)
+        who, until = guarded["holder"], guarded["expires"]
         taken = time.time()
         values = {"holder": guard, "expires": taken + self.ttl_s, "namespace": ""}
-        if self._update(self.table, f"slot = {slot} AND (holder = '' OR expires < {taken!r})", values) != 1:
-            who = L.query_rows(self.table, f"slot = {slot}", ["holder"], 1)[0]["holder"]
-            if not (who and holder_gone(who)):
-                return False
-            if self._update(self.table, f"slot = {slot} AND holder = {sql_str(who)}", values) != 1:
-                return False
+        if not who or until < taken:
+            where = f"slot = {slot} AND (holder = '' OR expires < {taken!r})"
+        elif holder_gone(who):
+            where = f"slot = {slot} AND holder = {sql_str(who)}"
+        else:
+            return False  # busy: another namespace of the slot is being created; nothing committed
+        if self._update(self.table, where, values) != 1:
+            return False
         mine = f"slot = {slot} AND holder = {sql_str(guard)}"
         try:
             key = ns_key(namespace)

@@ -1,7 +1,7 @@
 """The write graph's pending mode: a chat thread's pending turns sealed into chunks, then settled.
 
-- :func:`take_pending` (the graph's ``prepare``) reads the thread's turns under
-  the namespace's write lease and *seals* the next chunks: the token-bounded
+- :func:`take_pending` reads the thread's turns under the namespace's write
+  lease and *seals* the next chunks: the token-bounded
   chunks that are full, and the last one too when the thread is quiet (or on
   ``flush``). Each turn records its chunk id before the writer runs, so a chunk
   is always made of the same turns (its stable id hashes namespace, thread and
@@ -17,8 +17,7 @@ How the turns get there and who runs the writes: :mod:`dualmem.chat.formation`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -27,6 +26,7 @@ from dualmem.context import Context
 from dualmem.errors import ConfigurationError
 from dualmem.memory.chunking import Chunk, chunk_sessions
 from dualmem.schema import Persona, Session, Turn
+from dualmem.stores.contract import Lease
 
 IDLE_SLACK_S = 1.0  # a write scheduled for the quiet time may start this early (clocks, whole-second server delays)
 
@@ -88,38 +88,26 @@ def take_pending(
     *,
     flush: bool = False,
     persona: dict[str, Any] | None = None,
-    lease: Any = None,
+    lease: Lease,
 ) -> tuple[list[Chunk], dict[str, Any] | None]:
-    """Seal the thread's next chunks under the namespace's write lease (``lease``: one the caller holds, else taken
-    here); return them and the thread's persona.
+    """Seal the thread's next chunks under the namespace's write lease, which the caller holds; return them and the
+    thread's persona.
 
     ``store``: the graph's store (a ``LanceDBStore`` / ``DualMemStore``), None for the context's, or a ``DualStore``.
     """
-    db = ctx.dual(store)
-    thread = PendingThread(graph_store(store or db), namespace, thread_id)
-    with _held(db, namespace, lease) as held:
-        snap = thread.read()
-        quiet = flush or is_quiet(snap, ctx.settings.tuning.formation_idle_s)
-        chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.tuning.chunk_tokens, write_tail=quiet)
-        if seals:
-            held.check()
-            thread.write(seal_ops(thread.ns, snap, seals))
+    thread = PendingThread(graph_store(store if store is not None else ctx.dual(None)), namespace, thread_id)
+    snap = thread.read()
+    quiet = flush or is_quiet(snap, ctx.settings.tuning.formation_idle_s)
+    chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.tuning.chunk_tokens, write_tail=quiet)
+    if seals:
+        lease.check()
+        thread.write(seal_ops(thread.ns, snap, seals))
     persona = persona or snap.persona
     if chunks and not persona:
         raise ConfigurationError(
             f"thread {thread_id!r} has pending turns but no persona: pass `persona` in the write graph's input"
         )
     return chunks, persona
-
-
-@contextmanager
-def _held(db: Any, namespace: tuple[str, ...], lease: Any) -> Iterator[Any]:
-    """The caller's lease, or the namespace's taken for the block."""
-    if lease is not None:
-        yield lease
-        return
-    with db.exclusive(namespace) as taken:
-        yield taken
 
 
 def settle_pending(
@@ -129,20 +117,19 @@ def settle_pending(
     thread_id: str,
     chunks: list[Chunk],
     rows: list[dict[str, Any]],
-    lease: Any = None,
+    *,
+    lease: Lease,
 ) -> dict[str, Any]:
-    """Delete the pending turns whose chunks are applied (under ``lease``, else the namespace's taken here); return
-    what the thread still has pending."""
-    db = ctx.dual(store)
-    thread = PendingThread(graph_store(store or db), namespace, thread_id)
+    """Delete the pending turns whose chunks are applied, under the namespace's write lease, which the caller holds;
+    return what the thread still has pending."""
+    thread = PendingThread(graph_store(store if store is not None else ctx.dual(None)), namespace, thread_id)
     applied = {r["chunk_id"] for r in rows if r.get("status") in ("applied", "skipped")}
     done = [tid for chunk in chunks if chunk["id"] in applied for tid in chunk["turn_ids"]]
-    with _held(db, namespace, lease) as held:
-        snap = thread.read()
-        ops = settle_ops(thread.ns, snap, done)
-        if ops:
-            held.check()
-            thread.write(ops)
+    snap = thread.read()
+    ops = settle_ops(thread.ns, snap, done)
+    if ops:
+        lease.check()
+        thread.write(ops)
     left = [t for t in snap.turns if t["id"] not in set(done)]
     return {
         "thread": thread_id,

@@ -111,6 +111,34 @@ def test_demo_runs_offline(env, tmp_path):
     assert result.stdout.count("Mara Okafor:") == 3  # the three sample queries answered
 
 
+def test_ingest_says_how_long_it_waited_for_another_writer_of_the_namespace(env):
+    import threading
+    import time
+
+    from dualmem.datasets import load_sample
+    from dualmem.stores import LanceDualStore
+    from dualmem.testing import HashEmbeddings
+
+    item = load_sample()
+    ns = (item.dialogue.persona.id, item.dialogue.user_id)
+    held, other = threading.Event(), LanceDualStore(str(env / "db"), HashEmbeddings(64))
+
+    def hold() -> None:
+        with other.exclusive(ns):
+            held.set()
+            time.sleep(2.0)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    result = run("ingest", SAMPLE)
+    holder.join(30)
+    assert result.exit_code == 0, result.output
+    [line] = [ln for ln in result.stdout.splitlines() if "for another writer of this namespace" in ln]
+    assert 0.1 <= float(line.split()[1]) <= 2.5, line
+    assert "another writer" not in run("ingest", SAMPLE).stdout  # nobody else writing: no line
+
+
 def test_ingest_says_how_many_chunks_failed_and_exits_1(env, monkeypatch):
     with Endpoint() as server:
         server.script = [("status", 500)]

@@ -233,3 +233,31 @@ def test_a_writer_waiting_for_a_held_namespace_commits_nothing_to_the_lease_tabl
     with other.exclusive(NS, wait_s=5.0) as lease:  # free: taken with one conditional update
         assert lease is not None
         assert lease_versions(uri) == (rows + 1, guard)
+
+
+@pytest.mark.parametrize("backend", ["lancedb", "memory"])
+def test_a_writers_report_says_how_long_it_waited_for_another_writer(tmp_path, tmp_settings, backend):
+    from dualmem.schema import Persona
+    from dualmem.testing import FakeChatModel, editing_writer, synthetic_history
+    from dualmem.writer import write_history
+
+    emb = HashEmbeddings(32)
+    db = LanceDualStore(str(tmp_path / "db"), emb) if backend == "lancedb" else InMemoryDualStore(emb)
+    persona, ns = Persona(id="mara", name="Mara"), ("mara", "theo")
+
+    def write(sessions: int) -> float:
+        model = FakeChatModel(responses=[editing_writer], cycle=True)
+        history = synthetic_history(sessions, 2)
+        report = write_history(
+            history, persona, settings=tmp_settings, model=model, store=db, namespace=ns, progress=False
+        )
+        return report.lease_wait_s
+
+    assert write(1) == 0.0  # nobody else writes: the first attempt takes the lease
+    waits: list[float] = []
+    with db.exclusive(ns):  # another writer holds the namespace for a second
+        writer = threading.Thread(target=lambda: waits.append(write(2)))
+        writer.start()
+        time.sleep(1.0)
+    writer.join(60)
+    assert 0.8 <= waits[0] < 30

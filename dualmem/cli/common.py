@@ -42,6 +42,7 @@ UserOpt = typer.Option(
 
 EXIT_FAILED = 1  # the run finished, but some chunks, sessions or queries failed (they are listed)
 EXIT_MISCONFIGURED = 2  # a setting, a path or a data file is wrong: nothing was done
+LEASE_WAIT_SHOWN_S = 0.05  # an ingest report shows a wait for another writer of the namespace from this long
 
 
 def _error(message: Any) -> None:
@@ -163,6 +164,12 @@ def _print_memory(reply: Any) -> None:
             f"{hit.score:.3f}", hit.item.text, "\n".join(f"- {f.text}" for f in cited) or "(cited facts missing)"
         )
     console.print(insights)
+
+
+def _print_wait(report: Any) -> None:
+    """Print how long the writer waited for another writer of the namespace (when it is worth a line)."""
+    if report.lease_wait_s >= LEASE_WAIT_SHOWN_S:
+        console.print(f"  waited {report.lease_wait_s:.1f} s for another writer of this namespace", highlight=False)
 
 
 def _print_report(report: Any, persona_id: str) -> None:

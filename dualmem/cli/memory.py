@@ -20,6 +20,7 @@ from dualmem.cli.common import (
     _preflight,
     _print_memory,
     _print_report,
+    _print_wait,
     _settings,
     app,
     console,
@@ -87,6 +88,7 @@ def ingest(
             _print_report(done, label)
             if done.cost:
                 console.print(f"  cost: {escape(describe(done.cost))}", highlight=False, soft_wrap=True)
+        _print_wait(done)
         failed += len(done.failed_chunks)
         console.print(
             f'ask: dualmem ask "..." --persona {history.namespace[0]} --user {history.namespace[1]}',

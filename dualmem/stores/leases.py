@@ -97,10 +97,14 @@ def slot_of(namespace: Sequence[str]) -> int:
 
 
 class Lease:
-    """A held lease, renewed by a heartbeat thread until released; ``check()`` fails once it is lost."""
+    """A held lease, renewed by a heartbeat thread until released; ``check()`` fails once it is lost.
 
-    def __init__(self, leases: Leases, namespace: Sequence[str], owner: str) -> None:
-        self.leases, self.namespace, self.owner = leases, tuple(namespace), owner
+    ``waited_s``: the seconds its taker waited for other writers (from the first attempt to the one that took it;
+    0.0 when the first attempt did).
+    """
+
+    def __init__(self, leases: Leases, namespace: Sequence[str], owner: str, waited_s: float = 0.0) -> None:
+        self.leases, self.namespace, self.owner, self.waited_s = leases, tuple(namespace), owner, waited_s
         self.renewed = time.time()  # our clock when the lease was last taken or renewed
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -251,7 +255,8 @@ class Leases:
         """Wait (up to ``wait_s``, default the store's) until the lease is ours and return it; None when ``give_up``
         answered True while waiting (say, "has another writer done my work?")."""
         limit = self.wait_s if wait_s is None else wait_s
-        deadline = time.monotonic() + limit
+        asked = attempted = time.monotonic()
+        deadline = asked + limit
         delay = self.poll_s
         while not self.try_acquire(namespace, owner):
             if give_up is not None and give_up():
@@ -265,7 +270,8 @@ class Leases:
                 )
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.5, 0.5)
-        return Lease(self, namespace, owner)
+            attempted = time.monotonic()
+        return Lease(self, namespace, owner, waited_s=attempted - asked)
 
     @contextmanager
     def hold(

@@ -50,7 +50,11 @@ from dualmem.stores.results import ScoredItem
 
 
 class _NoLease:
-    """The lease of an in-memory namespace: held while its lock is, never lost."""
+    """The lease of an in-memory namespace: held while its lock is, never lost; ``waited_s`` as
+    :class:`dualmem.stores.leases.Lease`'s."""
+
+    def __init__(self, waited_s: float = 0.0) -> None:
+        self.waited_s = waited_s
 
     def check(self) -> None:
         """Nothing to check: no other process can take it."""
@@ -154,7 +158,8 @@ class InMemoryDualStore(DualStore):
         with self._lock:
             lock = self._leases.setdefault(ns_key(namespace), threading.Lock())
         limit = self.lease_wait_s if wait_s is None else wait_s
-        deadline = time.monotonic() + limit
+        asked = time.monotonic()
+        deadline = asked + limit
         while not lock.acquire(timeout=0.05):
             if give_up is not None and give_up():
                 yield None
@@ -164,7 +169,7 @@ class InMemoryDualStore(DualStore):
                     f"namespace {tuple(namespace)} is being written by another thread; waited {limit:.0f} s"
                 )
         try:
-            yield _NoLease()
+            yield _NoLease(time.monotonic() - asked)
         finally:
             lock.release()
 

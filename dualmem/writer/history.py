@@ -13,6 +13,7 @@ uninterrupted run writes.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,14 +83,15 @@ def write_history(
         ctx.settings.writer if options.get("model") is None else ctx.llm("writer")
     ):  # one cheap call, not a failure per chunk
         check_model(ctx.llm("writer"), ctx.settings)
-    rows = _write(ctx, store, ns, who, chunks, options.get("progress", True))
-    return WriteReport(ns, chunks=rows, failed_chunks=failed_rows(rows))
+    rows, waited = _write(ctx, store, ns, who, chunks, options.get("progress", True))
+    return WriteReport(ns, chunks=rows, failed_chunks=failed_rows(rows), lease_wait_s=round(waited, 3))
 
 
 def _write(
     ctx: Context, store: DualStore, ns: tuple[str, ...], persona: Persona, chunks: list[Chunk], progress: bool
-) -> list[dict[str, Any]]:
-    """Write each chunk the ledger has not seen applied, showing progress; return a row per chunk in order."""
+) -> tuple[list[dict[str, Any]], float]:
+    """Write each chunk the ledger has not seen applied, showing progress; return a row per chunk in order and the
+    seconds spent waiting for other writers of the namespace."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     done = store.ledger.applied_ids(ns)
@@ -104,14 +106,16 @@ def _write(
         TimeElapsedColumn(),
         disable=not progress or not todo,
     )
+    waited, asked = 0.0, time.monotonic()
     if todo:
         with bar, writing(store, ns, give_up=lambda: {c["id"] for c in todo} <= store.ledger.applied_ids(ns)) as held:
+            waited = held.lease.waited_s if held is not None else time.monotonic() - asked  # None: waited it out
             task = bar.add_task("write", total=len(todo))
             for chunk in todo if held is not None else []:  # None: another writer wrote them while we waited
                 rows[chunk["id"]] = dict(held.write(ctx, persona, chunk, snapshots=snapshots))  # type: ignore[union-attr]
                 bar.advance(task)
     skipped = {"status": "skipped", "attempts": 0}
-    return [
+    out = [
         rows.get(c["id"])
         or {
             "chunk_id": c["id"],
@@ -122,6 +126,7 @@ def _write(
         }
         for c in chunks
     ]
+    return out, waited
 
 
 async def awrite_history(

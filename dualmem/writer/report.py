@@ -17,6 +17,7 @@ class WriteReport:
     cost: dict[str, Any] = field(
         default_factory=dict
     )  # its model calls, when counted (``dualmem ingest``: dualmem.evals.cost)
+    lease_wait_s: float = 0.0  # seconds the writer waited for other writers of the namespace before writing
 
     def _ops(self, stream: str) -> int:
         return sum(

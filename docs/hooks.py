@@ -428,6 +428,8 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
             per["commits"],
             per["requests"],
             m["driver_peak_rss_mb"],
+            f"{m['lease_waits']['histories_that_waited']} ({m['lease_waits']['total_s']:g} s in all, longest "
+            f"{m['lease_waits']['longest_s']:g} s)",
             m["lease_timeouts"],
         ]
     ]
@@ -460,6 +462,7 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
                     "commits per chunk",
                     "S3 requests per chunk",
                     "driver peak MB",
+                    "histories that waited for a lease",
                     "lease timeouts",
                 ],
                 run,

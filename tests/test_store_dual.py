@@ -197,6 +197,10 @@ def test_chunk_ledger(filled):
     assert filled.chunk_applied(NS, "c1") and not filled.chunk_applied(("other",), "c1")
     assert filled.ledger.look(NS, "c1") == (("applied", '{"facts": []}'), [])
     assert filled.ledger.applied_ids(NS) == {"c1"}
+    filled.ledger.mark(NS, "c3", "pending", "p3")
+    filled.ledger.mark(NS, "c2", "pending", "p2")  # drafted later: pending units come oldest first
+    filled.ledger.mark(("other",), "c4", "pending", "p4")
+    assert filled.ledger.units(NS) == ({"c1"}, [("c3", "p3"), ("c2", "p2")])  # one read: what applied_ids and look say
     filled.drop_namespace(NS)
     assert not filled.chunk_applied(NS, "c1") and filled.count(NS, status=None) == 0
 

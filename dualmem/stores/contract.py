@@ -168,6 +168,10 @@ class Ledger(Protocol):
         """Return the ids of every applied unit of a namespace."""
         ...
 
+    def units(self, namespace: Sequence[str]) -> tuple[set[str], list[tuple[str, str]]]:
+        """Return (the ids of every applied unit, the pending units oldest first with their payloads) in one read."""
+        ...
+
     def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
         """Record a unit's state (upsert); call it while holding the namespace's write lease."""
         ...

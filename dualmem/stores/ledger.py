@@ -71,6 +71,12 @@ class LanceLedger:
         """Return the ids of every applied unit of a namespace."""
         return {r["chunk_id"] for r in self._rows(and_all(ns_eq_sql(namespace), "state = 'applied' OR state IS NULL"))}
 
+    def units(self, namespace: Sequence[str]) -> tuple[set[str], list[tuple[str, str]]]:
+        """Return (the ids of every applied unit, the pending units oldest first with their payloads) in one read."""
+        rows = self._rows(ns_eq_sql(namespace))
+        pending = [(r["chunk_id"], r["payload"]) for r in rows if r["state"] == "pending"]
+        return {r["chunk_id"] for r in rows if (r["state"] or "applied") == "applied"}, pending
+
     def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
         """Record a unit's state (call it while holding the namespace's write lease)."""
         self.mark_all(namespace, [(unit, state, payload)])

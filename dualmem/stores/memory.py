@@ -85,6 +85,13 @@ class InMemoryLedger:
         with self._lock:
             return {u for (ns, u), (s, _) in self._units.items() if ns == key and s == "applied"}
 
+    def units(self, namespace: Sequence[str]) -> tuple[set[str], list[tuple[str, str]]]:
+        """Return (the ids of every applied unit, the pending units oldest first with their payloads) in one read."""
+        key = ns_key(namespace)
+        with self._lock:
+            mine = [(u, s, p) for (ns, u), (s, p) in self._units.items() if ns == key]
+        return {u for u, s, _ in mine if s == "applied"}, [(u, p) for u, s, p in mine if s == "pending"]
+
     def mark(self, namespace: Sequence[str], unit: str, state: str, payload: str = "") -> None:
         """Record a unit's state."""
         self.mark_all(namespace, [(unit, state, payload)])

@@ -267,10 +267,10 @@ class Writing:
 
     def __init__(self, store: DualStore, namespace: Namespace, lease: Any) -> None:
         self.store, self.namespace, self.lease = store, tuple(namespace), lease
-        _, pending = store.ledger.look(namespace, "")
+        applied, pending = store.ledger.units(namespace)  # one read, under the lease
         self.recovered = _apply_pending(store, pending, lease)  # a dead writer's plans, applied word for word
         self.unmarked = [(c, "applied", _summary(r)) for c, r in self.recovered.items()]
-        self.applied = store.ledger.applied_ids(namespace) | set(self.recovered)
+        self.applied = applied | set(self.recovered)
         self.seq = len(self.applied)  # commit order: chunks this namespace applied before the next one
 
     def write(

@@ -97,9 +97,8 @@ def records(dual: DualStore, namespace: Namespace) -> Iterator[tuple[str, dict[s
             versions.setdefault(str(item.meta[VERSION_OF]), []).append(pair)
         else:
             items.append(pair)
-    applied = sorted(dual.ledger.applied_ids(ns))
-    pending = dual.ledger.look(ns, "")[1]
-    ledger = [{"unit": u, "state": "applied"} for u in applied] + [
+    applied, pending = dual.ledger.units(ns)
+    ledger = [{"unit": u, "state": "applied"} for u in sorted(applied)] + [
         {"unit": u, "state": "pending", "payload": p} for u, p in pending
     ]
     n_versions = sum(len(found) for found in versions.values())

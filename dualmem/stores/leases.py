@@ -199,7 +199,7 @@ class Leases:
         """Create the namespace's lease row, held by ``owner``, under its slot's guard; False when the guard is busy
         (another namespace of the slot is being created) or the row appeared meanwhile: the caller tries again."""
         slot, guard = slot_of(namespace), new_owner("create-")
-        [guarded] = L.query_rows(self.table, f"slot = {slot}", ["holder", "expires"], 1)
+        guarded = L.query_rows(self.table, f"slot = {slot}", ["holder", "expires"], 1)[0]
         who, until = guarded["holder"], guarded["expires"]
         taken = time.time()
         values = {"holder": guard, "expires": taken + self.ttl_s, "namespace": ""}

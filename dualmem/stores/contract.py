@@ -142,7 +142,8 @@ MemoryOp = GetItems | ScanItems | CountItems | SearchItems | PutItems | SetStatu
 
 class Lease(Protocol):
     """A held write lease: ``check()`` raises ``LeaseLost`` unless it is surely still ours (a fence before a commit);
-    ``waited_s``: the seconds its taker waited for other writers of the namespace before taking it."""
+    ``waited_s``: the seconds its taker waited for other writers of the namespace before taking it (a store's lease
+    without it reports 0.0)."""
 
     waited_s: float
 

@@ -109,7 +109,8 @@ def _write(
     waited, asked = 0.0, time.monotonic()
     if todo:
         with bar, writing(store, ns, give_up=lambda: {c["id"] for c in todo} <= store.ledger.applied_ids(ns)) as held:
-            waited = held.lease.waited_s if held is not None else time.monotonic() - asked  # None: waited it out
+            # None: another writer did our chunks while we waited; a store written against 0.4.0 has no waited_s
+            waited = getattr(held.lease, "waited_s", 0.0) if held is not None else time.monotonic() - asked
             task = bar.add_task("write", total=len(todo))
             for chunk in todo if held is not None else []:  # None: another writer wrote them while we waited
                 rows[chunk["id"]] = dict(held.write(ctx, persona, chunk, snapshots=snapshots))  # type: ignore[union-attr]

@@ -82,47 +82,35 @@ def plan_chunks(
 
 def take_pending(
     ctx: Context,
-    store: Any,
-    namespace: tuple[str, ...],
-    thread_id: str,
+    thread: PendingThread,
     *,
     flush: bool = False,
     persona: dict[str, Any] | None = None,
     lease: Lease,
 ) -> tuple[list[Chunk], dict[str, Any] | None]:
     """Seal the thread's next chunks under the namespace's write lease, which the caller holds; return them and the
-    thread's persona.
-
-    ``store``: the graph's store (a ``LanceDBStore`` / ``DualMemStore``), None for the context's, or a ``DualStore``.
-    """
-    thread = PendingThread(graph_store(store if store is not None else ctx.dual(None)), namespace, thread_id)
+    thread's persona."""
     snap = thread.read()
     quiet = flush or is_quiet(snap, ctx.settings.tuning.formation_idle_s)
-    chunks, seals = plan_chunks(snap, namespace, thread_id, ctx.settings.tuning.chunk_tokens, write_tail=quiet)
+    chunks, seals = plan_chunks(
+        snap, thread.namespace, thread.thread, ctx.settings.tuning.chunk_tokens, write_tail=quiet
+    )
     if seals:
         lease.check()
         thread.write(seal_ops(thread.ns, snap, seals))
     persona = persona or snap.persona
     if chunks and not persona:
         raise ConfigurationError(
-            f"thread {thread_id!r} has pending turns but no persona: pass `persona` in the write graph's input"
+            f"thread {thread.thread!r} has pending turns but no persona: pass `persona` in the write graph's input"
         )
     return chunks, persona
 
 
 def settle_pending(
-    ctx: Context,
-    store: Any,
-    namespace: tuple[str, ...],
-    thread_id: str,
-    chunks: list[Chunk],
-    rows: list[dict[str, Any]],
-    *,
-    lease: Lease,
+    thread: PendingThread, chunks: list[Chunk], rows: list[dict[str, Any]], *, lease: Lease
 ) -> dict[str, Any]:
     """Delete the pending turns whose chunks are applied, under the namespace's write lease, which the caller holds;
     return what the thread still has pending."""
-    thread = PendingThread(graph_store(store if store is not None else ctx.dual(None)), namespace, thread_id)
     applied = {r["chunk_id"] for r in rows if r.get("status") in ("applied", "skipped")}
     done = [tid for chunk in chunks if chunk["id"] in applied for tid in chunk["turn_ids"]]
     snap = thread.read()
@@ -132,7 +120,7 @@ def settle_pending(
         thread.write(ops)
     left = [t for t in snap.turns if t["id"] not in set(done)]
     return {
-        "thread": thread_id,
+        "thread": thread.thread,
         "written_turns": len(done),
         "pending_turns": len(left),
         "pending_tokens": sum(t["tokens"] for t in left),
@@ -154,9 +142,10 @@ def form_pending(
     from dualmem.writer.core import Writing, writing
 
     db = ctx.dual(store)
+    thread = PendingThread(graph_store(store if store is not None else db), namespace, thread_id)
     with writing(db, namespace) as hold:
         held = cast(Writing, hold)  # no give_up: it waits for the namespace, never None
-        chunks, who = take_pending(ctx, store, namespace, thread_id, flush=flush, persona=persona, lease=held.lease)
+        chunks, who = take_pending(ctx, thread, flush=flush, persona=persona, lease=held.lease)
         rows = [dict(held.write(ctx, Persona.model_validate(who), chunk)) for chunk in chunks]
-        left = settle_pending(ctx, store, namespace, thread_id, chunks, rows, lease=held.lease)
+        left = settle_pending(thread, chunks, rows, lease=held.lease)
     return rows, left

@@ -118,6 +118,25 @@ class TermMatrix:
             out[:, inside] = self.matrix[:, terms[inside]].toarray()
         return out
 
+    def bm25(self, terms: np.ndarray, rows: np.ndarray, *, k1: float = K1, b: float = 0.75) -> np.ndarray:
+        """Return BM25 of ``terms`` for each of ``rows`` over the documents ``rows`` (their statistics), as
+        :func:`bm25` of their dense counts, but reading only the postings of ``terms``: the cost grows with the
+        documents holding a query term, not with documents x query terms (a writer's view query is a whole chunk)."""
+        scores = np.zeros(len(rows))
+        terms = terms[terms < self.matrix.shape[1]]
+        if not len(rows) or not len(terms):
+            return scores
+        slot = np.full(len(self), -1, dtype=np.int64)
+        slot[rows] = np.arange(len(rows))
+        postings = self.matrix[:, terms].tocoo()
+        keep = slot[postings.row] >= 0
+        doc, term, count = slot[postings.row[keep]], postings.col[keep], postings.data[keep]
+        n, df = len(rows), np.bincount(term, minlength=len(terms))
+        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        lengths = self.lengths[rows]
+        norm = k1 * (1.0 - b + b * lengths / max(float(lengths.mean()), 1e-9))
+        return np.bincount(doc, weights=count * (k1 + 1.0) / (count + norm[doc]) * idf[term], minlength=n)
+
 
 def bm25(counts: np.ndarray, lengths: np.ndarray, *, k1: float = K1, b: float = 0.75) -> np.ndarray:
     """Return BM25 per document from its query-term ``counts`` (documents x terms) and lengths."""

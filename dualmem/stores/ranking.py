@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dualmem.errors import ConfigurationError
-from dualmem.lexical import TermMatrix, bm25, query_terms
+from dualmem.lexical import TermMatrix, query_terms
 from dualmem.stores.contract import FILTERABLE
 
 TIE_DECIMALS = 6  # scores equal to this many decimals are ties: float noise (summation order, SIMD) never orders them
@@ -164,8 +164,7 @@ def bm25_top(corpus: Corpus, query: str, k: int, rows: np.ndarray) -> list[tuple
     terms = query_terms(query)
     if not len(terms) or not len(rows):
         return []
-    matrix = corpus.terms()
-    scores = bm25(matrix.counts(terms)[rows], matrix.lengths[rows])
+    scores = corpus.terms().bm25(terms, rows)
     hit = scores > 0
     return top(scores[hit], rows[hit], corpus.keys, k)
 

@@ -21,6 +21,7 @@ from dualmem.retrieval.pipeline import order, strip_names
 from dualmem.retrieval.weights import shipped_path
 from dualmem.schema import Fact, Insight, Session, SourceRef, Turn
 from dualmem.stores import LanceDualStore
+from dualmem.stores.contract import GetItems
 from dualmem.testing import HashEmbeddings
 
 NS = ("sophie", "u1")
@@ -235,6 +236,23 @@ def test_retriever_and_search_tool_rank_with_the_pipeline(tmp_path):
     tool = create_search_memory_tool(NS, store=store, ranker=recency)
     hits = json.loads(tool.invoke({"query": "warehouse night shifts", "limit": 3}))
     assert hits[0]["session_id"] == "s2" and {h["kind"] for h in hits} == {"fact", "insight"}
+
+
+def test_grounding_reads_the_store_only_for_cited_facts_that_are_no_longer_active(tmp_path, monkeypatch):
+    store = _dual_store(tmp_path)
+    reads: list[list[str]] = []
+    batch = store.batch
+    monkeypatch.setattr(
+        store, "batch", lambda ops: reads.extend(list(o.ids) for o in ops if isinstance(o, GetItems)) or batch(ops)
+    )
+    ranker = Ranker()
+    result = ranker.dual(store, NS, "night shifts", 2, 2)
+    assert [f.id for f in result.grounding["i1"]] == ["f1"] and reads == []  # the cited fact came from the snapshot
+    assert result.grounding == store.grounding(NS, [h.item for h in result.insights])
+    store.supersede(NS, ["f1"])  # cited, no longer active: read from the store, as the store's own grounding does
+    reads.clear()
+    result = ranker.dual(store, NS, "night shifts", 2, 2)
+    assert reads == [["f1"]] and [(f.id, f.status) for f in result.grounding["i1"]] == [("f1", "superseded")]
 
 
 class _CountingEmbeddings(HashEmbeddings):

@@ -48,7 +48,7 @@ from dualmem.retrieval.context import context_turns
 from dualmem.retrieval.features import QueryInput, features
 from dualmem.retrieval.snapshot import Snapshots
 from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights, shipped_path
-from dualmem.schema import MemoryKind
+from dualmem.schema import MemoryItem, MemoryKind
 from dualmem.stores import dual_of
 from dualmem.stores.contract import DualStore, Namespace
 from dualmem.stores.results import DualResult, ScoredItem
@@ -187,8 +187,18 @@ class Ranker:
             per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
         if expand and result.insights:
-            result.grounding = dual_of(store).grounding(namespace, [h.item for h in result.insights])
+            result.grounding = self.grounding(store, namespace, [h.item for h in result.insights])
         return result
+
+    def grounding(
+        self, store: DualStore, namespace: Namespace, insights: Sequence[MemoryItem]
+    ) -> dict[str, list[MemoryItem]]:
+        """Return, per insight id, the facts it cites (:meth:`DualStore.grounding`), taking the active ones from the
+        snapshot ranked over: the store is read only for cited facts that are no longer active."""
+        store = dual_of(store)
+        snap = self.snapshots.get(store, namespace)
+        rows = list(dict.fromkeys(snap.index[f] for i in insights for f in i.grounding if f in snap.index))
+        return store.grounding(namespace, insights, known={item.id: item for item in snap.items(rows)})
 
     async def arank(
         self, store: DualStore, namespace: Namespace, query: str, k: int = 10, **kwargs: Any

@@ -103,7 +103,7 @@ class DualMemRetriever(BaseRetriever):
         )
 
     def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
-        return self.store.grounding(self.namespace, [h.item for h in hits])
+        return self._ranker().grounding(self.store, self.namespace, [h.item for h in hits])
 
 
 def _check_k(k: Any) -> int:

@@ -3,11 +3,10 @@
 A backend (:class:`~dualmem.stores.memory.InMemoryDualStore`,
 :class:`~dualmem.stores.lance.LanceDualStore`) implements only ``_apply(ops)``,
 the exact-once primitives (``ledger``, ``exclusive``) and ``version``; this
-class gives every other method, as LangGraph's ``BaseStore`` does for its
-stores. ``batch`` prepares the operations (embeds the texts and queries that
-came without vectors) and applies them; ``abatch`` embeds asynchronously and
-applies in a worker thread. Reads in one batch see the store before the
-batch's writes only as far as the backend applies them in order.
+class gives every other method, as LangGraph's ``BaseStore`` does for its stores. ``batch`` prepares the
+operations (embeds the texts and queries that came without vectors) and applies them; ``abatch`` embeds
+asynchronously and applies in a worker thread. Reads in one batch see the store before the batch's writes only
+as far as the backend applies them in order.
 
 Invariants every backend keeps (one conformance suite checks both):
 
@@ -318,9 +317,8 @@ class DualStore(ABC):
         ids: Sequence[str] | None = None,
     ) -> pa.Table:
         """Return a namespace's rows as arrow (at most one per id); see :class:`ScanItems`."""
-        check_kind(kind)
-        op = ScanItems(tuple(namespace), kind, status, columns, None if ids is None else tuple(ids))
-        return self.batch([op])[0]
+        chosen = None if ids is None else tuple(ids)
+        return self.batch([ScanItems(tuple(namespace), check_kind(kind), status, columns, chosen)])[0]
 
     def list(
         self,
@@ -364,10 +362,14 @@ class DualStore(ABC):
         )
         return self.batch([op])[0] if k > 0 else []
 
-    def grounding(self, namespace: Namespace, insights: Sequence[MemoryItem]) -> dict[str, builtins.list[MemoryItem]]:
-        """Return, per insight id, the facts of ``namespace`` it cites (missing ones skipped)."""
+    def grounding(
+        self, namespace: Namespace, insights: Sequence[MemoryItem], known: Mapping[str, MemoryItem] | None = None
+    ) -> dict[str, builtins.list[MemoryItem]]:
+        """Return, per insight id, the facts of ``namespace`` it cites (missing ones skipped); ``known``: items of
+        ``namespace`` at hand by id (a reader's snapshot), so only cited ids not in it are read from the store."""
         cited = builtins.list(dict.fromkeys(f for i in insights for f in i.grounding))
-        by_id = {f.id: f for f in self.get(namespace, cited)} if cited else {}
+        by_id = {f: known[f] for f in cited if known and f in known}
+        by_id.update({f.id: f for f in self.get(namespace, [f for f in cited if f not in by_id])})
         return {i.id: [by_id[f] for f in i.grounding if f in by_id and by_id[f].kind == "fact"] for i in insights}
 
 

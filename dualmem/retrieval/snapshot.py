@@ -94,21 +94,40 @@ def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot:
     where = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
     old = snap.stamps[np.maximum(where, 0)] if len(snap.stamps) else np.full(len(times), -2, dtype=np.int64)
     changed = pc.filter(ids, pa.array((where < 0) | (old != times))).to_pylist()
-    gone_mask = pc.invert(pc.is_in(known, value_set=ids)).to_numpy(zero_copy_only=False)
-    if not changed and not gone_mask.any():
+    gone = pc.invert(pc.is_in(known, value_set=ids)).to_numpy(zero_copy_only=False)
+    if not changed and not gone.any():
         return copy.copy(snap).at(version)
-    if len(changed) > max(256, now.num_rows // 4):
+    if len(changed) + int(gone.sum()) > max(256, now.num_rows // 4):
         return load(store, snap.namespace, version)
-    keep = ~gone_mask & ~np.isin(np.asarray(snap.ids, dtype=object), np.asarray(changed, dtype=object))
-    parts, vecs = [snap.rows.filter(pa.array(keep))], [snap.vectors[keep]]
-    if changed:
-        fresh = store.scan(snap.namespace, columns="vectors", ids=changed)
-        parts.append(fresh.drop_columns(["vector"]).cast(snap.rows.schema))
-        vecs.append(vectors_of(fresh, store.dims))
-    rows = pa.concat_tables(parts)
-    order = pc.sort_indices(rows, sort_keys=[("pk", "ascending")])
-    matrix = np.concatenate(vecs)[order.to_numpy()]
-    return Snapshot(snap.namespace, version, rows.take(order).combine_chunks(), np.ascontiguousarray(matrix))
+    keep = ~gone & ~pc.is_in(known, value_set=pa.array(changed, pa.string())).to_numpy(zero_copy_only=False)
+    fresh = store.scan(snap.namespace, columns="vectors", ids=changed) if changed else None
+    return _merged(snap, np.flatnonzero(keep), fresh, store.dims, version)
+
+
+def _merged(snap: Snapshot, kept: np.ndarray, fresh: pa.Table | None, dims: int, version: Any) -> Snapshot:
+    """Return the snapshot of ``snap``'s ``kept`` rows and the ``fresh`` ones, sorted by key as a load is.
+
+    Kept rows stay in order, so the result is runs of old rows with fresh rows between them: each run is one
+    slice copy, and a refresh costs one pass over the snapshot, however few rows changed.
+    """
+    fresh_rows = snap.rows.slice(0, 0) if fresh is None else fresh.drop_columns(["vector"]).cast(snap.rows.schema)
+    fresh_vectors = snap.vectors[:0] if fresh is None else vectors_of(fresh, dims)
+    keys = pa.concat_arrays([snap.rows.column("pk").combine_chunks().take(kept), *fresh_rows.column("pk").chunks])
+    src = pc.sort_indices(keys).to_numpy()  # position in (kept rows, then fresh rows) of each row of the result
+    if not len(src):
+        return Snapshot(snap.namespace, version, snap.rows.slice(0, 0), snap.vectors[:0])
+    is_old = src < len(kept)
+    origin = np.where(is_old, kept[np.minimum(src, max(len(kept) - 1, 0))] if len(kept) else 0, -1)
+    cut = np.flatnonzero(~(is_old[1:] & is_old[:-1] & (origin[1:] == origin[:-1] + 1))) + 1
+    matrix, parts = np.empty((len(src), dims), snap.vectors.dtype), []
+    for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(src)], strict=True):
+        if is_old[a]:
+            matrix[a:b] = snap.vectors[origin[a] : origin[a] + b - a]
+            parts.append(snap.rows.slice(int(origin[a]), b - a))
+        else:  # one fresh row
+            matrix[a] = fresh_vectors[src[a] - len(kept)]
+            parts.append(fresh_rows.slice(int(src[a]) - len(kept), 1))
+    return Snapshot(snap.namespace, version, pa.concat_tables(parts).combine_chunks(), matrix)
 
 
 class Snapshots:

@@ -131,11 +131,8 @@ class TermMatrix:
         postings = self.matrix[:, terms].tocoo()
         keep = slot[postings.row] >= 0
         doc, term, count = slot[postings.row[keep]], postings.col[keep], postings.data[keep]
-        n, df = len(rows), np.bincount(term, minlength=len(terms))
-        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        lengths = self.lengths[rows]
-        norm = k1 * (1.0 - b + b * lengths / max(float(lengths.mean()), 1e-9))
-        return np.bincount(doc, weights=count * (k1 + 1.0) / (count + norm[doc]) * idf[term], minlength=n)
+        idf, norm = _weights(np.bincount(term, minlength=len(terms)), self.lengths[rows], k1, b)
+        return np.bincount(doc, weights=count * (k1 + 1.0) / (count + norm[doc]) * idf[term], minlength=len(rows))
 
 
 def bm25(counts: np.ndarray, lengths: np.ndarray, *, k1: float = K1, b: float = 0.75) -> np.ndarray:
@@ -143,7 +140,12 @@ def bm25(counts: np.ndarray, lengths: np.ndarray, *, k1: float = K1, b: float = 
     n = len(lengths)
     if n == 0 or counts.shape[1] == 0:
         return np.zeros(n)
-    df = (counts > 0).sum(axis=0)
-    idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    norm = k1 * (1.0 - b + b * lengths / max(float(lengths.mean()), 1e-9))
+    idf, norm = _weights((counts > 0).sum(axis=0), lengths, k1, b)
     return ((counts * (k1 + 1.0)) / (counts + norm[:, None]) * idf[None, :]).sum(axis=1)
+
+
+def _weights(df: np.ndarray, lengths: np.ndarray, k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """Return BM25's per-term idf (from document frequencies ``df`` over ``len(lengths)`` documents) and per-document
+    length norm: the one formula both the dense and the postings scoring use."""
+    idf = np.log(1.0 + (len(lengths) - df + 0.5) / (df + 0.5))
+    return idf, k1 * (1.0 - b + b * lengths / max(float(lengths.mean()), 1e-9))

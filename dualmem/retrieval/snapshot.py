@@ -117,7 +117,8 @@ def _merged(snap: Snapshot, kept: np.ndarray, fresh: pa.Table | None, dims: int,
     if not len(src):
         return Snapshot(snap.namespace, version, snap.rows.slice(0, 0), snap.vectors[:0])
     is_old = src < len(kept)
-    origin = np.where(is_old, kept[np.minimum(src, max(len(kept) - 1, 0))] if len(kept) else 0, -1)
+    origin = np.full(len(src), -1, dtype=np.int64)  # the old row of each row of the result (-1: a fresh row)
+    origin[is_old] = kept[src[is_old]]
     cut = np.flatnonzero(~(is_old[1:] & is_old[:-1] & (origin[1:] == origin[:-1] + 1))) + 1
     matrix, parts = np.empty((len(src), dims), snap.vectors.dtype), []
     for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(src)], strict=True):

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools (type checkers, the API check, the docs) see; imported lazily below
@@ -19,19 +20,15 @@ if TYPE_CHECKING:  # what static tools (type checkers, the API check, the docs) 
     from dualmem.chat.server import ServerFormation
 
 __all__ = ["DualMemMiddleware", "FormationExecutor", "ServerFormation", "default_executor"]
+_HOMES = {
+    "DualMemMiddleware": "middleware",
+    "FormationExecutor": "executor",
+    "ServerFormation": "server",
+    "default_executor": "executor",
+}
 
 
 def __getattr__(name: str) -> Any:  # lazy: the write graph imports formation without LangChain's agents
-    if name == "DualMemMiddleware":
-        from dualmem.chat.middleware import DualMemMiddleware
-
-        return DualMemMiddleware
-    if name in ("FormationExecutor", "default_executor"):
-        from dualmem.chat import executor
-
-        return getattr(executor, name)
-    if name == "ServerFormation":
-        from dualmem.chat.server import ServerFormation
-
-        return ServerFormation
-    raise AttributeError(name)
+    if name not in _HOMES:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"dualmem.chat.{_HOMES[name]}"), name)

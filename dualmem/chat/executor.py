@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dualmem.chat.formation import Formed, run_formation
-from dualmem.chat.pending import FormationRequest
+from dualmem.chat.pending import FormationRequest, PendingThread, pending_threads
 
 log = logging.getLogger("dualmem.chat")
 Key = tuple[str, tuple[str, ...], str]
@@ -134,8 +134,6 @@ class FormationExecutor:
 
     def recover(self, store: Any, settings: Any, *, namespace: tuple[str, ...] = (), writer_model: Any = None) -> int:
         """Plan a write of every thread left with pending turns in ``store`` (under ``namespace``); return how many."""
-        from dualmem.chat.pending import PendingThread, pending_threads
-
         count = 0
         for ns, thread in pending_threads(store, namespace):
             snap = PendingThread(store, ns, thread).read()
@@ -165,18 +163,16 @@ class FormationExecutor:
 
     # ------------------------------------------------------------------ threads
 
-    def _due(self, now: float) -> list[Key]:
-        return [
-            k
-            for k, p in self._plans.items()
-            if k not in self._running and (p.now or (p.quiet_at is not None and p.quiet_at <= now))
-        ]
-
     def _plan_loop(self) -> None:
         with self._cv:
             while not self._stopping:
                 now = time.monotonic()
-                for key in self._due(now):
+                due = [
+                    k
+                    for k, p in self._plans.items()
+                    if k not in self._running and (p.now or (p.quiet_at is not None and p.quiet_at <= now))
+                ]
+                for key in due:
                     plan = self._plans.pop(key)
                     self._running.add(key)
                     self._ready.append((key, plan))
@@ -209,11 +205,8 @@ class FormationExecutor:
                     if self._flushes:  # a flush is waiting: write the tail now
                         self._plans[key] = _Plan(plan.request, now=True, flush=True)
                     else:  # write the tail once the thread is quiet
-                        later = (
-                            (formed.newest_at or time.time())
-                            + plan.request.settings.tuning.formation_idle_s
-                            - time.time()
-                        )
+                        idle = plan.request.settings.tuning.formation_idle_s
+                        later = (formed.newest_at or time.time()) + idle - time.time()
                         self._plans[key] = _Plan(plan.request, quiet_at=time.monotonic() + max(0.0, later))
                 elif key in self._plans and self._flushes:
                     self._plans[key].now = self._plans[key].flush = True

@@ -41,9 +41,6 @@ class Formed:
     error: str | None = None
 
 
-# --------------------------------------------------------------------------- one run in this process
-
-
 def formation_input(request: FormationRequest, *, flush: bool = False) -> dict[str, Any]:
     """Return the write graph's input that forms the thread's pending turns."""
     return {
@@ -67,12 +64,7 @@ def run_formation(request: FormationRequest, *, flush: bool = False) -> Formed:
         None if request.writer_model is None else load_chat_model(request.writer_model, request.settings, role="writer")
     )
     context = context_of(request.settings, models={"writer": model} if model is not None else None, store=store)
-    rows, formed = form_pending(context, store, request.namespace, request.thread, flush=flush, persona=request.persona)
+    rows, left = form_pending(context, store, request.namespace, request.thread, flush=flush, persona=request.persona)
     return Formed(
-        request.namespace,
-        request.thread,
-        rows,
-        int(formed.get("pending_turns") or 0),
-        int(formed.get("pending_tokens") or 0),
-        formed.get("newest_at"),
+        request.namespace, request.thread, rows, left["pending_turns"], left["pending_tokens"], left["newest_at"]
     )

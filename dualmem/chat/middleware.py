@@ -10,12 +10,8 @@
   reply) to memory formation (:mod:`dualmem.chat.formation`) — stored as
   pending turns before the run ends, written in the background.
 
-The namespace is ``(persona id, user)``, the user by the one rule
-(:func:`dualmem.auth.whose_memory`): on a server with authentication, the
-authenticated user (a client naming another is refused); else the run's
-context ``user_id`` or ``config["configurable"]["user_id"]``, else the
-``user_id`` setting, else ``"user"``. The
-persona is the middleware's, else the context's or configurable's ``persona``.
+The namespace is ``(persona id, user)``, the user by :func:`dualmem.auth.whose_memory` (see
+:mod:`dualmem.chat.runtime`); the persona is the middleware's, else the context's or configurable's ``persona``.
 The store is the agent's (``runtime.store``, a :class:`~dualmem.stores.LanceDBStore`).
 Sync and async agents share one core; the async hooks never block the loop.
 """
@@ -33,12 +29,12 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 
 from dualmem.chat.formation import Formation
 from dualmem.chat.pending import ahand_over, hand_over
-from dualmem.chat.recall import memory_prompt, recall_for_chat
+from dualmem.chat.recall import recall_for_chat
 from dualmem.chat.runtime import chat_namespace, chat_thread, formation_for, lookup, run_configurable
 from dualmem.config import Settings
 from dualmem.context import context_of
 from dualmem.errors import ConfigurationError
-from dualmem.prompts.respond import message_text
+from dualmem.prompts.respond import message_text, render_respond_system
 from dualmem.schema import Persona
 
 
@@ -83,13 +79,9 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         formation: Formation | None = None,
         remember: bool = True,
     ) -> None:
-        self.persona = (
-            None if persona is None else (persona if isinstance(persona, Persona) else Persona.model_validate(persona))
-        )
+        self.persona = None if persona is None else Persona.model_validate(persona)
         self.settings = Settings.resolve(settings)
-        self.writer_model = (
-            writer_model  # a model object or spec for the writer in this process; None = settings.writer
-        )
+        self.writer_model = writer_model  # the writer in this process (a model or spec); None = settings.writer
         self.formation = formation  # None = by settings.formation (the server's write runs, or this process's executor)
         self.remember = remember
         self.tools = []
@@ -103,7 +95,7 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
             raise ConfigurationError(
                 "DualMemMiddleware needs a persona: DualMemMiddleware(persona=...), or `persona` in the run's context"
             )
-        persona = found if isinstance(found, Persona) else Persona.model_validate(found)
+        persona = Persona.model_validate(found)
         if runtime.store is None:
             raise ConfigurationError(
                 "DualMemMiddleware needs the agent's store: create_agent(..., store=LanceDBStore.from_settings())"
@@ -114,14 +106,12 @@ class DualMemMiddleware(AgentMiddleware[DualMemState, Any]):
         self, turn: ChatTurn, messages: Sequence[AnyMessage], current: str | None = None
     ) -> dict[str, Any] | None:
         if not messages or not isinstance(messages[-1], HumanMessage):  # a resumed turn: keep its memory, or show none
-            return None if current else {"dualmem_prompt": memory_prompt(turn.persona, "")}
-        window = messages[
-            -self.settings.tuning.ranker_context_turns - 1 : -1
-        ]  # the turns the ranker reads as the query's context
+            return None if current else {"dualmem_prompt": render_respond_system(turn.persona, "")}
+        window = messages[-self.settings.tuning.ranker_context_turns - 1 : -1]  # what the ranker reads as context
         recent = [m for m in window if isinstance(m, HumanMessage | AIMessage) and message_text(m)]
         db = context_of(self.settings).dual(turn.store)
         text = recall_for_chat(db, turn.namespace, message_text(messages[-1]), recent, self.settings, turn.persona)
-        return {"dualmem_prompt": memory_prompt(turn.persona, text)}
+        return {"dualmem_prompt": render_respond_system(turn.persona, text)}
 
     def _hand_over_args(self, state: DualMemState, runtime: Any) -> tuple[Any, ...] | None:
         """Return :func:`~dualmem.chat.pending.hand_over`'s arguments for the turn's exchange (None: nothing to hand

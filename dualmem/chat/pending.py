@@ -16,11 +16,7 @@ label is percent-encoded, as store labels may not hold dots):
 A turn is appended once (by id), sealed into a chunk under the namespace's
 write lease, and deleted once that chunk is applied (:mod:`dualmem.chat.sealing`).
 The pure core plans store operations; ``PendingThread`` runs them sync or async.
-
-:func:`hand_over` is the one way in, for the respond graph and the chat
-middleware alike: an exchange's messages become pending turns of its thread
-and a :class:`FormationRequest` for that thread is scheduled where formation
-runs (a :class:`~dualmem.chat.formation.Formation`).
+:func:`hand_over` is the one way in, for the respond graph and the chat middleware alike.
 """
 
 from __future__ import annotations
@@ -320,17 +316,15 @@ def _handed(
     writer_model: Any,
 ) -> tuple[FormationRequest, list[PendingTurn], list[TurnFlag]]:
     turns, before = [], list(earlier)
+    flags: list[TurnFlag] = []
     for seq, (role, text, message_id) in enumerate(said):
         tid = stable_id(thread, message_id or "", role, "" if message_id else text, prefix="t-")
         speaker = persona.name if role == "assistant" else ""
         turns.append(new_turn(tid, role, text, speaker=speaker, earlier=before, seq=seq))
         if role == "user":
+            context = [Turn(id=f"earlier-{i}", role="user", text=t) for i, t in enumerate(turns[-1]["earlier"])]
+            flags += flag_turns([Turn(id=tid, role="user", text=text)], context=context).values()
             before = [*before, text]
-    flags: list[TurnFlag] = []
-    for turn in turns:
-        if turn["role"] == "user":
-            context = [Turn(id=f"earlier-{i}", role="user", text=t) for i, t in enumerate(turn["earlier"])]
-            flags += flag_turns([Turn(id=turn["id"], role="user", text=turn["text"])], context=context).values()
     request = FormationRequest(
         persona.model_dump(mode="json"), tuple(namespace), thread, settings, graph_store(store), writer_model
     )
@@ -343,9 +337,5 @@ def pending_threads(store: BaseStore, namespace: Sequence[str] = ()) -> list[tup
     found = []
     for ns in store.list_namespaces(prefix=prefix, limit=READ_LIMIT):
         if len(ns) >= 3 and tuple(ns[: len(prefix)]) == prefix:  # literal: a "*" in an id is no wildcard
-            found.append((tuple(_unlabel(p) for p in ns[1:-1]), _unlabel(ns[-1])))
+            found.append((tuple(unquote(p) for p in ns[1:-1]), unquote(ns[-1])))
     return found
-
-
-def _unlabel(text: str) -> str:
-    return unquote(text)

@@ -1,10 +1,7 @@
-"""What a chat turn remembers: the one retrieval call of the chat path, and its prompt block.
+"""What a chat turn remembers: the one retrieval call of the chat middleware.
 
-:func:`recall_for_chat` is the single place where chat (the middleware) asks
-for memory: the DualMem framework's ``retrieve`` on the agent's store — the
-product's ranked retrieval, with the recent turns as context — and its
-``memory_text`` (insights followed by the facts they cite), as in the respond
-graph.
+:func:`recall_for_chat` asks the DualMem framework's ``retrieve`` on the agent's store, with the recent turns as
+context, and renders its ``memory_text`` (insights followed by the facts they cite), as in the respond graph.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ from typing import Any
 from dualmem.config import Settings
 from dualmem.frameworks.base import FrameworkContext
 from dualmem.frameworks.dualmem import DualMemFramework
-from dualmem.prompts.respond import render_respond_system
 from dualmem.schema import Persona
 from dualmem.stores.contract import DualStore
 
@@ -42,8 +38,3 @@ def recall_for_chat(
     )
     memory = DualMemFramework(fctx)
     return memory.memory_text(memory.retrieve(query, settings.tuning.retrieval_k, context=list(recent)))
-
-
-def memory_prompt(persona: Persona, memory_text: str) -> str:
-    """Return the persona's system prompt with the recalled memory, in the respond graph's format."""
-    return render_respond_system(persona, memory_text)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dualmem.auth import lookup, run_configurable
+from dualmem.auth import lookup, run_configurable, whose_memory
 from dualmem.config import Settings
 from dualmem.errors import ConfigurationError
 from dualmem.schema import Persona
@@ -26,8 +26,6 @@ DEFAULT_THREAD = "default"  # the thread of runs without a thread id (no checkpo
 
 def chat_namespace(runtime: Any, persona: Persona, settings: Settings) -> tuple[str, str]:
     """Return the memory namespace of a run: (persona id, whose memory by :func:`dualmem.auth.whose_memory`)."""
-    from dualmem.auth import whose_memory
-
     return (persona.id, whose_memory(runtime, settings=settings))
 
 

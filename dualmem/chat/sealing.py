@@ -64,9 +64,7 @@ def plan_chunks(
             groups.setdefault(turn["seal"], []).append(turn)
     for seal, group in groups.items():
         session, context = _session(thread, group)
-        (chunk,) = chunk_sessions(
-            [session], namespace, 10**9, context=context
-        )  # a sealed group is one chunk, as sealed
+        (chunk,) = chunk_sessions([session], namespace, 10**9, context=context)  # a sealed group is one chunk
         chunks.append(Chunk(**{**chunk, "id": seal}))  # type: ignore[typeddict-item]
     seals: dict[str, str] = {}
     unsealed = [t for t in snap.turns if not t["seal"]]

@@ -43,12 +43,6 @@ def formation_thread(request: FormationRequest) -> str:
     return str(uuid.uuid5(_THREADS, json.dumps([*request.namespace, request.thread])))
 
 
-def _context(request: FormationRequest) -> dict[str, Any]:
-    """Return the write run's context: the caller's chunking and quiet time (never its keys or endpoints)."""
-    s = request.settings
-    return {"options": {"chunk_tokens": s.tuning.chunk_tokens, "formation_idle_s": s.tuning.formation_idle_s}}
-
-
 class ServerFormation:
     """Form chat memory with scheduled ``write`` runs on a LangGraph server (in process when ``url`` is None)."""
 
@@ -60,15 +54,16 @@ class ServerFormation:
 
     def _runs(self, request: FormationRequest, now: bool) -> tuple[str, list[dict[str, Any]]]:
         """Return the formation thread and the runs to create (the core shared by both shells)."""
+        tuning = request.settings.tuning  # the run's context: the caller's chunking and quiet time, never its keys
         common: dict[str, Any] = {
             "input": formation_input(request),
-            "context": _context(request),
+            "context": {"options": {"chunk_tokens": tuning.chunk_tokens, "formation_idle_s": tuning.formation_idle_s}},
             "config": {"recursion_limit": 10_000},
             "multitask_strategy": "enqueue",
             "if_not_exists": "create",
         }
         runs: list[dict[str, Any]] = [{**common, "metadata": {_TAG: "chunk"}}] if now else []
-        delay = int(math.ceil(request.settings.tuning.formation_idle_s))
+        delay = int(math.ceil(tuning.formation_idle_s))
         runs.append({**common, "metadata": {_TAG: "quiet"}, "after_seconds": delay})
         return formation_thread(request), runs
 
@@ -82,8 +77,15 @@ class ServerFormation:
         thread, runs = self._runs(request, now)
         for run in runs:
             if run.get("after_seconds") is not None:
-                for old in await _quiet_runs(client.runs.list(thread, status="pending", limit=100)):
-                    await _quietly(client.runs.cancel(thread, old, action="rollback"))
+                try:
+                    listed = await client.runs.list(thread, status="pending", limit=100)
+                except Exception:  # noqa: BLE001 - no formation thread yet
+                    listed = []
+                for old in _replaceable(listed):
+                    try:
+                        await client.runs.cancel(thread, old, action="rollback")
+                    except Exception as exc:  # noqa: BLE001 - it started meanwhile: it writes full chunks only
+                        log.debug("quiet-time write run not cancelled: %s", exc)
             await client.runs.create(thread, self.graph, **run)
 
     def schedule(self, request: FormationRequest, *, now: bool) -> None:
@@ -125,21 +127,6 @@ def _replaceable(runs: list[dict[str, Any]]) -> list[str]:
         if (due - now).total_seconds() > CANCEL_MARGIN_S:
             out.append(run["run_id"])
     return out
-
-
-async def _quiet_runs(listing: Any) -> list[str]:
-    try:
-        runs = await listing
-    except Exception:  # noqa: BLE001 - no formation thread yet
-        return []
-    return _replaceable(runs)
-
-
-async def _quietly(call: Any) -> None:
-    try:
-        await call
-    except Exception as exc:  # noqa: BLE001 - it started meanwhile: it writes full chunks only
-        log.debug("quiet-time write run not cancelled: %s", exc)
 
 
 _servers: dict[str | None, ServerFormation] = {}

@@ -30,6 +30,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import get_runtime
 from typing_extensions import TypedDict, Unpack
 
+from dualmem.auth import whose_memory
 from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.frameworks.base import RetrievedItem
@@ -75,9 +76,7 @@ class Reply:
     text: str
     items: list[RetrievedItem] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
-    pending: dict[str, Any] = field(
-        default_factory=dict
-    )  # with remember: the thread's pending turns, the guard's flags
+    pending: dict[str, Any] = field(default_factory=dict)  # with remember: pending turns, the guard's flags
 
     @property
     def merged(self) -> list[ScoredItem]:
@@ -145,7 +144,7 @@ def _call(
     """Prepare one respond run: its input, context, compiled graph and config (the core both shells run)."""
     from dualmem.models import load_chat_model
     from dualmem.prompts.respond import history_messages
-    from dualmem.stores import dual_of, langgraph_view, open_store
+    from dualmem.stores import dual_of, langgraph_view, open_store, users_of
 
     ctx = context_of(settings)
     models = {}
@@ -153,18 +152,10 @@ def _call(
         models["chat"] = load_chat_model(model, ctx.settings, role="chat")
     if writer_model is not None:
         models["writer"] = load_chat_model(writer_model, ctx.settings, role="writer")
-    changes = {
-        k: v
-        for k, v in {
-            "models": {**(ctx.models or {}), **models} if models else None,
-            "embeddings": embeddings,
-            "formation": formation,
-        }.items()
-        if v is not None
-    }
-    ctx = ctx.with_(**changes) if changes else ctx
+    chosen = {**(ctx.models or {}), **models} if models else None
+    ctx = context_of(ctx, models=chosen, embeddings=embeddings, formation=formation)  # None: unchanged
     db = dual_of(store) if store is not None else open_store(ctx.settings, embeddings)
-    who = persona if isinstance(persona, Persona) else Persona.model_validate(persona)
+    who = Persona.model_validate(persona)
     inputs: dict[str, Any] = {
         "persona": who.model_dump(mode="json"),
         "messages": [*history_messages(history), HumanMessage(content=query)],
@@ -173,9 +164,6 @@ def _call(
         "mode": mode,
     }
     if not namespace:
-        from dualmem.auth import whose_memory
-        from dualmem.stores import users_of
-
         mine = whose_memory(
             claimed=[user], settings=ctx.settings, users=lambda: users_of(db, who.id), persona_id=who.id
         )

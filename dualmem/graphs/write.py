@@ -1,15 +1,10 @@
 """The recurrent memory writer graph, for the LangGraph server and chat: history → chunks → each written once → report.
 
-Nodes live in :mod:`dualmem.nodes.write`: ``prepare`` cuts the sessions into
-chunks, ``write`` writes one chunk through the persona with
-:func:`dualmem.writer.core.write_chunk` (under the namespace's write lease,
-with the ledger) and loops; with ``pending`` in the input, ``form`` forms a chat
-thread's pending turns under one hold of the lease (:mod:`dualmem.chat.formation`). The
-graph reads its store from ``runtime.store`` — the server's (``langgraph.json``)
-— and its context is :class:`~dualmem.context.Context`. Running it again on the
-same input, in any process, resumes: applied chunks are skipped, a plan drafted
-before a crash is applied, failed chunks are asked again. In Python,
-:func:`dualmem.writer.write_history` runs the same core without a graph.
+Nodes live in :mod:`dualmem.nodes.write`; with ``pending`` in the input the graph forms a chat thread's pending
+turns instead (:mod:`dualmem.chat.formation`). The graph reads its store from ``runtime.store`` — the server's
+(``langgraph.json``) — and its context is :class:`~dualmem.context.Context`. Running it again on the same input, in
+any process, resumes: applied chunks are skipped, a plan drafted before a crash is applied, failed chunks are asked
+again. In Python, :func:`dualmem.writer.write_history` runs the same core without a graph.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Nodes of the respond graph: ask the memory framework, answer in character, remember the exchange.
+"""Nodes of the respond graph (:mod:`dualmem.graphs.respond`): ask the memory framework, answer in character, remember.
 
-The graph never branches on which framework it talks to: ``retrieve`` asks the
-:class:`~dualmem.frameworks.base.MemoryFramework` named by the ``framework``
-setting (or the context's ``memory`` object) for ranked items, with the recent
-turns as context; ``reply`` renders them with the framework's own
-``memory_text`` (DualMem: facts, and insights followed by the facts they rest
-on) into the one reply prompt; ``remember`` hands the exchange to the
-framework's ``ingest``. Retrieved items travel through the state as plain
-dicts (:class:`~dualmem.frameworks.base.RetrievedItem` fields).
+The graph never branches on which framework it talks to (the ``framework`` setting, or the context's ``memory``
+object). Retrieved items travel through the state as plain dicts (:class:`~dualmem.frameworks.base.RetrievedItem`
+fields).
 
 Invariant: a turn builds its memory framework at most once. ``retrieve`` builds
 it and renders the items' ``memory_text`` into the state (``memory``), so
@@ -28,7 +23,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from dualmem.auth import whose_memory
-from dualmem.chat.pending import HandedOver, ahand_over, hand_over
+from dualmem.chat.pending import EARLIER_MESSAGES, HandedOver, ahand_over, hand_over
 from dualmem.chat.runtime import chat_thread, formation_for
 from dualmem.context import Context, context_of
 from dualmem.errors import ConfigurationError
@@ -36,8 +31,6 @@ from dualmem.frameworks.base import FrameworkContext, MemoryFramework
 from dualmem.models.retry import invoke_with_retry
 from dualmem.prompts.respond import message_text, render_respond_messages
 from dualmem.schema import Persona, Session, Turn, stable_id, utcnow
-
-EARLIER_USER_MESSAGES = 4  # the guard reads this many of the user's earlier messages when an exchange is remembered
 
 
 class RespondInput(TypedDict, total=False):
@@ -88,9 +81,8 @@ def memory_of(
     from dualmem.frameworks import open_framework
 
     store = ctx.dual(getattr(runtime, "store", None))
-    ns = (namespace[0], namespace[1])
     fctx = FrameworkContext(
-        namespace=ns,
+        namespace=(namespace[0], namespace[1]),
         settings=ctx.settings,
         persona=persona,
         chat_model=ctx.llm("chat"),
@@ -124,11 +116,9 @@ def retrieve(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     if state.get("mode"):
         ctx = ctx.with_(retrieval_mode=state["mode"])
     k = state.get("k") or ctx.settings.tuning.retrieval_k
-    recent = (
-        history[-ctx.settings.tuning.ranker_context_turns :] if ctx.settings.tuning.ranker_context_turns else []
-    )  # messages: the ranker reads who said what
+    turns = ctx.settings.tuning.ranker_context_turns  # messages: the ranker reads who said what
     memory = memory_of(ctx, runtime, namespace, persona)
-    items = memory.retrieve(query, k, context=recent)
+    items = memory.retrieve(query, k, context=history[-turns:] if turns else [])
     rows = [asdict(i) for i in items]
     return {"query": query, "namespace": list(namespace), "items": rows, "memory": memory.memory_text(items)}
 
@@ -138,9 +128,8 @@ def reply(state: RespondState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     query, history, in_messages = query_and_history(state)
     messages = render_respond_messages(persona_of(state), state.get("memory") or "", query, history)
-    answer = invoke_with_retry(
-        ctx.llm("chat"), messages, policy=ctx.settings
-    )  # the node's config (callbacks, streaming) flows in implicitly
+    # the node's config (callbacks, streaming) flows in implicitly
+    answer = invoke_with_retry(ctx.llm("chat"), messages, policy=ctx.settings)
     text = message_text(answer)
     new = [] if in_messages else [HumanMessage(content=query)]
     return {"reply": text, "messages": [*new, AIMessage(content=text, id=getattr(answer, "id", None))]}
@@ -170,7 +159,7 @@ def exchange_session(
 def _earlier(state: RespondState) -> list[str]:
     """Return the user's messages before this query (the memory-poisoning guard's context)."""
     said = [message_text(m) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
-    return (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_USER_MESSAGES:]
+    return (said[:-1] if said and said[-1] == state["query"] else said)[-EARLIER_MESSAGES:]
 
 
 def _hand_over_args(ctx: Context, runtime: Runtime[Context], state: RespondState) -> tuple[Any, ...]:

@@ -89,14 +89,11 @@ def prepare(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     namespace = namespace_of(state, ctx, runtime)
     reset = [{"chunk_id": r["chunk_id"], "drop": True} for r in state.get("report") or []]
-    update: dict[str, Any] = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": []}
-    update["pending"] = None
+    chunks = list(state.get("chunks") or [])
     if state.get("sessions"):
-        return {
-            **update,
-            "chunks": chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.tuning.chunk_tokens),
-        }
-    return {**update, "chunks": list(state.get("chunks") or [])}
+        chunks = chunk_sessions(as_sessions(state["sessions"]), namespace, ctx.settings.tuning.chunk_tokens)
+    update = {"cursor": 0, "namespace": list(namespace), "report": reset, "sessions": [], "pending": None}
+    return {**update, "chunks": chunks}
 
 
 def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -104,9 +101,7 @@ def write(state: WriteState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     chunk = state["chunks"][state["cursor"]]
     persona = Persona.model_validate(state["persona"])
-    row = write_chunk(
-        ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk
-    )  # the view: a fresh snapshot
+    row = write_chunk(ctx, ctx.dual(runtime.store), tuple(state["namespace"]), persona, chunk)  # a fresh view
     return {"report": [row], "cursor": state["cursor"] + 1, "failed_chunks": [_failed(row)]}
 
 

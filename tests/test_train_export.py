@@ -220,3 +220,15 @@ def test_episode_memory_counts_rejected_and_dangling_operations_from_the_plan():
     assert (
         junk.unparseable == 1 and junk.row["status"] == "failed" and memory.applied() == 2
     )  # a failed chunk stays unapplied
+
+
+def test_episode_memory_lists_items_in_commit_order_not_id_order():
+    memory = EpisodeMemory(CTX, ("p", "u"), make_item().dialogue.persona)
+    chunks = build_episode(make_item(), chunk_tokens=60).chunks[:4]
+    texts = ["first fact", "second fact", "third fact", "fourth fact"]
+    for chunk, text in zip(chunks, texts, strict=True):
+        update = MemoryUpdate.model_validate({"facts": [{"op": "ADD", "id": "N1", "text": text}], "insights": []})
+        assert memory.write(chunk, memory.draft(chunk)[1], update).row["status"] == "applied"
+    items = memory.items()
+    assert [i.text for i in items] == texts
+    assert sorted(i.id for i in items) != [i.id for i in items]  # ids alone would order them otherwise

@@ -169,3 +169,24 @@ def test_near_duplicate_fact_is_merged_and_its_label_still_citable():
     assert insight["grounding"] == ["f-two"]
     # with the threshold above any similarity, the same fact is added instead
     assert any(r["kind"] == "fact" for r in _plan(update, threshold=1.01)["upserts"])
+
+
+def test_commit_order_is_read_from_stored_meta_as_the_writer_stores_it():
+    import json
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from dualmem.memory.view import seqs
+    from dualmem.schema import MemoryItem
+    from dualmem.stores._rows import item_to_row
+
+    metas = [{"label": "F1", "seq": 12}, {"seq": -3, "note": "ünïcode"}, {}, {"seq": "7"}, {"seq": True}, None]
+    now = datetime.now(UTC)
+    made = [
+        MemoryItem(id=f"m{i}", namespace=list(NS), kind="fact", text="t", meta=m or {}) for i, m in enumerate(metas)
+    ]
+    rows = [item_to_row(item, [1.0, 0.0], created_at=now, updated_at=now, dims=2)["meta"] for item in made]
+    assert [json.loads(r).get("seq") for r in rows[:2]] == [12, -3]  # the stored form the writer reads back
+    column = pa.chunked_array([pa.array(rows[:3]), pa.array([*rows[3:], None])])
+    assert seqs(column).tolist() == [12, -3, -1, -1, -1, -1, -1]  # no integer seq (or no meta at all): the oldest

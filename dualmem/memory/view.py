@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from typing_extensions import TypedDict
 
 from dualmem.prompts.writer import format_view
@@ -50,11 +53,15 @@ def empty_view() -> View:
     return View(facts=[], insights=[])
 
 
-def seq_of(item: MemoryItem | Mapping[str, Any]) -> int:
-    """Return the commit order an item was written in (``meta["seq"]``; -1 when it has none)."""
-    meta = item.meta if isinstance(item, MemoryItem) else (item.get("meta") or {})
-    seq = meta.get("seq") if isinstance(meta, Mapping) else None
-    return int(seq) if isinstance(seq, int) and not isinstance(seq, bool) else -1
+def seqs(meta: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Return each row's commit order from its stored ``meta`` JSON: ``meta["seq"]``, -1 when it has none.
+
+    The one reading of "written last" (the writer's view and training both order by it); read from the stored
+    JSON without parsing it, vectorised, as the writer does this for every row of a namespace on every snapshot.
+    """
+    text = (meta.combine_chunks() if isinstance(meta, pa.ChunkedArray) else meta).fill_null("")
+    digits = pc.struct_field(pc.extract_regex(text, r'"seq": (?P<seq>-?\d+)'), "seq")
+    return pc.cast(digits, "int64").fill_null(-1).to_numpy(zero_copy_only=False)
 
 
 def build_view(

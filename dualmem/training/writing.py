@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import ValidationError
 
@@ -51,10 +52,11 @@ from dualmem.config import Settings
 from dualmem.context import Context, context_of
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan
-from dualmem.memory.view import View, seq_of
+from dualmem.memory.view import View, seqs
 from dualmem.models.structured import Structured
 from dualmem.retrieval.snapshot import Snapshots
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona
+from dualmem.stores._rows import row_to_item
 from dualmem.stores.memory import InMemoryDualStore
 from dualmem.writer.core import ChunkRow, decide, draft, flush_pending
 
@@ -219,7 +221,9 @@ class EpisodeMemory:
 
     def items(self, status: str | None = "active") -> list[MemoryItem]:
         """Return the items of ``status`` (None: every row) in commit order (``seq``, then id)."""
-        return sorted(self.store.list(self.namespace, status=status), key=lambda i: (seq_of(i), i.id))
+        rows = self.store.scan(self.namespace, status=status)
+        order = np.lexsort((np.asarray(rows.column("id").to_pylist(), dtype=object), seqs(rows.column("meta"))))
+        return [row_to_item(r) for r in rows.take(order).to_pylist()]
 
     def seed(self) -> Seed:
         """Return a seed that rebuilds this memory (see the module invariants)."""

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
-import pyarrow.compute as pc
 from langchain_core.messages import BaseMessage
 from typing_extensions import TypedDict
 
@@ -31,7 +30,7 @@ from dualmem.context import Context
 from dualmem.errors import LeaseLost
 from dualmem.memory.chunking import Chunk
 from dualmem.memory.plan import Plan, plan_update
-from dualmem.memory.view import View, build_view, empty_view, view_text
+from dualmem.memory.view import View, build_view, empty_view, seqs, view_text
 from dualmem.models.structured import Structured, invoke_structured
 from dualmem.models.tokens import count_tokens
 from dualmem.prompts.writer import render_writer_messages
@@ -82,12 +81,10 @@ def _row(chunk: Chunk, status: str, **extra: Any) -> ChunkRow:
 
 
 def _seqs(snap: Snapshot) -> np.ndarray:
-    """Return each row's ``meta["seq"]`` (-1 when absent), read once per snapshot."""
+    """Return each row's commit order (:func:`~dualmem.memory.view.seqs`), read once per snapshot."""
     found = snap.derived.get(SEQ_KEY)
     if found is None:
-        meta = snap.rows.column("meta").combine_chunks().fill_null("")
-        digits = pc.struct_field(pc.extract_regex(meta, r'"seq": (?P<seq>-?\d+)'), "seq")
-        found = snap.derived[SEQ_KEY] = pc.cast(digits, "int64").fill_null(-1).to_numpy(zero_copy_only=False)
+        found = snap.derived[SEQ_KEY] = seqs(snap.rows.column("meta"))
     return found
 
 

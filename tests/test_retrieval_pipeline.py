@@ -255,6 +255,28 @@ def test_grounding_reads_the_store_only_for_cited_facts_that_are_no_longer_activ
     assert reads == [["f1"]] and [(f.id, f.status) for f in result.grounding["i1"]] == [("f1", "superseded")]
 
 
+def test_a_recall_grounds_its_insights_at_the_version_it_ranked(tmp_path, monkeypatch):
+    """A write that lands between ranking and grounding does not show in the grounding (nor costs a refresh): one
+    store version serves the whole recall."""
+    store = _dual_store(tmp_path)
+    versions = []
+    version = store.version
+    monkeypatch.setattr(store, "version", lambda: versions.append(1) or version())
+    ranker = Ranker()
+    ranked = ranker._ranked
+
+    def ranked_then_a_write(*args, **kwargs):
+        out = ranked(*args, **kwargs)
+        store.upsert([Fact(id="f1", namespace=NS, text="works days now", source=SourceRef(session_id="s9"))])
+        return out
+
+    monkeypatch.setattr(ranker, "_ranked", ranked_then_a_write)
+    result = ranker.dual(store, NS, "night shifts", 2, 2)
+    assert [f.text for f in result.grounding["i1"]] == ["works night shifts at the warehouse"] and len(versions) == 1
+    monkeypatch.setattr(ranker, "_ranked", ranked)
+    assert [f.text for f in ranker.dual(store, NS, "night shifts", 2, 2).grounding["i1"]] == ["works days now"]
+
+
 class _CountingEmbeddings(HashEmbeddings):
     asymmetric = False  # a query is embedded as a document: the ranker remembers it
 

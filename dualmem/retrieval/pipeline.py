@@ -46,7 +46,7 @@ from dualmem.retrieval import plain
 from dualmem.retrieval.candidates import Candidates, from_snapshot
 from dualmem.retrieval.context import context_turns
 from dualmem.retrieval.features import QueryInput, features
-from dualmem.retrieval.snapshot import Snapshots
+from dualmem.retrieval.snapshot import Snapshot, Snapshots
 from dualmem.retrieval.weights import LEARNED, PLAIN, RankerWeights, load_weights, shipped_path
 from dualmem.schema import MemoryItem, MemoryKind
 from dualmem.stores import dual_of
@@ -175,28 +175,43 @@ class Ranker:
         context: Sequence[Any] | None = None,
         expand: bool = True,
     ) -> DualResult:
-        """Return ``k_facts`` facts and ``k_insights`` insights (or one merged top-k pool), insights with their cited facts."""
+        """Return ``k_facts`` facts and ``k_insights`` insights (or one merged top-k pool), insights with their cited facts.
+
+        One snapshot serves the whole call: the facts that ground the insights are read at the version ranked.
+        """
+        store = dual_of(store)
+        snap = self.snapshots.get(store, namespace)
+        k = max(k_facts, k_insights)
         if merged:
-            pool = self.rank(store, namespace, query, max(k_facts, k_insights), context=context)
+            pool = (
+                self._ranked(store, namespace, query, k, pooled=True, context=context, snap=snap)[POOLED]
+                if k > 0
+                else []
+            )
             result = DualResult(
                 merged=pool,
                 facts=[h for h in pool if h.item.kind == "fact"],
                 insights=[h for h in pool if h.item.kind == "insight"],
             )
         else:
-            per_kind = self.rank_kinds(store, namespace, query, max(k_facts, k_insights), context=context)
+            per_kind = self._ranked(store, namespace, query, k, pooled=False, context=context, snap=snap)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
         if expand and result.insights:
-            result.grounding = self.grounding(store, namespace, [h.item for h in result.insights])
+            result.grounding = self.grounding(store, namespace, [h.item for h in result.insights], snapshot=snap)
         return result
 
     def grounding(
-        self, store: DualStore, namespace: Namespace, insights: Sequence[MemoryItem]
+        self,
+        store: DualStore,
+        namespace: Namespace,
+        insights: Sequence[MemoryItem],
+        *,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, list[MemoryItem]]:
-        """Return, per insight id, the facts it cites (:meth:`DualStore.grounding`), taking the active ones from the
-        snapshot ranked over: the store is read only for cited facts that are no longer active."""
+        """Return, per insight id, the facts it cites (:meth:`DualStore.grounding`), taking the active ones from
+        ``snapshot`` (default: the namespace's latest): the store is read only for cited facts it does not hold."""
         store = dual_of(store)
-        snap = self.snapshots.get(store, namespace)
+        snap = snapshot if snapshot is not None else self.snapshots.get(store, namespace)
         rows = list(dict.fromkeys(snap.index[f] for i in insights for f in i.grounding if f in snap.index))
         return store.grounding(namespace, insights, known={item.id: item for item in snap.items(rows)})
 
@@ -215,10 +230,11 @@ class Ranker:
         context: Sequence[Any] | None = None,
         kinds: Sequence[MemoryKind] = KINDS,
         filter: Mapping[str, Any] | None = None,
+        snapshot: Snapshot | None = None,
     ) -> tuple[Candidates, QueryInput]:
-        """Return the candidates and the embedded query."""
+        """Return the candidates (from ``snapshot``, default: the namespace's latest) and the embedded query."""
         kinds = _check_kinds(kinds)
-        snap = self.snapshots.get(dual_of(store), namespace)
+        snap = snapshot if snapshot is not None else self.snapshots.get(dual_of(store), namespace)
         cands = from_snapshot(snap, kinds, snap.mask(filter=filter) if filter else None)
         turns = context_turns(context, self.context_turns)
         names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
@@ -250,17 +266,19 @@ class Ranker:
         context: Sequence[Any] | None = None,
         kinds: Sequence[MemoryKind] = KINDS,
         filter: Mapping[str, Any] | None = None,
+        snap: Snapshot | None = None,
     ) -> dict[str, list[ScoredItem]]:
-        """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own."""
+        """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own,
+        over ``snap`` (default: the namespace's latest snapshot)."""
         chosen = _check_kinds(kinds)
         store = dual_of(store)
         groups: dict[str, list[MemoryKind]] = {POOLED: chosen} if pooled else {kind: [kind] for kind in chosen}
         if self.weights is None:
             return {
-                name: self._plain(store, namespace, query, k, group, filter, self.spec)
+                name: self._plain(store, namespace, query, k, group, filter, self.spec, snap)
                 for name, group in groups.items()
             }
-        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter)
+        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snap)
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)
@@ -321,10 +339,11 @@ class Ranker:
         kinds: Sequence[MemoryKind],
         filter: Mapping[str, Any] | None,
         mode: str,
+        snap: Snapshot | None = None,
     ) -> list[ScoredItem]:
         """Rank by cosine, BM25 or both over the snapshot."""
         vector = None if mode == "fts" else store.embeddings.embed_query(query)
-        snap = self.snapshots.get(store, namespace)
+        snap = snap if snap is not None else self.snapshots.get(store, namespace)
         found = plain.search(snap, query, vector, k, mode, snap.mask(kinds=_check_kinds(kinds), filter=filter))
         return [
             ScoredItem(item, score) for item, (_, score) in zip(snap.items([r for r, _ in found]), found, strict=True)

@@ -262,19 +262,28 @@ def test_a_recall_grounds_its_insights_at_the_version_it_ranked(tmp_path, monkey
     versions = []
     version = store.version
     monkeypatch.setattr(store, "version", lambda: versions.append(1) or version())
-    ranker = Ranker()
+    ranker, writes = Ranker(), []
     ranked = ranker._ranked
 
     def ranked_then_a_write(*args, **kwargs):
         out = ranked(*args, **kwargs)
-        store.upsert([Fact(id="f1", namespace=NS, text="works days now", source=SourceRef(session_id="s9"))])
+        writes.append(1)
+        text = f"works days now ({len(writes)})"
+        store.upsert([Fact(id="f1", namespace=NS, text=text, source=SourceRef(session_id="s9"))])
         return out
 
     monkeypatch.setattr(ranker, "_ranked", ranked_then_a_write)
     result = ranker.dual(store, NS, "night shifts", 2, 2)
     assert [f.text for f in result.grounding["i1"]] == ["works night shifts at the warehouse"] and len(versions) == 1
     monkeypatch.setattr(ranker, "_ranked", ranked)
-    assert [f.text for f in ranker.dual(store, NS, "night shifts", 2, 2).grounding["i1"]] == ["works days now"]
+    assert [f.text for f in ranker.dual(store, NS, "night shifts", 2, 2).grounding["i1"]] == ["works days now (1)"]
+    versions.clear()  # the LangChain retriever: one version for its documents and their grounding too
+    monkeypatch.setattr(ranker, "_ranked", ranked_then_a_write)
+    from dualmem.retrieval.retriever import DualMemRetriever
+
+    docs = DualMemRetriever(store=store, namespace=NS, ranker=ranker, k=4, merged=True).invoke("night shifts")
+    [insight] = [d for d in docs if d.metadata["id"] == "i1"]
+    assert [f["text"] for f in insight.metadata["grounding_facts"]] == ["works days now (1)"] and len(versions) == 1
 
 
 class _CountingEmbeddings(HashEmbeddings):

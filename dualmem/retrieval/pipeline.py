@@ -109,6 +109,7 @@ class RankOptions(TypedDict, total=False):
     context: Sequence[Any] | None  # the conversation's recent turns (read by the learned ranker)
     kinds: Sequence[MemoryKind]  # which kinds to rank (default: facts and insights)
     filter: Mapping[str, Any] | None  # the store's metadata filter
+    snapshot: Snapshot | None  # rank over this snapshot of the namespace (default: its latest version)
 
 
 class Ranker:
@@ -184,7 +185,7 @@ class Ranker:
         k = max(k_facts, k_insights)
         if merged:
             pool = (
-                self._ranked(store, namespace, query, k, pooled=True, context=context, snap=snap)[POOLED]
+                self._ranked(store, namespace, query, k, pooled=True, context=context, snapshot=snap)[POOLED]
                 if k > 0
                 else []
             )
@@ -194,7 +195,7 @@ class Ranker:
                 insights=[h for h in pool if h.item.kind == "insight"],
             )
         else:
-            per_kind = self._ranked(store, namespace, query, k, pooled=False, context=context, snap=snap)
+            per_kind = self._ranked(store, namespace, query, k, pooled=False, context=context, snapshot=snap)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
         if expand and result.insights:
             result.grounding = self.grounding(store, namespace, [h.item for h in result.insights], snapshot=snap)
@@ -266,19 +267,21 @@ class Ranker:
         context: Sequence[Any] | None = None,
         kinds: Sequence[MemoryKind] = KINDS,
         filter: Mapping[str, Any] | None = None,
-        snap: Snapshot | None = None,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, list[ScoredItem]]:
         """Return the ``k`` best items of each group: all ``kinds`` pooled (key ``POOLED``), or each kind on its own,
-        over ``snap`` (default: the namespace's latest snapshot)."""
+        over ``snapshot`` (default: the namespace's latest)."""
         chosen = _check_kinds(kinds)
         store = dual_of(store)
         groups: dict[str, list[MemoryKind]] = {POOLED: chosen} if pooled else {kind: [kind] for kind in chosen}
         if self.weights is None:
             return {
-                name: self._plain(store, namespace, query, k, group, filter, self.spec, snap)
+                name: self._plain(store, namespace, query, k, group, filter, self.spec, snapshot)
                 for name, group in groups.items()
             }
-        prepared = self.prepare(store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snap)
+        prepared = self.prepare(
+            store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snapshot
+        )
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)

@@ -80,14 +80,16 @@ class DualMemRetriever(BaseRetriever):
         k = _check_k(self.k if k is None else k)
         if k == 0:
             return []
-        ranker = self._ranker()
+        ranker, store = self._ranker(), dual_of(self.store)
+        snap = ranker.snapshots.get(store, self.namespace)  # one version: the documents' grounding is the one ranked
         if self.kind is not None or self.merged:
             kinds: tuple[MemoryKind, ...] = (self.kind,) if self.kind is not None else ("fact", "insight")
-            hits = ranker.rank(self.store, self.namespace, query, k, context=context, kinds=kinds)
+            hits = ranker.rank(store, self.namespace, query, k, context=context, kinds=kinds, snapshot=snap)
         else:
-            per_kind = ranker.rank_kinds(self.store, self.namespace, query, (k + 1) // 2, context=context)
+            per_kind = ranker.rank_kinds(store, self.namespace, query, (k + 1) // 2, context=context, snapshot=snap)
             hits = [*per_kind["fact"], *per_kind["insight"][: k // 2]]
-        grounding = self._grounding([h for h in hits if h.item.kind == "insight"]) if self.expand else {}
+        insights = [h.item for h in hits if h.item.kind == "insight"]
+        grounding = ranker.grounding(store, self.namespace, insights, snapshot=snap) if self.expand else {}
         return [to_document(h, grounding.get(h.item.id)) for h in hits]
 
     async def _aget_relevant_documents(
@@ -101,9 +103,6 @@ class DualMemRetriever(BaseRetriever):
         return await asyncio.to_thread(
             self._get_relevant_documents, query, run_manager=run_manager.get_sync(), context=context, k=k
         )
-
-    def _grounding(self, hits: list[ScoredItem]) -> dict[str, list[MemoryItem]]:
-        return self._ranker().grounding(self.store, self.namespace, [h.item for h in hits])
 
 
 def _check_k(k: Any) -> int:

@@ -284,7 +284,7 @@ class Ranker:
         )
         cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
-        kind_of = None if pooled else np.asarray([snapshot.kinds[row] for snapshot, row in cands.refs], dtype=object)
+        kind_of = None if pooled else np.asarray([held.kinds[row] for held, row in cands.refs], dtype=object)
         out: dict[str, list[ScoredItem]] = {}
         for name, group in groups.items():
             rows = np.arange(len(cands)) if kind_of is None else np.flatnonzero(np.isin(kind_of, group))

@@ -184,18 +184,14 @@ class Ranker:
         snap = self.snapshots.get(store, namespace)
         k = max(k_facts, k_insights)
         if merged:
-            pool = (
-                self._ranked(store, namespace, query, k, pooled=True, context=context, snapshot=snap)[POOLED]
-                if k > 0
-                else []
-            )
+            pool = self.rank(store, namespace, query, k, context=context, snapshot=snap)
             result = DualResult(
                 merged=pool,
                 facts=[h for h in pool if h.item.kind == "fact"],
                 insights=[h for h in pool if h.item.kind == "insight"],
             )
         else:
-            per_kind = self._ranked(store, namespace, query, k, pooled=False, context=context, snapshot=snap)
+            per_kind = self.rank_kinds(store, namespace, query, k, context=context, snapshot=snap)
             result = DualResult(facts=per_kind["fact"][:k_facts], insights=per_kind["insight"][:k_insights])
         if expand and result.insights:
             result.grounding = self.grounding(store, namespace, [h.item for h in result.insights], snapshot=snap)
@@ -279,10 +275,9 @@ class Ranker:
                 name: self._plain(store, namespace, query, k, group, filter, self.spec, snapshot)
                 for name, group in groups.items()
             }
-        prepared = self.prepare(
+        cands, q = self.prepare(
             store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snapshot
         )
-        cands, q = prepared
         scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([held.kinds[row] for held, row in cands.refs], dtype=object)
         out: dict[str, list[ScoredItem]] = {}

@@ -56,7 +56,6 @@ from dualmem.memory.view import View, seqs
 from dualmem.models.structured import Structured
 from dualmem.retrieval.snapshot import Snapshots
 from dualmem.schema import MemoryItem, MemoryUpdate, Persona
-from dualmem.stores._rows import row_to_item
 from dualmem.stores.memory import InMemoryDualStore
 from dualmem.writer.core import ChunkRow, decide, draft, flush_pending
 
@@ -222,8 +221,8 @@ class EpisodeMemory:
     def items(self, status: str | None = "active") -> list[MemoryItem]:
         """Return the items of ``status`` (None: every row) in commit order (``seq``, then id)."""
         rows = self.store.scan(self.namespace, status=status)
-        order = np.lexsort((np.asarray(rows.column("id").to_pylist(), dtype=object), seqs(rows.column("meta"))))
-        return [row_to_item(r) for r in rows.take(order).to_pylist()]
+        ids = np.asarray(rows.column("id").to_pylist(), dtype=object)
+        return self.store.get(self.namespace, ids[np.lexsort((ids, seqs(rows.column("meta"))))].tolist())
 
     def seed(self) -> Seed:
         """Return a seed that rebuilds this memory (see the module invariants)."""

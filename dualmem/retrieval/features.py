@@ -44,6 +44,7 @@ from scipy import sparse
 
 from dualmem.lexical import bm25
 from dualmem.retrieval.candidates import Candidates
+from dualmem.vectors import dots
 
 FEATURES: tuple[str, ...] = (
     "dense",
@@ -169,7 +170,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
         return out
     col = {name: i for i, name in enumerate(FEATURES)}
     vectors, session = c.vectors, c.session
-    dense = vectors @ q.vector
+    dense = dots(vectors, q.vector)
     counts, lengths = c.term_counts(q.terms), c.lengths()
     item_bm25 = bm25(counts, lengths)
     has_prev, has_next = c.prev >= 0, c.next >= 0
@@ -181,7 +182,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     low = float(dense.min())
     out[:, col["dense"]] = zscore(dense)
     out[:, col["bm25"]] = zscore(item_bm25)
-    out[:, col["win_dense"]] = zscore(window @ q.vector)
+    out[:, col["win_dense"]] = zscore(dots(window, q.vector))
     out[:, col["win_bm25"]] = zscore(bm25(win_counts, win_lengths))
     out[:, col["nb_dense"]] = zscore(np.maximum(_neighbour(dense, c.prev, low), _neighbour(dense, c.next, low)))
     out[:, col["nb_bm25"]] = zscore(np.maximum(_neighbour(item_bm25, c.prev, 0.0), _neighbour(item_bm25, c.next, 0.0)))
@@ -209,11 +210,11 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
         "s_user_max": zscore(np.where(np.isnan(best_user), low, best_user)),
         "s_other_max": zscore(np.where(np.isnan(best_other), low, best_other)),
         "s_dense_mean": zscore((members @ dense) / sizes),
-        "s_centroid": zscore(centroids @ q.vector),
+        "s_centroid": zscore(dots(centroids, q.vector)),
         "s_bm25": s_bm25,
     }
     if q.context_vector is not None:
-        per_session["ctx_dense"] = zscore(centroids @ q.context_vector)
+        per_session["ctx_dense"] = zscore(dots(centroids, q.context_vector))
     if len(q.context_terms):
         per_session["ctx_bm25"] = zscore(
             bm25(np.asarray(members @ c.term_counts(q.context_terms)), session_lengths, b=SESSION_B)
@@ -230,7 +231,7 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     per_session["recent_30"] = np.exp(-age / 30.0)
     if s_count > 1:
         top = np.argsort(-(s_best + s_bm25), kind="stable")[:PROPAGATION_TOP]
-        sims = centroids @ centroids[top].T
+        sims = dots(centroids, centroids[top])
         sims[top, np.arange(len(top))] = 0.0  # a session does not propagate to itself
         per_session["propagation"] = zscore(sims.max(axis=1) * np.exp(-age / PROPAGATION_TAU))
     if s_count > 1:

@@ -52,6 +52,7 @@ from dualmem.schema import MemoryItem, MemoryKind
 from dualmem.stores import dual_of
 from dualmem.stores.contract import DualStore, Namespace
 from dualmem.stores.results import DualResult, ScoredItem
+from dualmem.vectors import dots
 
 KINDS: tuple[MemoryKind, ...] = ("fact", "insight")
 WORD = re.compile(r"[a-z0-9]+")
@@ -278,7 +279,7 @@ class Ranker:
         cands, q = self.prepare(
             store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snapshot
         )
-        scores = features(cands, q) @ self.weights.vector() if len(cands) else np.zeros(0)
+        scores = dots(features(cands, q), self.weights.vector()) if len(cands) else np.zeros(0)
         kind_of = None if pooled else np.asarray([held.kinds[row] for held, row in cands.refs], dtype=object)
         out: dict[str, list[ScoredItem]] = {}
         for name, group in groups.items():

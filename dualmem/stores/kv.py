@@ -64,6 +64,7 @@ from dualmem.stores._match import list_namespaces, matches
 from dualmem.stores._rows import one_per_key, utc
 from dualmem.stores._sql import and_all, ns_key, ns_parse, ns_prefix_sql, sql_in
 from dualmem.stores._sweeper import Stopped, Sweeper, SweeperFuture
+from dualmem.vectors import dots
 
 
 class _Plan:
@@ -247,9 +248,9 @@ class LanceKVStore(BaseStore):
         mat = np.asarray([r["vector"] for r in current], dtype=np.float32)
         q = np.asarray(qvec, dtype=np.float32)
         if self.distance == "cosine":
-            sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
+            sims = dots(mat, q) / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
         elif self.distance == "inner_product":
-            sims = mat @ q
+            sims = dots(mat, q)
         else:
             sims = -np.linalg.norm(mat - q, axis=1)
         scores: dict[str, float] = {}

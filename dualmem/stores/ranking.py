@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from dualmem.errors import ConfigurationError
 from dualmem.lexical import TermMatrix, query_terms
 from dualmem.stores.contract import FILTERABLE
+from dualmem.vectors import dots
 
 TIE_DECIMALS = 6  # scores equal to this many decimals are ties: float noise (summation order, SIMD) never orders them
 RRF_K = 60
@@ -156,7 +157,7 @@ def cosine_top(corpus: Corpus, vector: Any, k: int, rows: np.ndarray) -> list[tu
     assert corpus.vectors is not None, "a cosine ranking needs the rows' vectors"
     q = np.asarray(vector, dtype=np.float32)
     q = q / (float(np.linalg.norm(q)) or 1.0)
-    return top((corpus.vectors @ q)[rows], rows, corpus.keys, k)
+    return top(dots(corpus.vectors, q)[rows], rows, corpus.keys, k)
 
 
 def bm25_top(corpus: Corpus, query: str, k: int, rows: np.ndarray) -> list[tuple[int, float]]:

@@ -79,6 +79,20 @@ class Candidates:
             self.cache["lengths"] = out
         return self.cache["lengths"]
 
+    def kinds(self) -> np.ndarray:
+        """Return each item's kind, read from the snapshot row it came from (cached per set)."""
+        if "kinds" not in self.cache:
+            self.cache["kinds"] = np.asarray([held.kinds[row] for held, row in self.refs], dtype=object)
+        return self.cache["kinds"]
+
+    def speaker_codes(self) -> tuple[list[Any], np.ndarray]:
+        """Return the distinct speakers and each item's position among them (cached per set)."""
+        if "speaker_codes" not in self.cache:
+            code: dict[Any, int] = {}
+            at = np.fromiter((code.setdefault(s, len(code)) for s in self.speakers), dtype=np.int64, count=len(self))
+            self.cache["speaker_codes"] = (list(code), at)
+        return self.cache["speaker_codes"]
+
     def members(self) -> sparse.csr_matrix:
         """Return the ``sessions x items`` membership matrix."""
         if "members" not in self.cache:

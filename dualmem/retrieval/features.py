@@ -187,7 +187,8 @@ def features(c: Candidates, q: QueryInput) -> np.ndarray:
     out[:, col["nb_dense"]] = zscore(np.maximum(_neighbour(dense, c.prev, low), _neighbour(dense, c.next, low)))
     out[:, col["nb_bm25"]] = zscore(np.maximum(_neighbour(item_bm25, c.prev, 0.0), _neighbour(item_bm25, c.next, 0.0)))
     if q.words:
-        named = np.fromiter((bool(sp) and sp in q.words for sp in c.speakers), dtype=bool, count=n)
+        speakers, at = c.speaker_codes()
+        named = np.isin(at, [i for i, sp in enumerate(speakers) if sp and sp in q.words])
         if 0 < named.sum() < n:
             out[:, col["speaker"]] = named
     out[:, col["user"]] = c.roles == "user"

@@ -235,7 +235,7 @@ class Ranker:
         snap = snapshot if snapshot is not None else self.snapshots.get(dual_of(store), namespace)
         cands = from_snapshot(snap, kinds, snap.mask(filter=filter) if filter else None)
         turns = context_turns(context, self.context_turns)
-        names = {str(s) for s in cands.speakers if s and s not in ROLE_NAMES}  # people's names, not "User"
+        names = {str(s) for s in cands.speaker_codes()[0] if s and s not in ROLE_NAMES}  # people's names, not "User"
         texts = [strip_names(query, names), *(t.text for t in turns)]
         vectors = self._embed(store, texts)
         context_vector = None
@@ -280,7 +280,7 @@ class Ranker:
             store, namespace, query, context=context, kinds=chosen, filter=filter, snapshot=snapshot
         )
         scores = dots(features(cands, q), self.weights.vector()) if len(cands) else np.zeros(0)
-        kind_of = None if pooled else np.asarray([held.kinds[row] for held, row in cands.refs], dtype=object)
+        kind_of = None if pooled else cands.kinds()
         out: dict[str, list[ScoredItem]] = {}
         for name, group in groups.items():
             rows = np.arange(len(cands)) if kind_of is None else np.flatnonzero(np.isin(kind_of, group))

@@ -33,10 +33,10 @@ def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[
 def dots(matrix: np.ndarray, other: np.ndarray) -> np.ndarray:
     """Return ``matrix @ other`` (``other`` one vector) or ``matrix @ other.T`` (``other`` rows), on the calling thread.
 
-    Ranking multiplies thousands of rows by one query: well under a millisecond on one core. Given to a
-    threaded BLAS (numpy's OpenBLAS threads products above about 9,000 multiplications), it ends a little
-    sooner but leaves the BLAS worker threads spinning for about 100 ms of CPU afterwards, on the cores that
-    the query's embedder and the other requests need: on a 2-core machine a chat recall took twice as long.
-    ``einsum`` (not optimised) never calls BLAS, so these products never wake BLAS threads.
+    Invariant: these products never wake BLAS worker threads. A threaded BLAS (numpy's OpenBLAS threads
+    products of a few thousand rows) leaves its workers spinning after it returns, on the cores the query's
+    embedder and other requests need; a ranking's product is small enough that one core does it in well under
+    a millisecond. ``einsum`` (not optimised) never calls BLAS. (The figures are in the store and chat
+    benchmarks' results.)
     """
     return np.einsum("ij,j->i" if other.ndim == 1 else "ij,kj->ik", matrix, other)

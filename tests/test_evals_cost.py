@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from fixtures.eval_cli import eval_cli, finish
 from fixtures.standin import OpenAIStandin
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableLambda
 
 from dualmem.config import Settings
 from dualmem.datasets import load_dataset, sample_path
@@ -152,6 +154,34 @@ def test_calls_without_usage_figures_are_counted_with_the_token_counter(tmp_path
     cost = json.loads((run / "summary.json").read_text())["cost"]
     assert cost["total"]["calls"] == len(server.calls) and cost["phases"]["judging"]["calls"] == 0
     assert cost["total"]["counted_tokens"] == cost["total"]["input_tokens"] + cost["total"]["output_tokens"] > 1000
+
+
+def _structured(answer: AIMessage):
+    """A structured output that is no chat model (the bundled model's grammar path): the include_raw dict."""
+    return RunnableLambda(lambda _: {"raw": answer, "parsed": {"facts": [], "insights": []}, "parsing_error": None})
+
+
+def test_a_structured_output_that_is_no_chat_model_counts_its_message_not_its_repr():
+    prompt = [SystemMessage("You write memory."), HumanMessage("Theo climbs on Thursdays.")]
+    text = '{"facts": [], "insights": []}'
+    meter = Meter()
+    with meter.counting("writing"):
+        usage = {"input_tokens": 41, "output_tokens": 9, "total_tokens": 50}
+        invoke_with_retry(
+            _structured(AIMessage(text, usage_metadata=usage)),
+            prompt,
+            policy=RetryPolicy(retries=0, backoff=0.0, max_wait=1.0),
+        )
+    row = meter.phases()["writing"]
+    assert (row["calls"], row["input_tokens"], row["output_tokens"], row["counted_tokens"]) == (1, 41, 9, 0)
+    meter = Meter()
+    with meter.counting("writing"):  # no usage on the message: its text and the prompt's texts are counted
+        invoke_with_retry(
+            _structured(AIMessage(text)), prompt, policy=RetryPolicy(retries=0, backoff=0.0, max_wait=1.0)
+        )
+    row = meter.phases()["writing"]
+    assert row["output_tokens"] == count_tokens(text)
+    assert row["input_tokens"] == count_tokens("You write memory.\nTheo climbs on Thursdays.")
 
 
 class RateLimited(Exception):

@@ -4,7 +4,9 @@
 observer set with :func:`observe_calls` — evaluation runs and ``dualmem ingest`` set one to count what memory
 costs: a :class:`CallRecord` with the chat requests it made, their input and output tokens (LangChain's own
 ``AIMessage.usage_metadata``, as :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` reads it, else the
-texts for the observer to count), its latency and whether it failed; a provider embedder's calls
+texts for the observer to count; a runnable that is no chat model, such as the bundled model's structured output, is
+one request: the usage of the message it returns, itself or as ``raw``, else the texts of its prompt and of that
+message), its latency and whether it failed; a provider embedder's calls
 (:class:`~dualmem.models.RemoteEmbeddings`) likewise, with their texts. No observer: nothing is recorded.
 """
 
@@ -24,6 +26,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
+from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config, merge_configs
 
@@ -68,6 +71,24 @@ def _message_text(message: BaseMessage) -> str:
     calls = getattr(message, "tool_calls", None) or []
     content = message.content if isinstance(message.content, str) else json.dumps(message.content, default=str)
     return content + "".join(json.dumps(c.get("args", {}), default=str) for c in calls)
+
+
+def _answer_of(result: Any) -> BaseMessage | None:
+    """Return the model's message in a plain runnable's result: the result itself, or the ``raw`` message of a
+    structured output asked ``include_raw=True``; None when it holds none."""
+    if isinstance(result, BaseMessage):
+        return result
+    raw = result.get("raw") if isinstance(result, dict) else None
+    return raw if isinstance(raw, BaseMessage) else None
+
+
+def _prompt_text(value: Any) -> str:
+    """Return the text a runnable's input sends: a string, or its messages' texts; else the value as a string."""
+    if isinstance(value, PromptValue):
+        value = value.to_messages()
+    if isinstance(value, list | tuple) and value and all(isinstance(m, BaseMessage) for m in value):
+        return "\n".join(_message_text(m) for m in value)
+    return str(value)
 
 
 class _Usage(BaseCallbackHandler):
@@ -150,11 +171,18 @@ class _Observed:
         else:
             u = self.usage
             unreported, requests = u.unreported, u.requests
-            if not requests:  # no chat model heard from (a plain runnable): one request, its texts to count
-                unreported, requests = (str(self.value), "" if failed else str(result)), 1
+            tokens_in, tokens_out = u.input_tokens, u.output_tokens
+            if not requests:  # no chat model heard from (a plain runnable): one request
+                requests, answer = 1, None if failed else _answer_of(result)
+                usage = getattr(answer, "usage_metadata", None)
+                if usage:  # the message it returned says what it cost (the bundled model's structured output)
+                    tokens_in, tokens_out = usage["input_tokens"], usage["output_tokens"]
+                else:  # its prompt's and answer's texts to count, not their objects' reprs
+                    shown = "" if failed else _message_text(answer) if answer is not None else str(result)
+                    unreported = (_prompt_text(self.value), shown)
             model = u.model or str(getattr(self.runnable, "model_name", "") or type(self.runnable).__name__)
             record = CallRecord(
-                "chat", model, requests, u.input_tokens, u.output_tokens, unreported, seconds, self.attempt, failed
+                "chat", model, requests, tokens_in, tokens_out, unreported, seconds, self.attempt, failed
             )
         self.observer(record)
 

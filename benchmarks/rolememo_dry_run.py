@@ -6,8 +6,10 @@ personas: copies of the bundled sample (four short sessions, ~160 tokens each: o
 persona id (``p0000``…) and so its own namespace ``(pNNNN, theo)`` with its own lease row; ``--sessions K`` keeps the
 first K sessions. The writer is the instant offline model ``fake:memory`` (one fact and one insight per chunk); the
 embedder the bundled one (``--embedder hash:384`` for a cheaper one, recorded). The store is a bucket on moto's
-S3-compatible server on a loopback port, whose request log is counted; the cluster a local Ray cluster of a head (no
-CPU for workers) and two worker nodes of one CPU each (``ray.cluster_utils.Cluster``, as ``eval_scale.py``).
+S3-compatible server on a loopback port, whose request log is counted (``--store folder``: a local folder instead,
+with no requests to count: moto serves every request from one Python process, which bounds an S3 run of all 2,052
+personas to hours on two cores); the cluster a local Ray cluster of a head (no CPU for workers) and two worker
+nodes of one CPU each (``ray.cluster_utils.Cluster``, as ``eval_scale.py``).
 
 Measured (nothing typed by hand):
 
@@ -52,6 +54,7 @@ runs: ``history_text_gb`` = P × L × 4 bytes (4 characters per token) is a floo
 
     python benchmarks/rolememo_dry_run.py      # 2,052 personas; writes benchmarks/results/rolememo_dry_run.json
     python benchmarks/rolememo_dry_run.py --personas 20 --out /tmp/dry.json      # a smoke run
+    python benchmarks/rolememo_dry_run.py --store folder --out benchmarks/results/rolememo_dry_run_folder.json
 """
 
 from __future__ import annotations
@@ -184,7 +187,22 @@ class Watch:
         return self.seen[pid]["cpu_s"] - self.start_cpu.get(pid, 0.0)
 
 
-def snapshot(s3: S3Server, watch: Watch, driver: int, reports: list[dict], calls: int, t: float) -> dict:
+class Folder:
+    """The store in a local folder (``--store folder``): S3Server's interface, with no server and no request log."""
+
+    proc = None
+
+    def __init__(self, folder: Path) -> None:
+        self.uri, self.options = str(folder / "db"), {}
+
+    def requests(self) -> list[dict[str, str]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def snapshot(s3: S3Server | Folder, watch: Watch, driver: int, reports: list[dict], calls: int, t: float) -> dict:
     """The running totals at a point of the run (for the steady state's marginal figures)."""
     import dualmem.stores._lance as L
 
@@ -287,7 +305,7 @@ def projection(measured: dict[str, Any], args: argparse.Namespace, chunk_tokens:
                 "bound_by": max(bounds, key=lambda k: bounds[k]),
                 "bounds_h": {k: round(v / 3600, 2) for k, v in bounds.items()},
                 "commits": round(chunks * per["commits"]),
-                "requests": round(chunks * per["requests"]),
+                "requests": None if per["requests"] is None else round(chunks * per["requests"]),
                 "history_text_gb": round(args.full_personas * tokens * 4 / 1e9, 2),
             }
         )
@@ -328,6 +346,12 @@ def main() -> int:
     parser.add_argument("--history-tokens", default="32000,64000,128000,256000", help="projection: tokens/history")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--every", type=int, default=0, help="print a progress line every N histories")
+    parser.add_argument(
+        "--store",
+        choices=("s3", "folder"),
+        default="s3",
+        help="s3: a bucket on moto's server, its requests counted; folder: a local folder (no requests to count)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     os.environ.update(OFFLINE)  # before the cluster starts: its workers inherit it
@@ -345,7 +369,7 @@ def main() -> int:
     data = make_data(work / "data", args.personas)
     data_bytes = sum(f.stat().st_size for f in data.iterdir())
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its cluster and server
-    s3 = S3Server(work, BUCKET)
+    s3 = S3Server(work, BUCKET) if args.store == "s3" else Folder(work)
     driver: subprocess.Popen[str] | None = None
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
@@ -411,7 +435,8 @@ def main() -> int:
         s3.close()
     procs = watch.seen
     workers = {pid: p for pid, p in procs.items() if p["cmd"].startswith("ray::UnitWorker")}
-    daemons = {pid: p for pid, p in procs.items() if pid not in workers and pid != driver.pid and pid != s3.proc.pid}
+    server = s3.proc.pid if s3.proc else None
+    daemons = {pid: p for pid, p in procs.items() if pid not in workers and pid not in (driver.pid, server)}
     driver_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     worker_cpu = sum(watch.used(pid) for pid in workers)
     chunks = sum(r["chunks"] for r in reports if "facts" in r)
@@ -420,7 +445,7 @@ def main() -> int:
         "model_calls": round(calls / max(1, chunks), 3),
         "harness_cpu_s": round((driver_cpu + worker_cpu) / max(1, chunks), 4),
         "commits": round(commits / max(1, chunks), 2),
-        "requests": round(len(requests) / max(1, chunks), 1),
+        "requests": round(len(requests) / max(1, chunks), 1) if s3.proc else None,
     }
     end = {
         "t_s": wall,
@@ -442,7 +467,7 @@ def main() -> int:
                 "model_calls": round((b["calls"] - a["calls"]) / n, 3),
                 "harness_cpu_s": round((b["harness_cpu_s"] - a["harness_cpu_s"]) / n, 4),
                 "commits": round((b["commits"] - a["commits"]) / n, 2),
-                "requests": round((b["requests"] - a["requests"]) / n, 1),
+                "requests": round((b["requests"] - a["requests"]) / n, 1) if s3.proc else None,
             },
         }
 
@@ -461,14 +486,14 @@ def main() -> int:
         "model_calls": calls,
         "chunks_per_s": round(chunks / wall, 2),
         "commits": commits,
-        "requests": _requests_summary(requests),
+        "requests": _requests_summary(requests) if s3.proc else None,
         "per_chunk": per_chunk,
         "steady_state": steady,
         "by_fifth": timeline,
         "driver_cpu_s": round(driver_cpu, 1),
         "ray_workers_cpu_s": round(worker_cpu, 1),
         "ray_daemons_cpu_s": round(sum(watch.used(pid) for pid in daemons), 1),
-        "s3_server_cpu_s": round(watch.used(s3.proc.pid), 1) if s3.proc.pid in procs else None,
+        "s3_server_cpu_s": round(watch.used(s3.proc.pid), 1) if s3.proc and s3.proc.pid in procs else None,
         "driver_peak_rss_mb": round(procs.get(driver.pid, {}).get("peak_rss_mb", 0.0), 1),
         "children_peak_rss_mb": round(after.ru_maxrss / 1024, 1),
         "ray_workers": len(workers),
@@ -496,7 +521,8 @@ def main() -> int:
     )
     result = {
         "benchmark": "RoleMemo-scale dry run: `dualmem ingest -d rolememo --ray` of synthetic personas (instant "
-        "fake:memory writer) on a local Ray cluster (head 0 CPU + 2 x 1-CPU workers) into moto's S3 server",
+        "fake:memory writer) on a local Ray cluster (head 0 CPU + 2 x 1-CPU workers) into "
+        + ("moto's S3 server" if s3.proc else "a local folder"),
         "command": "python benchmarks/rolememo_dry_run.py " + " ".join(sys.argv[1:]),
         "driver_command": " ".join(["dualmem", *cmd[1:]]),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -508,7 +534,7 @@ def main() -> int:
             "concurrency": concurrency,
             "chunk_tokens": defaults.tuning.chunk_tokens,
             "dataset_bytes": data_bytes,
-            "store": "moto_server (loopback), " + s3.uri,
+            "store": ("moto_server (loopback), " if s3.proc else "a local folder, ") + s3.uri,
         },
         "ok": ok,
         "measured": measured,

@@ -416,7 +416,8 @@ def render_ui_load(d: dict[str, Any]) -> str:
 
 
 def render_rolememo_dry_run(d: dict[str, Any]) -> str:
-    """Batch ingest of many synthetic personas on a Ray cluster into S3, and the projection of the full corpus."""
+    """Batch ingest of many synthetic personas on a Ray cluster into S3 or a local folder (no requests to count:
+    "—"), and the projection of the full corpus."""
     m, store, per = d["measured"], d["measured"]["store"], d["measured"]["steady_state"]["per_chunk"]
     run = [
         [
@@ -426,7 +427,7 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
             m["chunks_per_s"],
             per["harness_cpu_s"],
             per["commits"],
-            per["requests"],
+            "—" if per["requests"] is None else per["requests"],
             m["driver_peak_rss_mb"],
             f"{m['lease_waits']['histories_that_waited']} ({m['lease_waits']['total_s']:g} s in all, longest "
             f"{m['lease_waits']['longest_s']:g} s)",
@@ -440,7 +441,7 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
             t["wall_h"],
             t["bound_by"].removesuffix("_s"),
             f"{t['commits']:,}",
-            f"{t['requests']:,}",
+            "—" if t["requests"] is None else f"{t['requests']:,}",
         ]
         for t in d["projection"]["tiers"]
     ]
@@ -477,6 +478,9 @@ def render_rolememo_dry_run(d: dict[str, Any]) -> str:
             _table(["history", "chunks", "wall h", "bound by", "commits", "S3 requests"], tiers),
         ]
     )
+
+
+render_rolememo_dry_run_folder = render_rolememo_dry_run
 
 
 def render_bench(name: str) -> str:

@@ -54,7 +54,7 @@ runs: ``history_text_gb`` = P × L × 4 bytes (4 characters per token) is a floo
 
     python benchmarks/rolememo_dry_run.py      # 2,052 personas; writes benchmarks/results/rolememo_dry_run.json
     python benchmarks/rolememo_dry_run.py --personas 20 --out /tmp/dry.json      # a smoke run
-    python benchmarks/rolememo_dry_run.py --store folder --out benchmarks/results/rolememo_dry_run_folder.json
+    python benchmarks/rolememo_dry_run.py --store folder      # writes benchmarks/results/rolememo_dry_run_folder.json
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ from dualmem.testing.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "rolememo_dry_run.json"
+RESULTS_FOLDER = REPO / "benchmarks" / "results" / "rolememo_dry_run_folder.json"  # the default of --store folder
 BUCKET = "rolememo"
 USER = "theo"  # the bundled sample's user: every namespace is (pNNNN, theo)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -193,7 +194,7 @@ class Folder:
     proc = None
 
     def __init__(self, folder: Path) -> None:
-        self.uri, self.options = str(folder / "db"), {}
+        self.uri, self.options = str(folder / "db"), dict[str, str]()
 
     def requests(self) -> list[dict[str, str]]:
         return []
@@ -352,8 +353,9 @@ def main() -> int:
         default="s3",
         help="s3: a bucket on moto's server, its requests counted; folder: a local folder (no requests to count)",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help="results file (default: by --store, in results/)")
     args = parser.parse_args()
+    args.out = args.out or (RESULTS if args.store == "s3" else RESULTS_FOLDER)
     os.environ.update(OFFLINE)  # before the cluster starts: its workers inherit it
     from ray.cluster_utils import Cluster
 

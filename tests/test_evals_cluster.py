@@ -66,6 +66,11 @@ def data(tmp_path_factory):
     return dump_rolememo(Dataset(name="rolememo", items=items), tmp_path_factory.mktemp("data") / "rolememo")
 
 
+# How long the endpoint takes to answer: long enough that four units' calls overlap (more than 2 at once) even on a
+# loaded two-core machine, where the harness's own work between calls is tens of milliseconds.
+CALL_S = 0.25
+
+
 def _settings(s3, base_url: str, **more: object) -> Settings:
     store = f"s3://{s3['bucket']}/{uuid.uuid4().hex[:8]}"
     return Settings(
@@ -128,7 +133,7 @@ def _evaluate(data: Path, out: Path, settings: Settings) -> list[Path]:
 def in_process(data, s3_server, tmp_path_factory):
     """The run every cluster run is compared with: in process (threads), once for the module; returns its run
     folders, settings and the endpoint's calls."""
-    with OpenAIStandin(latency_s=0.05) as local:
+    with OpenAIStandin(latency_s=CALL_S) as local:
         settings = _settings(s3_server, local.base_url)
         dirs = _evaluate(data, tmp_path_factory.mktemp("in-process"), settings)
     return {"dirs": dirs, "settings": settings, "calls": list(local.calls)}
@@ -138,7 +143,7 @@ def test_a_cluster_run_gives_the_records_of_an_in_process_run_and_holds_the_endp
     cluster, data, s3_server, in_process, tmp_path
 ):
     here, local_calls = in_process["dirs"], in_process["calls"]
-    with OpenAIStandin(latency_s=0.05) as remote:
+    with OpenAIStandin(latency_s=CALL_S) as remote:
         there = _evaluate(
             data,
             tmp_path / "ray",

@@ -184,6 +184,35 @@ def test_a_structured_output_that_is_no_chat_model_counts_its_message_not_its_re
     assert row["input_tokens"] == count_tokens("You write memory.\nTheo climbs on Thursdays.")
 
 
+def test_the_bundled_models_structured_output_is_a_chat_model_call_that_callbacks_hear(monkeypatch):
+    """LangChain's own usage callback, tracing and the meter hear the bundled model's structured answers."""
+    from langchain_core.callbacks import get_usage_metadata_callback
+
+    from dualmem.models.local.bundled import usage
+    from dualmem.models.local.model import LocalChatModel
+    from dualmem.schema import MemoryUpdate
+
+    asked: list[str | None] = []
+
+    def fake_run(self, messages, stop=None, schema_json=None):  # the engine: no weights loaded
+        asked.append(schema_json)
+        return '{"facts": [], "insights": []}', usage(590, 24)
+
+    monkeypatch.setattr(LocalChatModel, "_run", fake_run)
+    structured = LocalChatModel().with_structured_output(MemoryUpdate, include_raw=True)
+    with get_usage_metadata_callback() as heard:
+        out = structured.invoke("Theo climbs on Thursdays.")
+    assert out["parsed"] == MemoryUpdate() and out["parsing_error"] is None
+    assert json.loads(asked[0] or "{}")["title"] == "MemoryUpdate"  # decoded under the schema
+    assert [(u["input_tokens"], u["output_tokens"]) for u in heard.usage_metadata.values()] == [(590, 24)]
+    meter = Meter()
+    with meter.counting("writing"):
+        invoke_with_retry(structured, "Theo", policy=RetryPolicy(retries=0, backoff=0.0, max_wait=1.0))
+    row = meter.phases()["writing"]
+    assert (row["calls"], row["input_tokens"], row["output_tokens"], row["counted_tokens"]) == (1, 590, 24, 0)
+    assert list(row["models"]) == [LocalChatModel().model_name]  # named by the model, not by the runnable around it
+
+
 class RateLimited(Exception):
     status_code = 429
 

@@ -104,11 +104,26 @@ def test_local_model_calls_bound_tools(local_model):
 
 
 def test_local_model_streams_and_stops_at_end_of_turn(local_model):
-    pieces = [c.content for c in local_model.stream("Say hello in five words.")]
-    text = "".join(pieces)
+    from langchain_core.callbacks import get_usage_metadata_callback
+
+    from dualmem.schema import MemoryUpdate
+
+    with get_usage_metadata_callback() as heard:
+        chunks = list(local_model.stream("Say hello in five words."))
+        streamed = heard.usage_metadata.get(local_model.model_name)
+        usage = local_model.invoke("Say hello.").usage_metadata
+        local_model.with_structured_output(MemoryUpdate).invoke("Facts: I work night shifts.")
+    text = "".join(str(c.content) for c in chunks)
     assert text.strip() and "<|im_end|>" not in text
-    usage = local_model.invoke("Say hello.").usage_metadata
+    merged = sum(chunks[1:], chunks[0])
+    assert merged.usage_metadata == streamed and streamed["input_tokens"] > 0  # the stream's usage, once
+    assert 0 < streamed["output_tokens"] <= 200
     assert usage["input_tokens"] > 0 and 0 < usage["output_tokens"] <= 200
+    # LangChain's usage callback heard all three calls, the structured one included
+    assert (
+        heard.usage_metadata[local_model.model_name]["output_tokens"]
+        > streamed["output_tokens"] + usage["output_tokens"]
+    )
 
 
 def test_bound_max_tokens_caps_one_call_only(local_model):

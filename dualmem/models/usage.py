@@ -4,8 +4,8 @@
 observer set with :func:`observe_calls` — evaluation runs and ``dualmem ingest`` set one to count what memory
 costs: a :class:`CallRecord` with the chat requests it made, their input and output tokens (LangChain's own
 ``AIMessage.usage_metadata``, as :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` reads it, else the
-texts for the observer to count; a runnable that is no chat model, such as the bundled model's structured output, is
-one request: the usage of the message it returns, itself or as ``raw``, else the texts of its prompt and of that
+texts for the observer to count; a runnable that is no chat model, such as a function of the user's around a
+model, is one request: the usage of the message it returns, itself or as ``raw``, else the texts of its prompt and of that
 message), its latency and whether it failed; a provider embedder's calls
 (:class:`~dualmem.models.RemoteEmbeddings`) likewise, with their texts. No observer: nothing is recorded.
 """
@@ -175,7 +175,7 @@ class _Observed:
             if not requests:  # no chat model heard from (a plain runnable): one request
                 requests, answer = 1, None if failed else _answer_of(result)
                 usage = getattr(answer, "usage_metadata", None)
-                if usage:  # the message it returned says what it cost (the bundled model's structured output)
+                if usage:  # the message it returned says what it cost
                     tokens_in, tokens_out = usage["input_tokens"], usage["output_tokens"]
                 else:  # its prompt's and answer's texts to count, not their objects' reprs
                     shown = "" if failed else _message_text(answer) if answer is not None else str(result)

@@ -68,8 +68,12 @@ def complete(name: str, messages: list[BaseMessage], kwargs: dict[str, Any]) -> 
     )
 
 
-def stream(name: str, messages: list[BaseMessage], kwargs: dict[str, Any]) -> Iterator[str]:
-    """Yield the completion's text as llama.cpp produces it."""
+def stream(name: str, messages: list[BaseMessage], kwargs: dict[str, Any], counts: dict[str, int]) -> Iterator[str]:
+    """Yield the completion's text as llama.cpp produces it, then set ``counts`` to its usage."""
     llm = llama(name)
-    for part in llm.create_completion(prompt=prompt(name, messages, kwargs["max_tokens"]), stream=True, **kwargs):
+    tokens = prompt(name, messages, kwargs["max_tokens"])
+    text = ""
+    for part in llm.create_completion(prompt=tokens, stream=True, **kwargs):
+        text += part["choices"][0]["text"]
         yield part["choices"][0]["text"]
+    counts.update(usage(len(tokens), len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))))

@@ -173,13 +173,13 @@ class LocalChatModel(BaseChatModel):
         try:
             calls = (json.loads(text) if constrained else _loose_json(text)).get("tool_calls", [])
         except (ValueError, AttributeError):
-            return AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
+            return self._answer(text, usage)
         tool_calls = [
             {"name": c.get("name", ""), "args": c.get("arguments") or {}, "id": f"call_{i}", "type": "tool_call"}
             for i, c in enumerate(calls)
             if isinstance(c, dict)
         ]
-        return AIMessage(content="", tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
+        return self._answer("", usage, tool_calls=tool_calls)
 
     def _capped(self, kwargs: dict[str, Any]) -> LocalChatModel:
         """Return this model, or a copy generating at most the call's ``max_tokens`` (as ``.bind(max_tokens=N)`` asks)."""
@@ -198,9 +198,10 @@ class LocalChatModel(BaseChatModel):
         model = self._capped(kwargs)
         if (request := _tool_request(kwargs)) is not None:
             return ChatResult(generations=[ChatGeneration(message=model._tool_calls(messages, *request))])
+        if (schema := _schema_request(kwargs)) is not None:
+            return ChatResult(generations=[ChatGeneration(message=model._in_schema(messages, schema))])
         text, usage = model._run(messages, stop)
-        message = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return ChatResult(generations=[ChatGeneration(message=model._answer(text, usage))])
 
     def _stream(
         self,
@@ -221,21 +222,39 @@ class LocalChatModel(BaseChatModel):
                     content=message.content,
                     tool_call_chunks=calls,  # type: ignore[arg-type]
                     usage_metadata=message.usage_metadata,
+                    response_metadata=message.response_metadata,
                 )
             )
             return
-        for piece in model._pieces(messages, stop):
+        if (schema := _schema_request(kwargs)) is not None:  # a structured answer comes whole, as one chunk
+            answer = model._in_schema(messages, schema)
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content=answer.content,
+                    usage_metadata=answer.usage_metadata,
+                    response_metadata=answer.response_metadata,
+                )
+            )
+            return
+        counts: dict[str, int] = {}
+        for piece in model._pieces(messages, stop, counts):
             if piece:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
                 if run_manager:
                     run_manager.on_llm_new_token(piece, chunk=chunk)
                 yield chunk
+        last = self._answer("", counts)  # the call's usage and model, once (chunks' metadata add up when merged)
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="", usage_metadata=last.usage_metadata, response_metadata=last.response_metadata
+            )
+        )
 
-    def _pieces(self, messages: list[BaseMessage], stop: list[str] | None) -> Iterator[str]:
-        """Yield the answer's text as the engine produces it."""
+    def _pieces(self, messages: list[BaseMessage], stop: list[str] | None, counts: dict[str, int]) -> Iterator[str]:
+        """Yield the answer's text as the engine produces it, then set ``counts`` to the call's usage."""
         if self.engine == "llama.cpp":
             with self._lock:
-                yield from llamacpp.stream(self.name_, messages, self._llama_kwargs(stop))
+                yield from llamacpp.stream(self.name_, messages, self._llama_kwargs(stop), counts)
             return
         import torch
         from transformers import TextIteratorStreamer
@@ -244,38 +263,55 @@ class LocalChatModel(BaseChatModel):
         enc = self._encode(messages)
         streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
 
+        prompt = int(enc["input_ids"].shape[1])
+
         def work() -> None:
             with self._lock, torch.inference_mode():
-                model.generate(**enc, **self._gen_kwargs(stop, streamer=streamer))
+                out = model.generate(**enc, **self._gen_kwargs(stop, streamer=streamer))
+            counts.update(usage(prompt, int(out.shape[1]) - prompt))
 
         thread = threading.Thread(target=work, daemon=True)
         thread.start()
         yield from streamer
         thread.join()
 
+    def _answer(self, content: str, counts: dict[str, int], **more: Any) -> AIMessage:
+        """Return an answer with its usage and this model's name (LangChain's usage callback keys usage by it)."""
+        return AIMessage(
+            content=content,
+            usage_metadata=counts or None,  # type: ignore[arg-type]
+            response_metadata={"model_name": self.model_name},
+            **more,
+        )
+
+    def _in_schema(self, messages: list[BaseMessage], schema: dict[str, Any]) -> AIMessage:
+        """Generate an answer constrained to the JSON ``schema`` (a grammar where xgrammar is installed)."""
+        hint = "Answer with one JSON object matching this schema:\n" + json.dumps(schema)
+        if messages and not self._adapter():  # an adapter saw the writer's exact prompt in training, without the hint
+            messages = [
+                *messages[:-1],
+                messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"}),
+            ]
+        text, usage = self._run(messages, None, json.dumps(schema))
+        return self._answer(text, usage)
+
     def with_structured_output(self, schema: Any, *, include_raw: bool = False, **kwargs: Any) -> Runnable:  # type: ignore[override]
-        """Return a runnable answering in ``schema`` by grammar-constrained decoding."""
+        """Return this model bound to ``schema`` (OpenAI's ``response_format``), then a parser of its answer.
+
+        The generation is a call of this chat model, so callbacks, tracing and usage counters see it as any other.
+        """
         json_schema = convert_to_json_schema(schema)
         is_model = isinstance(schema, type) and issubclass(schema, BaseModel)
         constrained = self._constrained()
+        bound = self.bind(
+            response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": json_schema}},
+            ls_structured_output_format={"kwargs": {"method": "json_schema"}, "schema": json_schema},
+        )
 
-        def call(value: Any) -> Any:
-            from langchain_core.language_models.base import LanguageModelInput  # noqa: F401
-
-            messages = self._convert_input(value).to_messages()
-            hint = "Answer with one JSON object matching this schema:\n" + json.dumps(json_schema)
-            if (
-                messages and not self._adapter()
-            ):  # an adapter saw the writer's exact prompt in training, without the hint
-                messages = [
-                    *messages[:-1],
-                    messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"}),
-                ]
-            text, usage = self._run(messages, None, json.dumps(json_schema))
-            raw = AIMessage(content=text, usage_metadata=usage)  # type: ignore[arg-type]
+        def parse(raw: AIMessage) -> Any:
             parsed, error = None, None
             try:
-                data = json.loads(text) if constrained else _loose_json(text)
+                data = json.loads(str(raw.content)) if constrained else _loose_json(str(raw.content))
                 parsed = schema.model_validate(data) if is_model else data
             except (ValueError, ValidationError) as exc:
                 error = exc
@@ -285,13 +321,21 @@ class LocalChatModel(BaseChatModel):
                 raise error
             return parsed
 
-        return RunnableLambda(call, name="LocalStructuredOutput")
+        return bound | RunnableLambda(parse, name="LocalStructuredOutput")
 
 
 def _loose_json(text: str) -> Any:
     from dualmem.models.structured import extract_json
 
     return extract_json(text)
+
+
+def _schema_request(kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the JSON schema of a call bound to ``response_format={"type": "json_schema", ...}``, else None."""
+    fmt = kwargs.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return fmt.get("json_schema", {}).get("schema") or {"type": "object"}
+    return None
 
 
 def _tool_request(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], Any] | None:

@@ -39,3 +39,23 @@ def test_async_path_shares_the_core():
 def test_extract_json_handles_fences_and_trailing_text():
     assert extract_json('sure:\n```json\n{"a": 1}\n```') == {"a": 1}
     assert extract_json('{"a": {"b": 2}} and more {') == {"a": {"b": 2}}
+
+
+def test_a_process_making_a_model_per_request_does_not_keep_them_all():
+    """Structured runnables are built once per model, and models used long ago are let go with them."""
+    import gc
+    import weakref
+
+    from dualmem.models.structured import _structured_runnable
+
+    kept = FakeChatModel(responses=[GOOD])
+    first = _structured_runnable(kept, MemoryUpdate, None)
+    gone = []
+    for _ in range(100):  # a model per request, as a server holding users' own keys makes them
+        model = FakeChatModel(responses=[GOOD])
+        assert invoke_structured(model, [HumanMessage("x")], MemoryUpdate).ok
+        gone.append(weakref.ref(model))
+        assert _structured_runnable(kept, MemoryUpdate, None) is first  # a model in use keeps its runnable
+    del model
+    gc.collect()
+    assert sum(ref() is not None for ref in gone) <= 16  # the last few are kept, not a hundred

@@ -16,10 +16,10 @@ repair: there is no answer to repair); a refused credential raises
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import weakref
+import threading
+from collections import OrderedDict
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
@@ -107,33 +107,32 @@ def _supports_schema(model: BaseChatModel) -> bool:
     )
 
 
-_RUNNABLES: dict[
-    int, tuple[weakref.ref[Any], dict[tuple[Any, str | None], Any]]
-] = {}  # id(model) -> (model, its runnables)
-
-
-def _forget(ref: weakref.ref[Any], key: int, table: dict[int, Any]) -> None:
-    """Drop a collected model's runnables (``table`` is bound: at interpreter exit the module's globals are gone)."""
-    if table.get(key, (None, None))[0] is ref:
-        table.pop(key, None)
+_KEEP_MODELS = 16  # the models whose structured runnables are kept: a process's writer, judge and a few more
+_RUNNABLES: OrderedDict[int, tuple[BaseChatModel, dict[tuple[Any, str | None], Any]]] = OrderedDict()
+_RUNNABLES_LOCK = threading.Lock()
 
 
 def _structured_runnable(model: BaseChatModel, schema: type[T], method: str | None) -> Any:
     """Return ``model.with_structured_output(schema, include_raw=True)``, built once per model, schema and method
-    (building it converts the schema, a few milliseconds of every writer chunk otherwise)."""
+    (building it converts the schema, a few milliseconds of every writer chunk otherwise).
+
+    Invariant: the runnables of the last ``_KEEP_MODELS`` models used are kept, each entry holding its model (so an
+    id is never another model's); an older model is let go with its runnables, so a process that makes a model per
+    request (a user's own key, say) does not keep them all.
+    """
     kwargs = {"method": method} if method else {}
-    key = id(model)
-    entry = _RUNNABLES.get(key)
-    if entry is None or entry[0]() is not model:
-        try:
-            ref = weakref.ref(model, functools.partial(_forget, key=key, table=_RUNNABLES))
-        except TypeError:  # a model that takes no weak reference: built every time
-            return model.with_structured_output(schema, include_raw=True, **kwargs)
-        entry = _RUNNABLES[key] = (ref, {})
-    runnables = entry[1]
-    if (schema, method) not in runnables:
-        runnables[(schema, method)] = model.with_structured_output(schema, include_raw=True, **kwargs)
-    return runnables[(schema, method)]
+    with _RUNNABLES_LOCK:
+        entry = _RUNNABLES.get(id(model))
+        if entry is None:
+            entry = _RUNNABLES[id(model)] = (model, {})
+            while len(_RUNNABLES) > _KEEP_MODELS:
+                _RUNNABLES.popitem(last=False)
+        else:
+            _RUNNABLES.move_to_end(id(model))
+        runnables = entry[1]
+        if (schema, method) not in runnables:
+            runnables[(schema, method)] = model.with_structured_output(schema, include_raw=True, **kwargs)
+        return runnables[(schema, method)]
 
 
 def _prepare(

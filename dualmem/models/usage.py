@@ -5,8 +5,8 @@ observer set with :func:`observe_calls` — evaluation runs and ``dualmem ingest
 costs: a :class:`CallRecord` with the chat requests it made, their input and output tokens (LangChain's own
 ``AIMessage.usage_metadata``, as :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` reads it, else the
 texts for the observer to count; a runnable that is no chat model, such as a function of the user's around a
-model, is one request: the usage of the message it returns, itself or as ``raw``, else the texts of its prompt and of that
-message), its latency and whether it failed; a provider embedder's calls
+model, is one request: the usage of the message it returns, itself or as ``raw``, else the texts of its prompt and
+of that message), its latency and whether it failed; a provider embedder's calls
 (:class:`~dualmem.models.RemoteEmbeddings`) likewise, with their texts. No observer: nothing is recorded.
 """
 

@@ -163,11 +163,7 @@ class LocalChatModel(BaseChatModel):
             for f in functions
         )
         hint = f'Call one or more of these tools. Answer with JSON {{"tool_calls": [{{"name": ..., "arguments": {{...}}}}]}}.\n{listing}'
-        messages = (
-            [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})]
-            if messages
-            else messages
-        )
+        messages = _with_hint(messages, hint)
         constrained = self._constrained()
         text, usage = self._run(messages, None, json.dumps(schema))
         try:
@@ -217,24 +213,10 @@ class LocalChatModel(BaseChatModel):
                 {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
                 for i, c in enumerate(message.tool_calls)
             ]
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content=message.content,
-                    tool_call_chunks=calls,  # type: ignore[arg-type]
-                    usage_metadata=message.usage_metadata,
-                    response_metadata=message.response_metadata,
-                )
-            )
+            yield _whole(message, tool_call_chunks=calls)
             return
         if (schema := _schema_request(kwargs)) is not None:  # a structured answer comes whole, as one chunk
-            answer = model._in_schema(messages, schema)
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content=answer.content,
-                    usage_metadata=answer.usage_metadata,
-                    response_metadata=answer.response_metadata,
-                )
-            )
+            yield _whole(model._in_schema(messages, schema))
             return
         counts: dict[str, int] = {}
         for piece in model._pieces(messages, stop, counts):
@@ -243,12 +225,7 @@ class LocalChatModel(BaseChatModel):
                 if run_manager:
                     run_manager.on_llm_new_token(piece, chunk=chunk)
                 yield chunk
-        last = self._answer("", counts)  # the call's usage and model, once (chunks' metadata add up when merged)
-        yield ChatGenerationChunk(
-            message=AIMessageChunk(
-                content="", usage_metadata=last.usage_metadata, response_metadata=last.response_metadata
-            )
-        )
+        yield _whole(self._answer("", counts))  # the call's usage and model, once (merged chunks add metadata up)
 
     def _pieces(self, messages: list[BaseMessage], stop: list[str] | None, counts: dict[str, int]) -> Iterator[str]:
         """Yield the answer's text as the engine produces it, then set ``counts`` to the call's usage."""
@@ -286,12 +263,8 @@ class LocalChatModel(BaseChatModel):
 
     def _in_schema(self, messages: list[BaseMessage], schema: dict[str, Any]) -> AIMessage:
         """Generate an answer constrained to the JSON ``schema`` (a grammar where xgrammar is installed)."""
-        hint = "Answer with one JSON object matching this schema:\n" + json.dumps(schema)
-        if messages and not self._adapter():  # an adapter saw the writer's exact prompt in training, without the hint
-            messages = [
-                *messages[:-1],
-                messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"}),
-            ]
+        if not self._adapter():  # an adapter saw the writer's exact prompt in training, without the hint
+            messages = _with_hint(messages, "Answer with one JSON object matching this schema:\n" + json.dumps(schema))
         text, usage = self._run(messages, None, json.dumps(schema))
         return self._answer(text, usage)
 
@@ -328,6 +301,25 @@ def _loose_json(text: str) -> Any:
     from dualmem.models.structured import extract_json
 
     return extract_json(text)
+
+
+def _with_hint(messages: list[BaseMessage], hint: str) -> list[BaseMessage]:
+    """Return ``messages`` with ``hint`` added to the last one (none: unchanged)."""
+    if not messages:
+        return messages
+    return [*messages[:-1], messages[-1].model_copy(update={"content": f"{messages[-1].content}\n\n{hint}"})]
+
+
+def _whole(message: AIMessage, **more: Any) -> ChatGenerationChunk:
+    """Return ``message`` as one stream chunk, its usage and metadata kept."""
+    return ChatGenerationChunk(
+        message=AIMessageChunk(
+            content=message.content,
+            usage_metadata=message.usage_metadata,
+            response_metadata=message.response_metadata,
+            **more,
+        )
+    )
 
 
 def _schema_request(kwargs: dict[str, Any]) -> dict[str, Any] | None:

@@ -5,6 +5,11 @@ deterministic stemmer, English stopwords dropped) into term ids of
 one process-wide vocabulary (string interning: a term keeps its id for the
 life of the process), and each text's counts are memoised, so rebuilding the
 term matrix of a namespace that gained a session costs one concatenation.
+The texts a matrix has not seen are counted in one pass (:func:`texts_terms`):
+their words are found and counted with arrow's compute functions and each
+distinct word is stemmed once, so a fresh process's first matrix over a long
+history costs about what reading the texts does, not a Python loop per word;
+the terms are exactly :func:`tokenize`'s.
 
 BM25 statistics (document frequency, number and average length of documents)
 are always those of the documents being ranked — a replay that may only see
@@ -19,13 +24,16 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from scipy import sparse
 
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_SPACED = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789'" else 32 for c in range(256))
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below between
     both but by can could did do does doing down during each few for from further had has have having he her here
@@ -70,14 +78,86 @@ def term_id(term: str) -> int:
     return tid
 
 
-@lru_cache(maxsize=131_072)
-def text_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Return the distinct term ids of ``text`` and their counts (memoised)."""
-    ids = np.fromiter((term_id(t) for t in tokenize(text)), dtype=np.int64)
-    if not len(ids):
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    uniq, counts = np.unique(ids, return_counts=True)
-    return uniq, counts.astype(np.float64)
+Terms = tuple[np.ndarray, np.ndarray]  # a text's distinct term ids (ascending) and their counts
+_TEXTS: OrderedDict[str, Terms] = OrderedDict()  # the terms of the texts counted last (at most TEXTS_KEPT)
+_TEXTS_LOCK = threading.Lock()
+TEXTS_KEPT = 131_072
+ONE_PASS_CHARS = 20_000  # new texts longer than this in all are counted in one pass (fewer: word by word)
+
+
+def text_terms(text: str) -> Terms:
+    """Return the distinct term ids of ``text`` (ascending) and their counts: those of :func:`tokenize`'s terms."""
+    return texts_terms([text])[0]
+
+
+def texts_terms(texts: Sequence[str]) -> list[Terms]:
+    """Return :func:`text_terms` of each of ``texts``: the memoised ones looked up, the others counted in one pass."""
+    with _TEXTS_LOCK:
+        found = [_TEXTS.get(t) for t in texts]
+        for text, terms in zip(texts, found, strict=True):
+            if terms is not None:
+                _TEXTS.move_to_end(text)
+    new = list(dict.fromkeys(t for t, terms in zip(texts, found, strict=True) if terms is None))
+    if not new:
+        return found  # type: ignore[return-value]
+    counted = dict(zip(new, _count(new), strict=True))
+    with _TEXTS_LOCK:
+        _TEXTS.update(counted)
+        while len(_TEXTS) > TEXTS_KEPT:
+            _TEXTS.popitem(last=False)
+    return [terms if terms is not None else counted[t] for t, terms in zip(texts, found, strict=True)]
+
+
+def _count(texts: Sequence[str]) -> list[Terms]:
+    """Count the terms of ``texts``: word by word for a few short texts, else in one pass (:func:`_count_all`)."""
+    if sum(len(t) for t in texts) > ONE_PASS_CHARS:
+        return _count_all(texts)
+    out = []
+    for text in texts:
+        found = np.array([_word_id(w) for w in TOKEN.findall(text.lower())], dtype=np.int64)
+        ids, counts = np.unique(found[found >= 0], return_counts=True)
+        out.append((ids, counts.astype(np.float64)))
+    return out
+
+
+def _count_all(texts: Sequence[str]) -> list[Terms]:
+    """Count the terms of ``texts`` in one pass: every byte that no TOKEN match holds becomes a space (a
+    non-ASCII character is never in one), so the runs between spaces are TOKEN's matches (a run holding an
+    apostrophe is matched with TOKEN itself); each distinct word is stemmed once."""
+    runs = pc.ascii_split_whitespace(_strings([t.lower() for t in texts], _SPACED))
+    words, docs = pc.list_flatten(runs), pc.list_parent_indices(runs).to_numpy()
+    quoted = pc.match_substring(words, "'").to_numpy(zero_copy_only=False)
+    split = [
+        (d, w)
+        for d, run in zip(docs[quoted], pc.filter(words, quoted).to_pylist(), strict=True)
+        for w in TOKEN.findall(run)
+    ]
+    words = pa.concat_arrays([pc.filter(words, ~quoted), _strings([w for _, w in split])])
+    docs = np.concatenate([docs[~quoted], np.fromiter((d for d, _ in split), np.int64, len(split))])
+    encoded = pc.dictionary_encode(words)
+    ids = np.array([_word_id(w) for w in encoded.dictionary.to_pylist()] + [-1], dtype=np.int64)
+    terms = ids[encoded.indices.fill_null(-1).to_numpy()]
+    keep = terms >= 0
+    width = int(terms.max()) + 1 if len(terms) else 1
+    pairs, counts = np.unique(docs[keep] * width + terms[keep], return_counts=True)  # (doc, term) ascending
+    bounds = np.searchsorted(pairs, np.arange(len(texts) + 1) * width)
+    return [(pairs[a:b] % width, counts[a:b].astype(np.float64)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _strings(texts: Sequence[str], table: bytes | None = None) -> pa.Array:
+    """Return ``texts`` as an arrow string array, their UTF-8 bytes mapped through ``table`` (None: as they are;
+    a table must map every non-ASCII byte to an ASCII one, so that the result stays UTF-8)."""
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]  # a lone surrogate is a non-ASCII character too
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    data = b"".join(encoded)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data if table is None else data.translate(table))]
+    return pa.Array.from_buffers(pa.large_string(), len(encoded), buffers)
+
+
+def _word_id(word: str) -> int:
+    """Return the term id of a word TOKEN matched (-1: :func:`tokenize` drops it)."""
+    return -1 if not word or word in STOPWORDS or len(word) <= 1 else term_id(stem(word))
 
 
 def query_terms(text: str) -> np.ndarray:
@@ -98,7 +178,7 @@ class TermMatrix:
     @classmethod
     def build(cls, texts: Sequence[str]) -> TermMatrix:
         """Return the term matrix of ``texts``."""
-        parts = [text_terms(t) for t in texts]
+        parts = texts_terms(texts)
         indptr = np.zeros(len(parts) + 1, dtype=np.int64)
         indptr[1:] = np.cumsum([len(ids) for ids, _ in parts])
         indices = np.concatenate([ids for ids, _ in parts]) if parts else np.zeros(0, np.int64)

@@ -61,7 +61,12 @@ def tokenize(text: str) -> list[str]:
     >>> tokenize("I was Climbing, they climbed; the climbs!")
     ['climb', 'climb', 'climb']
     """
-    return [stem(w) for w in TOKEN.findall(text.lower()) if w not in STOPWORDS and len(w) > 1]
+    return [stem(w) for w in TOKEN.findall(text.lower()) if _kept(w)]
+
+
+def _kept(word: str) -> bool:
+    """Whether a word TOKEN matched is a term (not a stopword, more than one letter)."""
+    return word not in STOPWORDS and len(word) > 1
 
 
 _VOCAB: dict[str, int] = {}
@@ -85,13 +90,9 @@ TEXTS_KEPT = 131_072
 ONE_PASS_CHARS = 20_000  # new texts longer than this in all are counted in one pass (fewer: word by word)
 
 
-def text_terms(text: str) -> Terms:
-    """Return the distinct term ids of ``text`` (ascending) and their counts: those of :func:`tokenize`'s terms."""
-    return texts_terms([text])[0]
-
-
 def texts_terms(texts: Sequence[str]) -> list[Terms]:
-    """Return :func:`text_terms` of each of ``texts``: the memoised ones looked up, the others counted in one pass."""
+    """Return each text's distinct term ids (ascending) and their counts, those of :func:`tokenize`'s terms: the
+    memoised texts looked up, the others counted together (:func:`_count`)."""
     with _TEXTS_LOCK:
         found = [_TEXTS.get(t) for t in texts]
         for text, terms in zip(texts, found, strict=True):
@@ -157,7 +158,7 @@ def _strings(texts: Sequence[str], table: bytes | None = None) -> pa.Array:
 
 def _word_id(word: str) -> int:
     """Return the term id of a word TOKEN matched (-1: :func:`tokenize` drops it)."""
-    return -1 if not word or word in STOPWORDS or len(word) <= 1 else term_id(stem(word))
+    return term_id(stem(word)) if _kept(word) else -1
 
 
 def query_terms(text: str) -> np.ndarray:

@@ -4,6 +4,13 @@ Vectors live in ``<folder>/<embedder-key>/`` as ``vectors.npy`` (float32 rows)
 and ``keys.json`` (sha256 of each text, same order); both are replaced
 atomically, so a killed run keeps what it had saved. Benchmarks replay long
 histories many times; with the cache only new texts cost embedder time.
+
+A cached vector is the one computed the first time the text was missed, in
+whatever batch held it then. The bundled embedder's vector for a text differs
+in the last bits with the batch (next to a longer text, by up to about 6e-8),
+and stored vectors are rounded to float16, so retrieval figures replayed from
+an empty cache can differ from the published ones in the fourth decimal. With
+the same cache they reproduce exactly.
 """
 
 from __future__ import annotations

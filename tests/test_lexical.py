@@ -84,3 +84,12 @@ def test_a_long_history_is_counted_stemming_each_distinct_word_once(monkeypatch)
     again = len(stemmed)
     TermMatrix.build([*texts, "one new topic1ing text"])  # a namespace that gained an item: only it is counted
     assert len(stemmed) - again <= 4
+
+
+def test_text_terms_of_the_last_release_warns_and_counts_as_texts_terms():
+    text = "Thursday night climbing, then the night shift again"
+    with pytest.warns(DeprecationWarning, match="texts_terms"):
+        ids, counts = lexical.text_terms(text)
+    want_ids, want_counts = lexical.texts_terms([text])[0]
+    assert ids.tolist() == want_ids.tolist() and counts.tolist() == want_counts.tolist()
+    assert dict(zip(ids.tolist(), counts.tolist(), strict=True))[lexical.term_id(lexical.stem("night"))] == 2

@@ -50,4 +50,5 @@ def s3_server(tmp_path_factory):
             "options": server.options,
             "options_json": json.dumps(server.options),
             "endpoint": server.endpoint,
+            "requests": server.requests,  # every request answered so far (method, path, status)
         }

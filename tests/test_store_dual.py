@@ -222,6 +222,17 @@ def test_lancedb_reopening_sees_the_data_and_checks_dims(tmp_path):
         LanceDualStore(uri, HashEmbeddings(16))
 
 
+def test_opening_a_store_on_object_storage_lists_and_reads_each_table_once(s3_server):
+    """Every process that opens a store pays this: a server worker, a CLI command, each ingest or eval worker."""
+    uri = f"s3://{s3_server['bucket']}/open-{time.time_ns()}"
+    LanceDualStore(uri, HashEmbeddings(32), storage_options=s3_server["options"]).upsert([fact("a", "likes tea")])
+    before = len(s3_server["requests"]())
+    store = LanceDualStore(uri, HashEmbeddings(32), storage_options=s3_server["options"])
+    requests = len(s3_server["requests"]()) - before
+    assert requests <= 30  # 54 when each table was found by listing and its schema read once per column
+    assert store.get(NS, ["a"])[0].text == "likes tea"
+
+
 def test_open_store_uses_store_uri(tmp_settings):
     store = open_store(tmp_settings)
     store.upsert([fact("a", "likes tea")])

@@ -152,8 +152,11 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
 
     for attempt in range(60):
         try:
-            if name in table_names(db):
-                return db.open_table(name)
+            return db.open_table(name)  # the common case: one call
+        except Exception as exc:
+            if not _missing(exc):
+                raise
+        try:
             return db.create_table(name, data=data, schema=schema if data is None else None, exist_ok=True)
         except Exception as exc:
             text = str(exc).lower()
@@ -164,6 +167,11 @@ def open_or_create(db: Any, name: str, schema: pa.Schema, data: pa.Table | None 
                 raise
             time.sleep(0.01 * (1 + random.random()) * min(attempt + 1, 20))  # another process is creating it
     raise AssertionError("unreachable")
+
+
+def _missing(exc: Exception) -> bool:
+    """Whether ``exc`` says the table does not exist."""
+    return isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower()
 
 
 def migrate_columns(table: Any, schema: pa.Schema, sql: Mapping[str, str]) -> None:
@@ -181,9 +189,9 @@ def migrate_columns(table: Any, schema: pa.Schema, sql: Mapping[str, str]) -> No
                 ) from exc
 
 
-def check_dims(table: Any, column: str, dims: int, uri: str) -> None:
-    """Raise a ConfigurationError if ``column`` of ``table`` does not hold ``dims``-vectors."""
-    field = table.schema.field(column)
+def check_dims(table: Any, column: str, dims: int, uri: str, schema: pa.Schema | None = None) -> None:
+    """Raise a ConfigurationError if ``column`` of ``table`` (its ``schema``, if read) does not hold ``dims``-vectors."""
+    field = (table.schema if schema is None else schema).field(column)
     have = getattr(field.type, "list_size", None)
     if have is not None and have != dims:
         raise ConfigurationError(
@@ -195,28 +203,21 @@ def check_dims(table: Any, column: str, dims: int, uri: str) -> None:
 # --------------------------------------------------------------------------- indexes
 
 
-def index_name(table: Any, column: str) -> str | None:
-    """Return the name of the index on ``column`` (None if there is none)."""
-    for index in table.list_indices():
-        if list(index.columns) == [column]:
-            return index.name
-    return None
-
-
-def has_index(table: Any, column: str) -> bool:
-    """Return True if ``column`` has an index."""
-    return index_name(table, column) is not None
+def indexed_columns(table: Any) -> set[str]:
+    """Return the columns of ``table`` that have a single-column index (one listing)."""
+    return {index.columns[0] for index in table.list_indices() if len(index.columns) == 1}
 
 
 def ensure_indexes(table: Any, wanted: Mapping[str, Any]) -> None:
     """Create the indexes of ``wanted`` (column -> lancedb index config) that ``table`` lacks.
 
-    Safe when processes race: a creation that loses to another process's is
-    checked again and not repeated once the index exists.
+    One listing of the table's indexes when none is missing. Safe when processes race: a creation that loses to
+    another process's is checked again and not repeated once the index exists.
     """
+    have = indexed_columns(table)
     for column, config in wanted.items():
         for attempt in range(30):
-            if has_index(table, column):
+            if column in have:
                 break
             try:
                 table.create_index(column, config=config)
@@ -225,6 +226,7 @@ def ensure_indexes(table: Any, wanted: Mapping[str, Any]) -> None:
                 if not is_conflict(exc) or attempt == 29:
                     raise
                 time.sleep(0.01 * (1 + random.random()) * (attempt + 1))
+                have = indexed_columns(table)
 
 
 def base_index_configs(columns: Mapping[str, str]) -> dict[str, Any]:
@@ -235,23 +237,27 @@ def base_index_configs(columns: Mapping[str, str]) -> dict[str, Any]:
     return {column: make[kind]() for column, kind in columns.items()}
 
 
-def ensure_primary_key(table: Any, column: str) -> None:
-    """Declare ``column`` the table's (unenforced) primary key, unless it already is.
+def ensure_primary_key(table: Any, column: str, schema: pa.Schema | None = None) -> pa.Schema:
+    """Declare ``column`` the table's (unenforced) primary key, unless it already is; return the table's schema with
+    it declared (``schema``: the table's, if read already — no read then when the key is declared).
 
     LanceDB then detects concurrent ``merge_insert`` commits that insert the same key (from
     threads, processes or machines) and redoes the losing one as an update, so a keyed upsert
     never leaves two rows of one key. Without it, two writers inserting a new key both succeed.
     """
-    field = table.schema.field(column)
-    if any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (field.metadata or {})):
-        return
+    schema = table.schema if schema is None else schema
+    if _is_key(schema, column):
+        return schema
     try:
         retry(lambda: table.set_unenforced_primary_key(column))
     except Exception:
-        if not any(
-            k.startswith(b"lance-schema:unenforced-primary-key") for k in (table.schema.field(column).metadata or {})
-        ):
+        if not _is_key(table.schema, column):
             raise
+    return table.schema
+
+
+def _is_key(schema: pa.Schema, column: str) -> bool:
+    return any(k.startswith(b"lance-schema:unenforced-primary-key") for k in (schema.field(column).metadata or {}))
 
 
 def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:

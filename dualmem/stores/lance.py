@@ -100,9 +100,12 @@ class LanceDualStore(DualStore):
         self._embeddings = embeddings
         self.storage_options = L.storage_options(storage_options)
         self._db = L.connect(self.uri, self.storage_options)
-        check_format(self._db, self.uri)  # an earlier layout is refused in one line naming `dualmem migrate`
+        names = L.table_names(self._db)
+        check_format(self._db, self.uri, names)  # an earlier layout is refused in one line naming `dualmem migrate`
         spec = embeddings if isinstance(embeddings, str) else getattr(embeddings, "spec", None)
-        self.dims = dims or _stored_dims(self._db) or 0
+        stored = self._db.open_table(TABLE) if TABLE in names else None
+        have = stored.schema if stored is not None else None  # read once: a call (a request on object storage)
+        self.dims = dims or (_vector_size(have) if have is not None else None) or 0
         if not self.dims:  # a fresh store: its width is the embedder's, so the embedder loads now
             self._embeddings = _loaded(embeddings)
             self.dims = _dims(self._embeddings)
@@ -111,11 +114,12 @@ class LanceDualStore(DualStore):
         schema = item_schema(self.dims).with_metadata(
             {FORMAT_KEY: str(FORMAT), **({EMBEDDER_KEY: spec} if spec else {})}
         )
-        self.table = _open_memory(self._db, schema)
-        L.check_dims(self.table, "vector", self.dims, self.uri)
-        L.ensure_primary_key(self.table, "pk")
+        self.table = stored if stored is not None else L.open_or_create(self._db, TABLE, schema)
+        have = have if have is not None else self.table.schema
+        L.check_dims(self.table, "vector", self.dims, self.uri, have)
+        have = L.ensure_primary_key(self.table, "pk", have)
         L.ensure_indexes(self.table, L.base_index_configs(INDEXES))
-        self._schema = pa.schema([self.table.schema.field(n) for n in [*ITEM_COLUMNS, "vector"]])
+        self._schema = pa.schema([have.field(n) for n in [*ITEM_COLUMNS, "vector"]])
         self.ledger: LanceLedger = LanceLedger(self._db)
         self.leases = Leases(self._db, ttl_s=lease_ttl_s, wait_s=lease_wait_s)
         self._last = utcnow()
@@ -277,15 +281,6 @@ def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:
     )
 
 
-def _open_memory(db: Any, schema: pa.Schema) -> Any:
-    """Open the memory table, or create it (a format-1 store was refused before: :mod:`dualmem.stores.migrate`)."""
-    if TABLE in L.table_names(db):
-        table = db.open_table(TABLE)
-        L.migrate_columns(table, schema, {})
-        return table
-    return L.open_or_create(db, TABLE, schema)
-
-
 def stored_namespaces(
     uri: str, storage_options: Mapping[str, str] | str | None = None, prefix: Namespace = ()
 ) -> list[Namespace] | None:
@@ -306,11 +301,9 @@ def stored_namespaces(
     return sorted(ns_parse(k) for k in keys)
 
 
-def _stored_dims(db: Any) -> int | None:
-    """Return the vector size of an existing memory table (None: no table yet)."""
-    if TABLE not in L.table_names(db):
-        return None
-    return getattr(db.open_table(TABLE).schema.field("vector").type, "list_size", None)
+def _vector_size(schema: pa.Schema) -> int | None:
+    """Return the vector size a memory table's schema holds."""
+    return getattr(schema.field("vector").type, "list_size", None)
 
 
 def _loaded(embeddings: Any) -> Any:

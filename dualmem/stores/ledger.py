@@ -45,9 +45,8 @@ class LanceLedger:
     def __init__(self, db: Any) -> None:
         self.table = L.open_or_create(db, TABLE, SCHEMA)
         L.migrate_columns(self.table, SCHEMA, {"state": "'applied'"})
-        L.ensure_primary_key(self.table, "id")
+        self._schema = L.ensure_primary_key(self.table, "id")
         L.ensure_indexes(self.table, L.base_index_configs({"id": "BTREE", "namespace": "BITMAP"}))
-        self._schema = self.table.schema
 
     def _rows(self, where: str | None) -> list[dict[str, Any]]:
         rows = one_per_key(

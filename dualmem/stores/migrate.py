@@ -35,9 +35,9 @@ MEMORY, LEDGER = "memory", "chunk_ledger"
 LEDGER_BACKUP = "chunk_ledger_format1"
 
 
-def store_format(db: Any) -> int | None:
-    """Return the format of the store ``db`` (None: no memory written yet)."""
-    names = L.table_names(db)
+def store_format(db: Any, names: list[str] | None = None) -> int | None:
+    """Return the format of the store ``db`` (None: no memory written yet); ``names``: its tables, if listed."""
+    names = L.table_names(db) if names is None else names
     if any(n in names for n in (*LEGACY_TABLES, LEDGER_BACKUP)):
         return 1
     if LEDGER in names and db.open_table(LEDGER).schema.field("id").nullable:
@@ -45,9 +45,9 @@ def store_format(db: Any) -> int | None:
     return FORMAT if MEMORY in names else None
 
 
-def check_format(db: Any, uri: str) -> None:
-    """Refuse (one line naming the fix) a store written in an earlier format."""
-    if store_format(db) == 1:
+def check_format(db: Any, uri: str, names: list[str] | None = None) -> None:
+    """Refuse (one line naming the fix) a store written in an earlier format; ``names``: its tables, if listed."""
+    if store_format(db, names) == 1:
         raise ConfigurationError(
             f"the store at {uri} was written by an earlier DualMem (format 1: separate facts and insights tables); "
             f"migrate it first: dualmem migrate --store {uri} (add --dry-run to see what it does; local folders are "

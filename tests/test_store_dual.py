@@ -210,8 +210,37 @@ def test_scan_returns_one_row_per_item_sorted_by_key_with_stamps_or_vectors(fill
     assert (
         rows.column("id").to_pylist() == ["f1", "f2", "f3", "i1", "i2"] and rows.column("vector").type.list_size == 64
     )
-    assert filled.scan(NS, kind="insight", columns="stamps").column_names == ["pk", "id", "updated_at"]
+    stamps = filled.scan(NS, kind="insight", columns="stamps")
+    assert stamps.column_names == ["pk", "id", "updated_at", "row"] and stamps.column("row").type == "uint64"
     assert filled.scan(NS, ids=["f2", "nope"]).column("id").to_pylist() == ["f2"]
+
+
+def test_rows_read_where_a_stamps_scan_saw_them_are_the_rows_a_read_by_id_gives(filled):
+    """``at`` may only make a read faster: rows changed, deleted, compacted away or of another kind since the stamps
+    scan come back exactly as a read by id gives them."""
+    ids = ["f1", "f2", "f3", "i1", "i2"]
+    at = filled.scan(NS, columns="stamps").column("row").to_pylist()
+
+    def same(at: list) -> None:
+        for kind, status in ((None, "active"), ("fact", "active"), ("insight", "active"), (None, None)):
+            by_id = filled.scan(NS, kind=kind, status=status, columns="vectors", ids=ids)
+            assert filled.scan(NS, kind=kind, status=status, columns="vectors", ids=ids, at=at) == by_id
+
+    same(at)
+    filled.upsert([fact("f1", "works day shifts now")])  # f1's row moves
+    filled.delete(NS, ["f2"])
+    filled.supersede(NS, ["i2"])
+    same(at)
+    same(filled.scan(NS, status=None, columns="stamps").column("row").to_pylist())  # the superseded i2's row too
+    assert filled.scan(NS, columns="vectors", ids=ids, at=at).column("id").to_pylist() == ["f1", "f3", "i1"]
+    if isinstance(filled, LanceDualStore):
+        filled.tidy()  # fragments rewritten: every address from before names no current row
+    same(at)
+    assert filled.get(NS, ["f1"])[0].text == "works day shifts now"
+    other = ("someone-else", "user")
+    filled.upsert([fact("f1", "another namespace's f1", ns=other)])
+    theirs = filled.scan(other, columns="stamps").column("row").to_pylist()
+    assert filled.scan(NS, ids=["f1"], at=theirs).column("text").to_pylist() == ["works day shifts now"]
 
 
 def test_lancedb_reopening_sees_the_data_and_checks_dims(tmp_path):

@@ -3,8 +3,9 @@
 **The rule.** A snapshot records the store's :meth:`~dualmem.stores.contract.DualStore.version`
 when it was taken. On every read the version is asked again (one cheap call);
 if it moved, the namespace's ``(id, updated_at)`` pairs are compared with the
-snapshot's and only the rows that changed are fetched (or the namespace is
-reloaded when much changed). Nothing else refreshes, patches or tails it, so
+snapshot's and only the rows that changed are fetched — read at the addresses
+the comparison found them, where the backend has addresses — (or the namespace
+is reloaded when much changed). Nothing else refreshes, patches or tails it, so
 a snapshot always holds exactly the rows a fresh load would: sorted by key,
 one per item — a pure function of the store's contents.
 
@@ -93,14 +94,15 @@ def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot:
     known = snap.rows.column("id")
     where = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
     old = snap.stamps[np.maximum(where, 0)] if len(snap.stamps) else np.full(len(times), -2, dtype=np.int64)
-    changed = pc.filter(ids, pa.array((where < 0) | (old != times))).to_pylist()
+    moved = pa.array((where < 0) | (old != times))
+    changed, at = pc.filter(ids, moved).to_pylist(), pc.filter(now.column("row"), moved).to_pylist()
     gone = pc.invert(pc.is_in(known, value_set=ids)).to_numpy(zero_copy_only=False)
     if not changed and not gone.any():
         return copy.copy(snap).at(version)
     if len(changed) + int(gone.sum()) > max(256, now.num_rows // 4):
         return load(store, snap.namespace, version)
     keep = ~gone & ~pc.is_in(known, value_set=pa.array(changed, pa.string())).to_numpy(zero_copy_only=False)
-    fresh = store.scan(snap.namespace, columns="vectors", ids=changed) if changed else None
+    fresh = store.scan(snap.namespace, columns="vectors", ids=changed, at=at) if changed else None  # read where seen
     return _merged(snap, np.flatnonzero(keep), fresh, store.dims, version)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -271,12 +271,21 @@ def optimize(table: Any, keep_versions_for: timedelta | None = None) -> None:
 # --------------------------------------------------------------------------- rows
 
 
-def scan(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> pa.Table:
-    """Return the rows matching ``where`` (all of them unless ``limit``) with only ``columns``."""
+def scan(
+    table: Any, where: str | None, columns: list[str], limit: int | None = None, *, rowid: bool = False
+) -> pa.Table:
+    """Return the rows matching ``where`` (all of them unless ``limit``) with only ``columns`` (then ``_rowid``, each
+    row's address, with ``rowid``)."""
     query = table.search()
     if where:
         query = query.where(where)
-    return query.select(columns).limit(limit).to_arrow()
+    return query.select(columns).with_row_id(rowid).limit(limit).to_arrow()
+
+
+def take(table: Any, addresses: Sequence[int], columns: list[str]) -> pa.Table:
+    """Return the rows still current at these ``_rowid`` addresses with ``columns`` (a row replaced or deleted since
+    is not returned; fragments are immutable and their ids never reused, so an address never names another row)."""
+    return table.take_row_ids(sorted(set(addresses))).select(columns).to_arrow()
 
 
 def query_rows(table: Any, where: str | None, columns: list[str], limit: int | None = None) -> list[dict[str, Any]]:

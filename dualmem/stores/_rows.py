@@ -38,7 +38,7 @@ ITEM_COLUMNS = [
     "status",
     "meta",
 ]
-STAMP_COLUMNS = ["pk", "id", "updated_at"]
+STAMP_COLUMNS = ["pk", "id", "updated_at"]  # a stamps scan adds ``row`` (uint64): where the backend holds the row
 
 
 def item_schema(dims: int) -> pa.Schema:

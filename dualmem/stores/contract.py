@@ -1,23 +1,20 @@
 """The one store contract of the dual memory: operations, and ``DualStore`` built on ``batch(ops)`` / ``abatch(ops)``.
 
-A backend (:class:`~dualmem.stores.memory.InMemoryDualStore`,
-:class:`~dualmem.stores.lance.LanceDualStore`) implements only ``_apply(ops)``,
-the exact-once primitives (``ledger``, ``exclusive``) and ``version``; this
-class gives every other method, as LangGraph's ``BaseStore`` does for its stores. ``batch`` prepares the
-operations (embeds the texts and queries that came without vectors) and applies them; ``abatch`` embeds
-asynchronously and applies in a worker thread. Reads in one batch see the store before the batch's writes only
-as far as the backend applies them in order.
+A backend (:class:`~dualmem.stores.memory.InMemoryDualStore`, :class:`~dualmem.stores.lance.LanceDualStore`)
+implements only ``_apply(ops)``, the exact-once primitives (``ledger``, ``exclusive``) and ``version``; this class
+gives every other method, as LangGraph's ``BaseStore`` does for its stores. ``batch`` prepares the operations (embeds
+the texts and queries that came without vectors) and applies them; ``abatch`` embeds asynchronously and applies in a
+worker thread. Reads in one batch see the store before the batch's writes only as far as the backend applies them in
+order.
 
 Invariants every backend keeps (one conformance suite checks both):
 
-- **one row per key**: an item's key is ``(namespace, id)``; after any
-  interleaving of puts and deletes, from threads or processes, a key has one
-  row or none, and no read returns two items for one key (the put that commits
-  last wins; a row with the later ``updated_at`` wins ties in legacy tables);
+- **one row per key**: an item's key is ``(namespace, id)``; after any interleaving of puts and deletes, from threads
+  or processes, a key has one row or none, and no read returns two items for one key (the put that commits last
+  wins; a row with the later ``updated_at`` wins ties in legacy tables);
 - **isolated**: every operation names one namespace (or a prefix, for listing
   namespaces); nothing reaches another namespace's items;
-- **fresh**: a read sees every write that finished before it began, in any
-  process that opened the same store;
+- **fresh**: a read sees every write that finished before it began, in any process that opened the same store;
 - rows are the arrow rows of :mod:`dualmem.stores._rows` (vectors unit-normalised,
   float16-rounded), so both backends hold and return identical data.
 """
@@ -27,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -61,14 +58,17 @@ class GetItems:
 
 @dataclass(frozen=True)
 class ScanItems:
-    """Read a namespace's rows as an arrow table: ``stamps`` (id, updated_at), ``items`` (item columns) or
-    ``vectors`` (item columns and ``vector``); ``status`` None reads every status, ``ids`` narrows to those ids."""
+    """Read a namespace's rows as an arrow table: ``stamps`` (pk, id, updated_at, ``row``: where the backend holds
+    that row version, null if it has no addresses), ``items`` (item columns) or ``vectors`` (item columns and
+    ``vector``); ``status`` None reads every status, ``ids`` narrows to those ids. ``at`` (with ``ids``) passes back
+    their ``row`` from a stamps scan: rows are read there while still current, else by id — the same result."""
 
     namespace: Namespace
     kind: MemoryKind | None = None
     status: str | None = "active"
     columns: Columns = "items"
     ids: tuple[str, ...] | None = None
+    at: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -315,10 +315,11 @@ class DualStore(ABC):
         status: str | None = "active",
         columns: Columns = "items",
         ids: Sequence[str] | None = None,
+        at: Sequence[int | None] | None = None,
     ) -> pa.Table:
         """Return a namespace's rows as arrow (at most one per id); see :class:`ScanItems`."""
-        chosen = None if ids is None else tuple(ids)
-        return self.batch([ScanItems(tuple(namespace), check_kind(kind), status, columns, chosen)])[0]
+        chosen, where = None if ids is None else tuple(ids), None if at is None else tuple(at)
+        return self.batch([ScanItems(tuple(namespace), check_kind(kind), status, columns, chosen, where)])[0]
 
     def list(
         self,
@@ -387,8 +388,7 @@ def _filled(
     ops: Sequence[MemoryOp], docs: Sequence[Sequence[float]], qvecs: Sequence[Sequence[float]]
 ) -> builtins.list[MemoryOp]:
     """Return the operations with the embedded vectors put in."""
-    doc_iter: Iterator[Sequence[float]] = iter(docs)
-    q_iter: Iterator[Sequence[float]] = iter(qvecs)
+    doc_iter, q_iter = iter(docs), iter(qvecs)
     out: builtins.list[MemoryOp] = []
     for op in ops:
         if isinstance(op, PutItems) and op.vectors is None:

@@ -218,10 +218,7 @@ class LanceDualStore(DualStore):
             found = {r["id"]: r for r in rows.to_pylist()}
             return [row_to_item(found[i]) for i in op.ids if i in found]
         if isinstance(op, ScanItems):
-            ids = None if op.ids is None else sql_in("pk", [row_key(op.namespace, i) for i in op.ids])
-            names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[op.columns]
-            rows = one_per_key(L.scan(t, and_all(_where(op.namespace, op.kind, op.status), ids), names))
-            return rows.sort_by("pk")
+            return self._scan(op)
         if isinstance(op, CountItems):
             return pc.count_distinct(L.scan(t, _where(op.namespace, op.kind, op.status), ["pk"]).column("pk")).as_py()
         if isinstance(op, SearchItems):
@@ -255,6 +252,29 @@ class LanceDualStore(DualStore):
         self._last = now if now > self._last else self._last + timedelta(microseconds=1)
         return self._last
 
+    def _scan(self, op: ScanItems) -> pa.Table:
+        """A namespace's rows (see :class:`ScanItems`). Rows given by address (``at``) are read there: a few ms,
+        where a search by key is a query over the whole table; only those no longer current there are searched."""
+        names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[op.columns]
+        stamps, where = op.columns == "stamps", _where(op.namespace, op.kind, op.status)
+        if op.ids is None:
+            rows = L.scan(self.table, where, names, rowid=stamps)
+        else:
+            keys = [row_key(op.namespace, i) for i in op.ids]
+            at = [] if stamps else [a for a in op.at or () if a is not None]
+            found = L.take(self.table, at, names) if at else None
+            if found is not None:  # exactly the rows the stamps scan saw; kept if they are what was asked
+                found = found.filter(_matching(found, keys, op.kind, op.status))
+            rest = keys if found is None else sorted(set(keys) - set(found.column("pk").to_pylist()))
+            more = (
+                L.scan(self.table, and_all(where, sql_in("pk", rest)), names, rowid=stamps) if rest or not at else None
+            )
+            parts = [p for p in (found, more) if p is not None]
+            rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if stamps:
+            rows = rows.rename_columns([*names, "row"])
+        return one_per_key(rows).sort_by("pk")
+
     def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
         """Read the namespace's rows of the kind and status (one SQL scan, vectors only when cosine ranks) and rank
         them with the one ranker (:mod:`~dualmem.stores.ranking`)."""
@@ -279,6 +299,16 @@ def _where(namespace: Namespace, kind: str | None, status: str | None) -> str:
         )
         or ""
     )
+
+
+def _matching(rows: pa.Table, keys: list[str], kind: str | None, status: str | None) -> pa.Array:
+    """Which ``rows`` have one of these keys, and ``kind`` and ``status`` where given."""
+    keep = pc.is_in(rows.column("pk"), pa.array(keys, pa.string()))
+    if kind is not None:
+        keep = pc.and_(keep, pc.equal(rows.column("kind"), kind))
+    if status is not None:
+        keep = pc.and_(keep, pc.equal(rows.column("status"), status))
+    return keep
 
 
 def stored_namespaces(

@@ -252,7 +252,10 @@ class InMemoryDualStore(DualStore):
     def _arrow(self, rows: builtins.list[dict[str, Any]], columns: str) -> pa.Table:
         names = {"stamps": STAMP_COLUMNS, "items": ITEM_COLUMNS, "vectors": [*ITEM_COLUMNS, "vector"]}[columns]
         schema = pa.schema([self._schema.field(n) for n in names])
-        return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=schema)
+        out = pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=schema)
+        return (
+            out.append_column("row", pa.nulls(len(rows), pa.uint64())) if columns == "stamps" else out
+        )  # no addresses
 
     def _search(self, op: SearchItems) -> builtins.list[ScoredItem]:
         """Rank the namespace's rows of the kind and status with the one ranker (:mod:`~dualmem.stores.ranking`)."""

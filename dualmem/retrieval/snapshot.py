@@ -3,9 +3,9 @@
 **The rule.** A snapshot records the store's :meth:`~dualmem.stores.contract.DualStore.version`
 when it was taken. On every read the version is asked again (one cheap call);
 if it moved, the namespace's ``(id, updated_at)`` pairs are compared with the
-snapshot's and only the rows that changed are fetched — read at the addresses
-the comparison found them, where the backend has addresses — (or the namespace
-is reloaded when much changed). Nothing else refreshes, patches or tails it, so
+snapshot's and only the rows that changed are fetched, at the addresses the
+stamps gave where the backend gives addresses (or the namespace is reloaded
+when much changed). Nothing else refreshes, patches or tails it, so
 a snapshot always holds exactly the rows a fresh load would: sorted by key,
 one per item — a pure function of the store's contents.
 
@@ -95,7 +95,8 @@ def refresh(snap: Snapshot, store: DualStore, version: Any) -> Snapshot:
     where = pc.index_in(ids, value_set=known).fill_null(-1).to_numpy(zero_copy_only=False)
     old = snap.stamps[np.maximum(where, 0)] if len(snap.stamps) else np.full(len(times), -2, dtype=np.int64)
     moved = pa.array((where < 0) | (old != times))
-    changed, at = pc.filter(ids, moved).to_pylist(), pc.filter(now.column("row"), moved).to_pylist()
+    changed = pc.filter(ids, moved).to_pylist()
+    at = pc.filter(now.column("row"), moved).to_pylist() if "row" in now.column_names else None  # a backend may lack it
     gone = pc.invert(pc.is_in(known, value_set=ids)).to_numpy(zero_copy_only=False)
     if not changed and not gone.any():
         return copy.copy(snap).at(version)

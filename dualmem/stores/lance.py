@@ -260,17 +260,15 @@ class LanceDualStore(DualStore):
         if op.ids is None:
             rows = L.scan(self.table, where, names, rowid=stamps)
         else:
-            keys = [row_key(op.namespace, i) for i in op.ids]
+            keys, parts = [row_key(op.namespace, i) for i in op.ids], []
             at = [] if stamps else [a for a in op.at or () if a is not None]
-            found = L.take(self.table, at, names) if at else None
-            if found is not None:  # exactly the rows the stamps scan saw; kept if they are what was asked
-                found = found.filter(_matching(found, keys, op.kind, op.status))
-            rest = keys if found is None else sorted(set(keys) - set(found.column("pk").to_pylist()))
-            more = (
-                L.scan(self.table, and_all(where, sql_in("pk", rest)), names, rowid=stamps) if rest or not at else None
-            )
-            parts = [p for p in (found, more) if p is not None]
-            rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+            if at:  # the rows the stamps scan saw, where still current; kept if they are what was asked
+                taken = L.take(self.table, at, names)
+                parts.append(taken.filter(_matching(taken, keys, op.kind, op.status)))
+            rest = sorted(set(keys) - set(parts[0].column("pk").to_pylist())) if parts else keys
+            if rest or not parts:  # by key: what was not found at an address (or every id, with none given)
+                parts.append(L.scan(self.table, and_all(where, sql_in("pk", rest)), names, rowid=stamps))
+            rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         if stamps:
             rows = rows.rename_columns([*names, "row"])
         return one_per_key(rows).sort_by("pk")

@@ -241,6 +241,9 @@ def test_rows_read_where_a_stamps_scan_saw_them_are_the_rows_a_read_by_id_gives(
     filled.upsert([fact("f1", "another namespace's f1", ns=other)])
     theirs = filled.scan(other, columns="stamps").column("row").to_pylist()
     assert filled.scan(NS, ids=["f1"], at=theirs).column("text").to_pylist() == ["works day shifts now"]
+    for bad in ([-1], ["x"], [1.5]):
+        with pytest.raises(ValueError, match="row` values of a stamps scan"):
+            filled.scan(NS, ids=["f1"], at=bad)
 
 
 def test_lancedb_reopening_sees_the_data_and_checks_dims(tmp_path):

@@ -41,6 +41,13 @@ ITEM_COLUMNS = [
 STAMP_COLUMNS = ["pk", "id", "updated_at"]  # a stamps scan adds ``row`` (uint64): where the backend holds the row
 
 
+def row_addresses(at: Sequence[Any]) -> tuple[int | None, ...]:
+    """Return ``at`` (a stamps scan's ``row`` values, passed back to a scan) as a tuple, or raise naming them."""
+    if not all(a is None or (isinstance(a, int) and not isinstance(a, bool) and a >= 0) for a in at):
+        raise ValueError("scan(at=...) takes the `row` values of a stamps scan: integers of 0 or more, or None")
+    return tuple(at)
+
+
 def item_schema(dims: int) -> pa.Schema:
     """Return the schema of the memory table for ``dims``-dim vectors (stored as float16, unit length)."""
     return pa.schema(

@@ -34,7 +34,7 @@ from langchain_core.embeddings import Embeddings
 
 from dualmem.errors import ConfigurationError
 from dualmem.schema import MemoryItem, MemoryKind
-from dualmem.stores._rows import row_to_item
+from dualmem.stores._rows import row_addresses, row_to_item
 from dualmem.stores.results import ScoredItem
 
 Namespace = tuple[str, ...]
@@ -318,7 +318,7 @@ class DualStore(ABC):
         at: Sequence[int | None] | None = None,
     ) -> pa.Table:
         """Return a namespace's rows as arrow (at most one per id); see :class:`ScanItems`."""
-        chosen, where = None if ids is None else tuple(ids), None if at is None else tuple(at)
+        chosen, where = None if ids is None else tuple(ids), None if at is None else row_addresses(at)
         return self.batch([ScanItems(tuple(namespace), check_kind(kind), status, columns, chosen, where)])[0]
 
     def list(

@@ -97,49 +97,28 @@ def test_no_break_of_the_public_api_without_a_changelog_entry():
 
 
 def test_the_check_catches_a_removed_public_name(tmp_path):
-    """The check can fail: a release that had ``choose_user`` and code without it is a break."""
+    """The check can fail: a release that had ``users_of`` and code without it is a break."""
     import griffe
 
     _, old = last_release()
     new = griffe.load("dualmem", search_paths=[REPO])
-    del new["stores"].members["choose_user"]
+    del new["stores"].members["users_of"]
     kinds = {(b.obj.path, b.kind.value) for b in griffe.find_breaking_changes(old, new)}
-    assert ("dualmem.stores.choose_user", "Public object was removed") in kinds
+    assert ("dualmem.stores.users_of", "Public object was removed") in kinds
     assert Path(tmp_path).is_dir()
 
 
-def test_moved_modules_import_by_their_old_names_with_a_warning():
-    import importlib
-    import subprocess
-    import sys
-
-    from dualmem._moved import GOES_IN, MOVED
-
-    assert GOES_IN == "0.5.0"  # moved in 0.4.0: one minor release of notice
-    for old, new in MOVED.items():
-        code = (
-            "import importlib, warnings\n"
-            "warnings.simplefilter('error', DeprecationWarning)\n"
-            f"try:\n    importlib.import_module({old!r})\nexcept DeprecationWarning as w:\n    print(w)\n"
-        )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert f"{old} moved to {new}" in out.stdout, out.stdout + out.stderr
-        assert f"goes in {GOES_IN}" in out.stdout, out.stdout
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from dualmem.writer.pending import PendingThread  # the path 0.3.0's chat code used
-
-    assert PendingThread is importlib.import_module("dualmem.chat.pending").PendingThread
-
-
-def test_names_moved_in_0_3_0_went_in_0_4_0():
-    """The 0.3.0 shims lasted one minor release: their old names no longer import."""
+def test_moved_module_names_last_one_minor_release():
+    """Shims last one minor release: the names moved in 0.3.0 went in 0.4.0, those moved in 0.4.0 in 0.5.0; their
+    new names import."""
     import importlib
 
     import pytest
 
-    for old in ("dualmem.structured", "dualmem.local", "dualmem.scripted"):
+    gone = ("dualmem.structured", "dualmem.local", "dualmem.scripted")  # moved in 0.3.0
+    gone += ("dualmem.writer.pending", "dualmem.writer.sealing", "dualmem.chat.exchange")  # moved in 0.4.0
+    for old in gone:
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)
+    for new in ("dualmem.chat.pending", "dualmem.chat.sealing", "dualmem.chat.runtime", "dualmem.models.structured"):
+        importlib.import_module(new)

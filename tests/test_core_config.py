@@ -113,15 +113,17 @@ def test_three_objects_one_name_per_setting(monkeypatch):
         Settings(concurrency=0)
 
 
-def test_flat_reads_warn_with_the_new_place():
-    """Code written against the release before the split still runs for one minor release, warned where to go."""
+def test_a_flat_read_of_a_tuning_or_evaluation_setting_fails_naming_its_place():
+    """The flat reads warned for one minor release (0.4.x) and went in 0.5.0; the error says where the setting is."""
     s = Settings(chunk_tokens=256)
-    with pytest.warns(DeprecationWarning, match=r"settings\.tuning\.chunk_tokens"):
-        assert s.chunk_tokens == 256  # type: ignore[attr-defined]
-    with pytest.warns(DeprecationWarning, match=r"settings\.evaluation\.judge_model"):
-        assert s.judge_model == ""  # type: ignore[attr-defined]
-    with pytest.raises(AttributeError, match="nope"):
+    assert s.tuning.chunk_tokens == 256
+    with pytest.raises(AttributeError, match=r"it is settings\.tuning\.chunk_tokens"):
+        s.chunk_tokens  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match=r"it is settings\.evaluation\.judge_model"):
+        s.judge_model  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match=r"no attribute 'nope'$"):
         s.nope  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(s, "view_k") and getattr(s, "view_k", None) is None
 
 
 def test_the_api_key_stays_out_of_the_repr():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dualmem.config import Settings
+from dualmem.config import Settings, setting_default
 from dualmem.datasets import dump_rolememo, load_sample
 from dualmem.evals.unit import default_framework
 from dualmem.evaluate import run_eval
@@ -40,7 +40,7 @@ def test_a_framework_follows_the_settings_and_defaults_come_from_settings(name, 
         )
 
     assert read(build(Settings(embedder="hash:64", **{setting: value}))) == value
-    default = getattr(Settings(), setting)
+    default = setting_default(setting)
     if (name, setting) == ("emotional-rag", "emotion_strategy"):
         default = "C-A"  # empty means "no reranking" for dualmem; emotional-rag always ranks by emotion (the setting's help says so)
     assert read(build(Settings(embedder="hash:64"))) == default  # the one default lives in Settings

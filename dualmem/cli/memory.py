@@ -124,7 +124,9 @@ def sample(
 def ask(
     question: str = typer.Argument(..., help="the user's message"),
     persona: str = PersonaOpt,
-    k: int | None = typer.Option(None, "--k", help="facts and insights retrieved (default settings.retrieval_k)"),
+    k: int | None = typer.Option(
+        None, "--k", help="facts and insights retrieved (default settings.tuning.retrieval_k)"
+    ),
     mode: str | None = typer.Option(None, "--mode", help="dual or merged"),
     model: str | None = ModelOpt,
     store: str | None = StoreOpt,

@@ -81,7 +81,9 @@ def eval_(
         help="memory framework (see `dualmem frameworks`); several, comma-separated, run together",
     ),
     judge: str | None = typer.Option(
-        None, "--judge", help="judge model provider:model (default: settings.judge_model; none: no LLM judges)"
+        None,
+        "--judge",
+        help="judge model provider:model (default: settings.evaluation.judge_model; none: no LLM judges)",
     ),
     limit: int | None = typer.Option(None, "--limit", help="evaluate only the first N queries of each history"),
     out: Path | None = typer.Option(

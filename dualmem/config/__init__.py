@@ -23,7 +23,6 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -45,9 +44,9 @@ class Settings:
     :class:`EvalOptions`.
 
     Any setting's name is a keyword here (``Settings(store_uri="db", chunk_tokens=512)``), in :meth:`replace` and in
-    :meth:`resolve`: each goes to the object that holds it. Reading a tuning or evaluation setting off the settings
-    object itself (``settings.chunk_tokens``) still works for one minor release and warns with its new place
-    (``settings.tuning.chunk_tokens``).
+    :meth:`resolve`: each goes to the object that holds it. Read a tuning or evaluation setting where it lives
+    (``settings.tuning.chunk_tokens``): read off the settings object itself it raises ``AttributeError`` naming that
+    place.
     """
 
     chat_model: str = _setting("local:smollm2", "chat model as provider:model (local:smollm2 is bundled)")
@@ -124,18 +123,14 @@ class Settings:
             dict.fromkeys(("call_retries", "request_timeout", "endpoint_concurrency", "endpoint_rpm"), 0),
         )
 
-    if not TYPE_CHECKING:  # mypy flags the old flat reads; at run time they warn for one minor release
+    if not TYPE_CHECKING:  # mypy keeps flagging unknown attributes
 
         def __getattr__(self, name: str) -> Any:
+            """A tuning or evaluation setting read off ``Settings`` fails naming its place (the flat reads, deprecated
+            in 0.4.0, went in 0.5.0)."""
             group = "tuning" if name in GROUPS["tuning"] else "evaluation" if name in GROUPS["evaluation"] else None
-            if group is None or name.startswith("__"):
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            warnings.warn(
-                f"settings.{name} moved to settings.{group}.{name} (the flat read goes in 0.5)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return getattr(object.__getattribute__(self, group), name)
+            where = f"; it is settings.{group}.{name}" if group and not name.startswith("__") else ""
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}{where}")
 
     @property
     def writer(self) -> str:

@@ -4,7 +4,7 @@ Each judge asks any chat model (a ``provider:model`` spec or a model object)
 for a JSON verdict through :func:`dualmem.models.structured.invoke_structured`, so a
 malformed or out-of-range answer is fed back and retried; a verdict that
 still fails is reported as an error (``score`` None, ``extra["errors"]``) and
-never as a zero. Role-play judges run ``repetitions`` times (``Settings.judge_repetitions``)
+never as a zero. Role-play judges run ``repetitions`` times (``Settings.evaluation.judge_repetitions``)
 and average; the per-repetition scores are kept in ``extra``.
 
 >>> from dualmem.testing import FakeChatModel

@@ -54,7 +54,7 @@ def framework_class(name: str) -> type[MemoryFramework]:
 def open_framework(
     name: str | None = None, context: FrameworkContext | None = None, **context_kwargs: Any
 ) -> MemoryFramework:
-    """Build the framework ``name`` (default: ``settings.framework``) for one namespace."""
+    """Build the framework ``name`` (default: ``settings.evaluation.framework``) for one namespace."""
     if context is None:
         context_kwargs.setdefault("settings", Settings())
         context_kwargs.setdefault("namespace", ("persona", context_kwargs["settings"].user))

@@ -1,7 +1,7 @@
 """``amem``: A-MEM (Xu et al. 2025, "A-MEM: Agentic Memory for LLM Agents") on LanceDB.
 
 Every session is cut into notes of ``note_tokens`` tokens (default
-``Settings.chunk_tokens``, whole turns). For each new note:
+``Settings.tuning.chunk_tokens``, whole turns). For each new note:
 
 1. *note construction* — the chat model writes its keywords, a one-sentence
    context and tags; the note is embedded as content + context + keywords + tags;

@@ -1,7 +1,7 @@
 """``bookmarks``: a BOOKMARKS-style search memory of question–answer bookmarks tied to a point of the story.
 
 ``ingest`` keeps the history searchable: every session is cut into chunks of
-``Settings.chunk_tokens`` tokens (whole turns), embedded and stored with the
+``Settings.tuning.chunk_tokens`` tokens (whole turns), embedded and stored with the
 session's ordinal. The *point of the story* is (session ordinal, last turn
 index) of the newest session ingested. No model call happens at ingest.
 

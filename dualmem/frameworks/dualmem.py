@@ -4,7 +4,7 @@
 and chunk ledger); ``retrieve`` ranks with the ``ranker`` setting
 (:mod:`dualmem.retrieval`: facts and insights carry their session and time, so
 the learned ranker reads them as it reads turns, with the recent conversation as
-the query's context) and follows ``settings.retrieval_mode``: ``dual``
+the query's context) and follows ``settings.tuning.retrieval_mode``: ``dual``
 returns ``ceil(k/2)`` facts and ``floor(k/2)`` insights, ``merged`` one top-k
 pool of both (the paper's single top-10); with ``emotion_strategy`` the pools
 are re-ranked by meaning and emotion (Emotional RAG's C-A/C-M/S-S/S-E). Each

@@ -1,13 +1,13 @@
 """``emotional-rag``: Emotional RAG (Huang et al. 2024, arXiv 2410.23041) on LanceDB.
 
 Every session is cut into fragments of ``fragment_tokens`` tokens (default
-``Settings.chunk_tokens``, whole turns). Each fragment is embedded and given
+``Settings.tuning.chunk_tokens``, whole turns). Each fragment is embedded and given
 an 8-dimension emotion vector (joy, acceptance, fear, surprise, sadness,
 disgust, anger, anticipation; 1–10) scored by the shared chat model through
 structured output. At retrieval the query's emotion is scored too and the
 fragments are ranked by one of the four strategies of
 :mod:`dualmem.writer.emotion` — C-A, C-M, S-S, S-E (the ``strategy`` argument,
-else ``Settings.emotion_strategy``, else C-A). S-S and S-E use a pool of 20.
+else ``Settings.tuning.emotion_strategy``, else C-A). S-S and S-E use a pool of 20.
 
 A fragment whose emotion could not be scored is kept (emotional similarity 0)
 and listed in ``IngestReport.failed_chunks``; a query whose emotion could not

@@ -4,7 +4,7 @@ Every turn is kept verbatim as a record of the framework's space
 (:class:`~dualmem.frameworks.kit.Space`, ``{uri}/full-context``), so ingest is
 incremental, exactly once per session and survives restarts. The window is
 the newest turns whose rendered lines fit in ``max_tokens`` tokens (default
-``settings.context_tokens``, counted with :func:`dualmem.models.tokens.count_tokens`);
+``settings.evaluation.context_tokens``, counted with :func:`dualmem.models.tokens.count_tokens`);
 a single turn longer than the window is cut to its last tokens.
 
 ``retrieve(query, k)`` ignores the query: it returns the ``k`` newest turns of

@@ -1,6 +1,6 @@
 """``langmem``: the real ``langmem`` library's memory store manager over our LanceDB LangGraph store.
 
-Each chunk of a session (``settings.chunk_tokens`` tokens, whole turns) is
+Each chunk of a session (``settings.tuning.chunk_tokens`` tokens, whole turns) is
 given, as chat messages, to ``langmem.create_memory_store_manager`` with the
 shared chat model: the library searches related memories in the store, asks the
 model (through ``trustcall`` tool calls: ``Memory`` to insert, ``PatchDoc`` to

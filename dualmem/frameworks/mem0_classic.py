@@ -14,7 +14,7 @@ For every exchange (a user turn and the assistant turns that follow it):
    the fact is added without a model call.
 
 The summary is refreshed every ``summary_every`` exchanges (or sooner once the
-messages since the last refresh reach ``settings.chunk_tokens`` tokens) and at
+messages since the last refresh reach ``settings.tuning.chunk_tokens`` tokens) and at
 the end of each session (the paper refreshes it asynchronously), generated
 within ``2 * summary_words`` tokens (``max_tokens``); the recent
 messages shown to the extractor are capped at ``chunk_tokens`` tokens (newest

@@ -1,9 +1,9 @@
 """``memagent``: MemAgent-style recurrent memory (arXiv 2507.02259), query-agnostic.
 
-The history is read in chunks of ``settings.chunk_tokens`` tokens (cut at turn
+The history is read in chunks of ``settings.tuning.chunk_tokens`` tokens (cut at turn
 boundaries; an over-long turn is split). After **every** chunk the model
 rewrites one free-text memory of at most ``memory_tokens`` tokens (default
-1,024): a longer answer is re-asked to be shortened (``settings.max_retries``
+1,024): a longer answer is re-asked to be shortened (``settings.tuning.max_retries``
 times), then cut to the budget, so the stored memory never exceeds it.
 
 Choice (differs from the paper, which reads the history *with* the question):

@@ -1,6 +1,6 @@
 """``memorybank``: MemoryBank (Zhong et al., AAAI 2024) on LanceDB.
 
-Every session is cut into chunks of ``Settings.chunk_tokens`` tokens. Each
+Every session is cut into chunks of ``Settings.tuning.chunk_tokens`` tokens. Each
 chunk is stored verbatim as a *memory piece*, and the chat model summarises it
 into an *event summary* (stored as a memory too) and a note on the user's
 personality. After each session the model folds the session's events and

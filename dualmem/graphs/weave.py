@@ -5,7 +5,7 @@ fans out one ``make_query`` branch per insight not yet done (specificity →
 fragments + question → memory necessity → weaving + difficulty → safety);
 ``assemble`` builds the histories of every target length and the manifest.
 Branches run with bounded concurrency (``max_concurrency`` =
-``Settings.concurrency``). Under a checkpointer a killed run resumes with
+``Settings.evaluation.concurrency``). Under a checkpointer a killed run resumes with
 every finished branch kept: nothing is asked of the model twice.
 
 Input: ``{"personas": [persona dicts], "options": WeaveOptions.as_dict()}``.

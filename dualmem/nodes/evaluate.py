@@ -2,7 +2,7 @@
 
 ``plan`` loads the dataset and lists its personas and the frameworks;
 ``fan_out`` sends one ``run_unit`` branch per persona × framework (bounded by
-the run config's ``max_concurrency``: ``Settings.concurrency`` units in
+the run config's ``max_concurrency``: ``Settings.evaluation.concurrency`` units in
 flight); ``run_unit`` returns a unit finished in the run record from it, else
 hands the unit to the run's runner — this process's thread
 (:func:`dualmem.evals.unit.run_unit`) or a Ray worker

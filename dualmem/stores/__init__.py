@@ -37,21 +37,6 @@ def open_store(settings: Any = None, embeddings: Any = None) -> DualStore:
     return LanceDualStore.from_settings(s, embeddings)
 
 
-def choose_user(users: list[str], persona_id: str, user: str | None, default: str) -> str:
-    """Deprecated: use :func:`dualmem.auth.whose_memory` (an explicit ``default`` user now wins over the only user).
-
-    >>> import warnings; warnings.simplefilter("ignore"); choose_user(["theo"], "mara", None, "")
-    'theo'
-    """
-    import warnings
-
-    from dualmem.auth import whose_memory
-    from dualmem.config import Settings
-
-    warnings.warn("choose_user is deprecated; use dualmem.auth.whose_memory", DeprecationWarning, stacklevel=2)
-    return whose_memory(claimed=[user], settings=Settings(user_id=default), users=users, persona_id=persona_id)
-
-
 def users_of(store: DualStore, persona_id: str) -> list[str]:
     """Return the users of whom ``persona_id`` has memory in ``store``."""
     return sorted({ns[1] for ns in store.namespaces((persona_id,)) if len(ns) == 2})
@@ -84,7 +69,6 @@ __all__ = [
     "LanceDualStore",
     "Namespace",
     "ScoredItem",
-    "choose_user",
     "dual_of",
     "langgraph_view",
     "make_store",

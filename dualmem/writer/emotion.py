@@ -16,7 +16,7 @@ Semantic similarity is the cosine of the text embeddings (for unit vectors it
 orders exactly like the paper's Euclidean distance); emotional similarity is
 the cosine of the emotion vectors. Ties keep the input order. Everything but
 :func:`score_emotion` / :func:`ascore_emotion` is a pure function, used by the
-``emotional-rag`` baseline and by DualMem's optional ``Settings.emotion_strategy``.
+``emotional-rag`` baseline and by DualMem's optional ``Settings.tuning.emotion_strategy``.
 
 >>> rank_indices("C-A", [0.9, 0.1], [0.1, 0.95], k=2)
 [1, 0]

@@ -126,10 +126,10 @@ class Settings:
     if not TYPE_CHECKING:  # mypy keeps flagging unknown attributes
 
         def __getattr__(self, name: str) -> Any:
-            """A tuning or evaluation setting read off ``Settings`` fails naming its place (the flat reads, deprecated
-            in 0.4.0, went in 0.5.0)."""
+            """An unknown attribute raises AttributeError; for a tuning or evaluation setting it names the setting's
+            place (``settings.tuning.chunk_tokens``)."""
             group = "tuning" if name in GROUPS["tuning"] else "evaluation" if name in GROUPS["evaluation"] else None
-            where = f"; it is settings.{group}.{name}" if group and not name.startswith("__") else ""
+            where = f"; it is settings.{group}.{name}" if group else ""
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}{where}")
 
     @property

@@ -1,7 +1,7 @@
 """Writing keeps the LanceDB backend tidy: two commits per chunk, and files and versions bounded as memory grows.
 
-Real LanceDB folders, the real writer (``write_history``) with a scripted model, a reader in another process
-searching all the while.
+Real LanceDB folders, the real writer (``write_history``) with a scripted model and, in one test, a reader in another
+process searching all the while.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dualmem.stores import LanceDualStore
 from dualmem.testing import HashEmbeddings
 store = LanceDualStore(sys.argv[1], HashEmbeddings(64))
 reads = errors = 0
+print("ready", flush=True)
 end = time.time() + float(sys.argv[2])
 while time.time() < end:
     try:
@@ -114,6 +115,7 @@ def test_a_reader_in_another_process_never_fails_while_tidies_drop_versions(tmp_
     store = LanceDualStore(uri, HashEmbeddings(64))
     store.tidy_every, store.tidy_keep = 10, timedelta(seconds=1)
     reader = subprocess.Popen([sys.executable, "-c", READER, uri, "15"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"  # it reads while the writer writes
     _write(store, tmp_settings, _sessions(20))
     first = store.version()
     _write(store, tmp_settings, _sessions(80))

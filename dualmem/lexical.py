@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -89,16 +88,6 @@ _TEXTS: OrderedDict[str, Terms] = OrderedDict()  # the terms of the texts counte
 _TEXTS_LOCK = threading.Lock()
 TEXTS_KEPT = 131_072
 ONE_PASS_CHARS = 20_000  # new texts longer than this in all are counted in one pass (fewer: word by word)
-
-
-def text_terms(text: str) -> Terms:
-    """Deprecated (goes in 0.6.0): ``texts_terms([text])[0]``, which this returns, with a ``DeprecationWarning``."""
-    warnings.warn(
-        "dualmem.lexical.text_terms is deprecated; use dualmem.lexical.texts_terms([text])[0]",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return texts_terms([text])[0]
 
 
 def texts_terms(texts: Sequence[str]) -> list[Terms]:

@@ -86,10 +86,8 @@ def test_a_long_history_is_counted_stemming_each_distinct_word_once(monkeypatch)
     assert len(stemmed) - again <= 4
 
 
-def test_text_terms_of_the_last_release_warns_and_counts_as_texts_terms():
-    text = "Thursday night climbing, then the night shift again"
-    with pytest.warns(DeprecationWarning, match="texts_terms"):
-        ids, counts = lexical.text_terms(text)
-    want_ids, want_counts = lexical.texts_terms([text])[0]
-    assert ids.tolist() == want_ids.tolist() and counts.tolist() == want_counts.tolist()
+def test_text_terms_went_in_0_6_0_and_texts_terms_counts_one_text():
+    """``text_terms`` warned through 0.5.x and is gone; the batch form counts one text as it did."""
+    assert not hasattr(lexical, "text_terms")
+    ids, counts = lexical.texts_terms(["Thursday night climbing, then the night shift again"])[0]
     assert dict(zip(ids.tolist(), counts.tolist(), strict=True))[lexical.term_id(lexical.stem("night"))] == 2

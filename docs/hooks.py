@@ -386,6 +386,23 @@ def render_verl_gpu_h100(d: dict[str, Any]) -> str:
     )
 
 
+def render_local_engines(d: dict[str, Any]) -> str:
+    """The bundled model's throughput and `dualmem demo`'s wall time on each local engine."""
+    rows = [
+        [
+            f"`{name}`",
+            f"{e['prompt_tokens_per_s']:g}",
+            f"{e['generation_tokens_per_s']:g}",
+            f"{e['demo_first_s']:g} / {e['demo_again_s']:g}",
+            f"{e['facts']} / {e['insights']} / {e['failed']}",
+        ]
+        for name, e in d["engines"].items()
+    ]
+    header = ["engine", "prompt tok/s", "generation tok/s", "demo s (first / again)", "demo facts / insights / failed"]
+    missing = f" Not installed: {', '.join(d['not_installed'])}." if d.get("not_installed") else ""
+    return f"{_table(header, rows)}\n\nTarget for the demo: ≤ {d['target_demo_s']:g} s.{missing}"
+
+
 def render_store_serving(d: dict[str, Any]) -> str:
     """The LangGraph server's store path: gathered async calls, plain and batched."""
     rows = [

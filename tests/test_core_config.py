@@ -142,5 +142,6 @@ def test_who_writes_memory():
     )
     assert Settings(chat_model="openai:gpt-4o-mini", writer_model="").writer_for() == "openai:gpt-4o-mini"
     assert (
-        Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").writer_for() == "local:smollm2"
+        Settings(chat_model="local:smollm2", writer_model="", local_engine="llama.cpp").writer_for()
+        == "local:smollm2-writer"
     )

@@ -142,7 +142,7 @@ def test_the_bundled_model_writes_with_its_adapter_unless_told_otherwise(monkeyp
     assert Settings().chat_model == "local:smollm2"  # the adapter writes; the base model still answers
     assert Settings(writer_model="local:smollm2").writer == "local:smollm2"
     assert Settings(chat_model="openai:gpt-4o-mini").writer == "openai:gpt-4o-mini"
-    assert Settings(local_engine="llama.cpp").writer == "local:smollm2"  # llama.cpp cannot apply the LoRA
+    assert Settings(local_engine="llama.cpp").writer == "local:smollm2-writer"  # llama.cpp applies the LoRA too
     assert Settings(local_engine="transformers").writer == "local:smollm2-writer"
     monkeypatch.setenv("DUALMEM_WRITER_MODEL", "local:smollm2")
     assert Settings().writer == "local:smollm2"

@@ -140,13 +140,11 @@ class Settings:
     def writer_for(self, chat_given: bool = False) -> str | None:
         """Decide who writes memory — the one rule: ``writer_model`` when set; else a chat model object handed over
         (``chat_given``) writes too (None); else ``chat_model``, whose bundled model writes with its SFT adapter
-        (``local:smollm2`` -> ``local:smollm2-writer``) unless ``local_engine`` is llama.cpp, which cannot apply it."""
+        (``local:smollm2`` -> ``local:smollm2-writer``), on either local engine."""
         if self.writer_model:
             return self.writer_model
         if chat_given:
             return None
-        if self.local_engine == "llama.cpp":
-            return self.chat_model
         return BUNDLED_WRITER.get(self.chat_model, self.chat_model)
 
     @property

@@ -125,7 +125,7 @@ def load_local(name: str, *, merge: bool = True) -> tuple[Any, Any]:
         return model, tok
     weights = packed_adapter(folder)
     if merge and plain_lora(folder, weights):  # inference needs no peft (it comes with the train extra only)
-        merge_lora(model, weights if weights is not None else _plain_weights(folder), folder, name)
+        merge_lora(model, weights if weights is not None else plain_weights(folder), folder, name)
         return model, tok
     try:
         from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
@@ -219,7 +219,8 @@ def _plain_keys(folder: Path) -> list[str] | None:
         return list(fh.keys())
 
 
-def _plain_weights(folder: Path) -> dict[str, Any]:
+def plain_weights(folder: Path) -> dict[str, Any]:
+    """Return the LoRA weights of a plain peft adapter folder (``adapter_model.safetensors``)."""
     from safetensors.torch import load_file
 
     return load_file(str(folder / "adapter_model.safetensors"))
@@ -288,6 +289,20 @@ def _load_base(name: str) -> tuple[Any, Any]:
     return model, tok
 
 
+@lru_cache(maxsize=1)
+def load_tokenizer() -> Any:
+    """Return the bundled model's tokenizer alone (what llama.cpp's grammar needs): from the cache when the weights were
+    de-quantised before, else read from the GGUF (no weights de-quantised)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    target = cache_dir() / LOCAL_MODELS[BASE]
+    if (target / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(target))
+    gguf = bundled_gguf_path()
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
 def stop_ids(tok: Any) -> list[int]:
     """Return every end-of-turn token id: a grammar may close on any of them."""
     ids = {tok.eos_token_id}
@@ -299,16 +314,10 @@ def stop_ids(tok: Any) -> list[int]:
 
 
 def resolve_engine(engine: str, name: str = BASE) -> str:
-    """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers;
-    adapters: transformers)."""
+    """Return the engine ``engine`` names for model ``name`` (``auto``: llama.cpp when installed, else transformers),
+    the base model and its LoRA adapters alike."""
     if engine not in ENGINES:
         raise ConfigurationError(f"local engine {engine!r} is not one of {ENGINES}; set DUALMEM_LOCAL_ENGINE")
-    if name not in LOCAL_MODELS:  # a LoRA adapter is merged into the de-quantised weights: transformers only
-        if engine == "llama.cpp":
-            raise ConfigurationError(
-                f"local:{name} is a LoRA adapter and runs on the transformers engine; set DUALMEM_LOCAL_ENGINE=transformers or auto"
-            )
-        return "transformers"
     has_llama = importlib.util.find_spec("llama_cpp") is not None
     if engine == "llama.cpp" and not has_llama:
         raise ConfigurationError(

@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from dualmem.models.local.bundled import load_transformers, stop_ids
+from dualmem.models.local.bundled import load_tokenizer, load_transformers, stop_ids
 
 MAX_STRING = 200
 MIN_TEXT = 12
@@ -103,15 +103,17 @@ def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engi
     """Return a zero-arg factory of fresh xgrammar logits processors (None without xgrammar)."""
     if importlib.util.find_spec("xgrammar") is None:
         return None
+    if engine == "llama.cpp":  # the tokenizer alone: no de-quantised copy of the weights
+        from dualmem.models.local.llamacpp import llama
+
+        llm = llama(name)
+        compiled = compile_grammar(load_tokenizer(), llm.n_vocab(), schema_json, max_new_tokens)
+        end = llm.token_eos()
+        return None if compiled is None else lambda: LlamaGrammarProcessor(compiled, end)
     model, tok = load_transformers(name)
     compiled = compile_grammar(tok, model.config.vocab_size, schema_json, max_new_tokens)
     if compiled is None:
         return None
-    if engine == "llama.cpp":
-        from dualmem.models.local.llamacpp import llama
-
-        end = llama(name).token_eos()
-        return lambda: LlamaGrammarProcessor(compiled, end)
     from xgrammar.contrib.hf import LogitsProcessor
 
     return lambda: LogitsProcessor(compiled)

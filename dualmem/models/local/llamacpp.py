@@ -1,31 +1,150 @@
-"""The llama.cpp engine: the GGUF run directly (``pip install 'dualmem[llamacpp]'``), prompts cut like transformers'."""
+"""The llama.cpp engine: the GGUF run directly (``pip install 'dualmem[llamacpp]'``), prompts cut like transformers'.
+
+A LoRA adapter (``local:smollm2-writer`` or a plain adapter folder) runs on the
+bundled GGUF with the adapter applied by llama.cpp: its factors are written
+once into a GGUF adapter file in the cache (:func:`adapter_gguf`).
+"""
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import json
+import math
 import os
+import weakref
 from collections.abc import Iterator
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from dualmem.models.local.bundled import CONTEXT_TOKENS, bundled_gguf_path, chat_dicts, check_name, usage
+from dualmem.errors import ConfigurationError
+from dualmem.models.local.bundled import (
+    CONTEXT_TOKENS,
+    adapter_dir,
+    bundled_gguf_path,
+    cache_dir,
+    chat_dicts,
+    check_name,
+    packed_adapter,
+    plain_weights,
+    usage,
+)
 
 END_STRINGS = ["<|im_end|>", "<|endoftext|>"]
+# the adapted projections of a llama block: peft's module path -> the GGUF tensor of that weight
+GGUF_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 @lru_cache(maxsize=2)
 def llama(name: str) -> Any:
-    """Return the llama.cpp model of the bundled GGUF (loaded once per process)."""
+    """Return the llama.cpp model of the bundled GGUF, with adapter ``name`` applied (loaded once per process)."""
     # OpenMP's spinning workers livelock when another process holds a core: wait passively instead
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from llama_cpp import Llama
 
     check_name(name)
+    lora = adapter_gguf(name) if adapter_dir(name) is not None else None
     threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
-    return Llama(
-        model_path=str(bundled_gguf_path()), n_ctx=CONTEXT_TOKENS, n_threads=threads, n_batch=512, verbose=False
+    llm = Llama(
+        model_path=str(bundled_gguf_path()),
+        lora_path=str(lora) if lora else None,
+        n_ctx=CONTEXT_TOKENS,
+        n_threads=threads,
+        n_batch=512,
+        verbose=False,
     )
+    atexit.register(
+        _close, weakref.ref(llm)
+    )  # freed before the interpreter tears llama_cpp down (its finaliser raises)
+    return llm
+
+
+def _close(model: weakref.ref[Any]) -> None:
+    """Free a llama.cpp model still loaded at exit (one evicted from the cache before is gone already)."""
+    if (llm := model()) is not None:
+        llm.close()
+
+
+def adapter_gguf(name: str) -> Path:
+    """Return the GGUF adapter file of LoRA adapter ``name``, written into the cache the first time.
+
+    llama.cpp adds ``alpha / r * B @ A`` to the GGUF's weights, whose query and key rows the GGUF conversion
+    reordered for its rotary layout; the B factors of ``q_proj`` and ``k_proj`` are reordered alike
+    (:func:`rotary_rows`), so the adapter changes exactly the weights it changes on the transformers engine.
+    The file is named by a digest of the adapter's files: a retrained adapter gets a file of its own.
+    """
+    folder = adapter_dir(name)
+    if folder is None:
+        raise ConfigurationError(f"local:{name} is not a LoRA adapter")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    files = [folder / "adapter_config.json", *sorted(p for p in folder.glob("adapter_model*") if p.is_file())]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
+    target = cache_dir() / "adapters" / f"{folder.name}-{digest}.gguf"
+    if target.exists():
+        return target
+    if config.get("alpha_pattern") or config.get("rank_pattern") or config.get("use_dora"):
+        raise ConfigurationError(
+            f"local:{name}: llama.cpp applies plain LoRA factors with one alpha and rank; "
+            "set DUALMEM_LOCAL_ENGINE=transformers for this adapter"
+        )
+    weights = packed_adapter(folder) or plain_weights(folder)
+    rank = int(config["r"])
+    alpha = float(config["lora_alpha"]) * (math.sqrt(rank) if config.get("use_rslora") else 1.0)  # alpha / sqrt(r)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    try:
+        _write_adapter(tmp, weights, alpha, name)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
+    return target
+
+
+def _write_adapter(path: Path, weights: dict[str, Any], alpha: float, name: str) -> None:
+    import gguf
+    import numpy as np
+
+    fields = gguf.GGUFReader(str(bundled_gguf_path())).fields
+    heads, kv_heads = (int(fields[f"llama.attention.{k}"].contents()) for k in ("head_count", "head_count_kv"))
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+    for key in sorted(weights):
+        parts = key.split(".")  # base_model.model.model.layers.{i}.{self_attn|mlp}.{proj}.lora_{A|B}.weight
+        module = ".".join(parts[-4:-2])
+        if parts[-2] not in ("lora_A", "lora_B") or "layers" not in parts or module not in GGUF_NAMES:
+            raise ConfigurationError(
+                f"local:{name}: llama.cpp cannot apply the adapter's {key}; set DUALMEM_LOCAL_ENGINE=transformers"
+            )
+        factor = weights[key].float().numpy()
+        if parts[-2] == "lora_B" and module in ("self_attn.q_proj", "self_attn.k_proj"):
+            factor = rotary_rows(factor, heads if module == "self_attn.q_proj" else kv_heads)
+        block = parts[parts.index("layers") + 1]
+        tensor = f"blk.{block}.{GGUF_NAMES[module]}.weight.lora_{parts[-2][-1].lower()}"
+        writer.add_tensor(tensor, np.ascontiguousarray(factor, dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def rotary_rows(rows: Any, heads: int) -> Any:
+    """Reorder the output rows of a query or key projection as the GGUF conversion of a llama model does: within each
+    head, the rotary halves are interleaved (row ``2i`` <- ``i``, row ``2i + 1`` <- ``d/2 + i``)."""
+    shape = rows.shape
+    return rows.reshape(heads, 2, shape[0] // heads // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
 
 
 @lru_cache(maxsize=2)

@@ -113,7 +113,7 @@ class LocalChatModel(BaseChatModel):
             "max_tokens": self.max_new_tokens,
             "temperature": self.temperature,
             "top_p": 0.95 if self.temperature > 0 else 1.0,
-            "repeat_penalty": 1.15,
+            "repeat_penalty": 1.0 if self._adapter() else 1.15,  # as on transformers: a trained writer copies
             "stop": [*llamacpp.END_STRINGS, *(stop or [])],
         }
         factory = grammar_factory(self.name_, schema_json, self.max_new_tokens, "llama.cpp") if schema_json else None

@@ -9,7 +9,7 @@ Every step is the product's own entry point:
 3. ``dualmem eval -d realmem FILE -f dualmem --no-respond --limit L --personas P``
    on each *held-out* persona, once per writer: ``local:smollm2`` (zero-shot) and
    ``local:<adapter folder>`` (the SFT adapter), same settings otherwise
-   (transformers engine, ``max_new_tokens``), and with the ``sft+grpo`` arm:
+   (the ``--engine``, transformers by default, and ``max_new_tokens``), and with the ``sft+grpo`` arm:
 4. ``dualmem train rl --engine trl --data_format realmem`` on the same training personas:
    GRPO that goes on training the SFT adapter (LoRA, ``--use_lora true``), rollouts under
    the writer's grammar at the evaluation's ``max_new_tokens``, one-chunk episodes that
@@ -140,7 +140,7 @@ def same_protocol(earlier: dict, args: argparse.Namespace, held: list[str], want
     before = earlier.get("eval_args") or earlier.get("args") or {}
     diff = [
         f"--{k.replace('_', '-')} {before[k]}"
-        for k in ("held_out", "limit", "max_new_tokens")
+        for k in ("held_out", "limit", "max_new_tokens", "engine")
         if k in before and str(before[k]) != str(getattr(args, k))
     ]
     if kept and diff:
@@ -293,6 +293,9 @@ def main() -> None:
         action="store_true",
         help="train (SFT unless --adapter, GRPO for sft+grpo), evaluate nothing: OUT/train_only.json",
     )
+    ap.add_argument(
+        "--engine", default="transformers", choices=["transformers", "llama.cpp"], help="local engine of the writers"
+    )
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "writer_sft.json"))
     args = ap.parse_args()
     if not DATA.exists():
@@ -443,7 +446,7 @@ def main() -> None:
                     "--set",
                     f"writer_model={writer}",
                     "--set",
-                    "local_engine=transformers",
+                    f"local_engine={args.engine}",
                     "--set",
                     f"max_new_tokens={args.max_new_tokens}",
                 ]

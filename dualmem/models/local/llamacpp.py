@@ -64,9 +64,8 @@ def llama(name: str) -> Any:
         n_batch=512,
         verbose=False,
     )
-    atexit.register(
-        _close, weakref.ref(llm)
-    )  # freed before the interpreter tears llama_cpp down (its finaliser raises)
+    # freed before the interpreter tears llama_cpp down (its finaliser raises then)
+    atexit.register(_close, weakref.ref(llm))
     return llm
 
 

@@ -5,6 +5,8 @@ The file's tests need only the ``gguf`` package (a core dependency); the engine 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from gguf import GGUFReader
@@ -74,6 +76,7 @@ def test_llama_cpp_applies_the_writer_adapter_as_transformers_does(tmp_path, mon
             "I moved to night shifts at the warehouse, so I game until 3am to unwind. My sister Ana thinks I should quit."
         ),
     ]
+    before = dict(os.environ)
     said = {}
     for name, engine in (("smollm2-writer", "llama.cpp"), ("smollm2-writer", "transformers"), ("smollm2", "llama.cpp")):
         model = load_chat_model(
@@ -81,6 +84,7 @@ def test_llama_cpp_applies_the_writer_adapter_as_transformers_does(tmp_path, mon
         )  # the engines round differently: a long answer may drift
         assert model.engine == engine
         said[name, engine] = model.invoke(messages).content
+        assert dict(os.environ) == before  # no engine sets a process-wide variable (children would inherit it)
     assert said["smollm2-writer", "llama.cpp"] == said["smollm2-writer", "transformers"]  # the same greedy start
     assert said["smollm2-writer", "llama.cpp"] != said["smollm2", "llama.cpp"]  # and not the base model's
 

@@ -49,8 +49,6 @@ GGUF_NAMES = {
 @lru_cache(maxsize=2)
 def llama(name: str) -> Any:
     """Return the llama.cpp model of the bundled GGUF, with adapter ``name`` applied (loaded once per process)."""
-    # OpenMP's spinning workers livelock when another process holds a core: wait passively instead
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from llama_cpp import Llama
 
     check_name(name)

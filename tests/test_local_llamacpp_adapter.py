@@ -126,3 +126,18 @@ def test_an_adapter_llama_cpp_cannot_apply_is_refused_in_one_line(tmp_path, monk
     with pytest.raises(ConfigurationError, match="cannot apply the adapter's .*lora_M"):
         llamacpp.adapter_gguf(str(folder))
     assert not list((tmp_path / "cache" / "adapters").glob("*"))  # nothing half-written is left
+
+
+@pytest.mark.slow
+def test_the_llama_cpp_grammar_reads_the_vocabulary_the_tokenizer_has():
+    pytest.importorskip("llama_cpp", reason="llama.cpp engine not installed (pip install 'dualmem[llamacpp]')")
+    xgr = pytest.importorskip("xgrammar")
+    from dualmem.models.local.bundled import stop_ids
+
+    info = llamacpp.tokenizer_info("smollm2")  # read from llama.cpp in milliseconds; no tokenizer converted
+    _, tok = load_transformers("smollm2")
+    hf = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=info.vocab_size, stop_token_ids=stop_ids(tok))
+    assert (info.vocab_type, info.vocab_size) == (hf.vocab_type, hf.vocab_size)
+    assert info.decoded_vocab == hf.decoded_vocab
+    assert llamacpp.llama("smollm2").token_eos() in info.stop_token_ids
+    assert tok.convert_tokens_to_ids("<|im_end|>") in info.stop_token_ids

@@ -27,6 +27,7 @@ BASE = "smollm2"  # the base model of LoRA adapters
 ADAPTERS = {"smollm2-writer": "writer_lora"}
 ENGINES = ("auto", "llama.cpp", "transformers")
 CONTEXT_TOKENS = 8192
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")  # end-of-turn tokens a grammar may close on
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "user"}
 
 
@@ -289,24 +290,10 @@ def _load_base(name: str) -> tuple[Any, Any]:
     return model, tok
 
 
-@lru_cache(maxsize=1)
-def load_tokenizer() -> Any:
-    """Return the bundled model's tokenizer alone (what llama.cpp's grammar needs): from the cache when the weights were
-    de-quantised before, else read from the GGUF (no weights de-quantised)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
-
-    target = cache_dir() / LOCAL_MODELS[BASE]
-    if (target / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(str(target))
-    gguf = bundled_gguf_path()
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-
-
 def stop_ids(tok: Any) -> list[int]:
     """Return every end-of-turn token id: a grammar may close on any of them."""
     ids = {tok.eos_token_id}
-    for token in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+    for token in END_TOKENS:
         tid = tok.convert_tokens_to_ids(token)
         if isinstance(tid, int) and tid >= 0 and tid != tok.unk_token_id:
             ids.add(tid)

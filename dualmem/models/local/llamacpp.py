@@ -98,8 +98,9 @@ def adapter_gguf(name: str, heads: tuple[int, int] | None = None) -> Path:
             "set DUALMEM_LOCAL_ENGINE=transformers for this adapter"
         )
     weights = packed_adapter(folder) or plain_weights(folder)
-    rank = int(config["r"])
-    alpha = float(config["lora_alpha"]) * (math.sqrt(rank) if config.get("use_rslora") else 1.0)  # alpha / sqrt(r)
+    # alpha and rank as merge_lora reads them on transformers: peft's default alpha, the rank of the A factors
+    rank = next((int(w.shape[0]) for k, w in weights.items() if k.endswith(".lora_A.weight")), 1)
+    alpha = float(config.get("lora_alpha", 8)) * (math.sqrt(rank) if config.get("use_rslora") else 1.0)  # alpha/√r
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     try:

@@ -17,8 +17,11 @@ questions, each in a new thread; on and off alternate query by query, after
 ``--warmup`` unmeasured queries. The ranker's remembered query vectors are
 dropped before every measured turn and recall (questions repeat across modes
 and cycles), so each message is embedded, as a user's new message is. Reported per mode: time to first token (p50,
-p95) on and off, the paired difference, the retrieval alone on the same
-queries, and the time after the last token (the hand-over).
+p95) on and off, the paired difference, the time after the last token (the
+hand-over), and the retrieval alone on the same queries, twice: back to back in
+the main thread, and as a chat turn meets it (in a worker thread, after the
+model's wait; a retrieval that follows idle time runs slower than one that
+follows another, so the paired difference is compared with that one).
 
 Run: ``python benchmarks/chat_latency.py [--persona Sarah_Miller] [--queries 150]``
 """
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -216,6 +220,29 @@ def measure(agents: dict[str, Any], queries: list[str], warmup: int, mode: str) 
     return out
 
 
+def retrieval_laps(
+    dual: LanceDualStore, namespace: tuple[str, str], queries: list[str], settings: Settings, idle_s: float
+) -> list[float]:
+    """Time the chat path's retrieval of each query alone, as in the agents' turns (a new thread: no earlier turns;
+    the query not remembered). ``idle_s`` > 0: each retrieval runs in a worker thread after that long idle, as the
+    agent's hook runs (LangGraph's worker thread, the previous turn's model wait before it); 0: back to back."""
+
+    def lap(text: str) -> float:
+        forget_queries()
+        start = time.perf_counter()
+        recall_for_chat(dual, namespace, text, [], settings)
+        return time.perf_counter() - start
+
+    if not idle_s:
+        return [lap(text) for text in queries]
+    laps = []
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        for text in queries:
+            time.sleep(idle_s)
+            laps.append(worker.submit(lap, text).result())
+    return laps
+
+
 def main() -> None:
     """Run the benchmark; print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -288,16 +315,12 @@ def main() -> None:
                 "after_last_token_off": summary(after["off"]),
                 "after_last_token_on": summary(after["on"]),
             }
-        recall = []
-        for text in queries:  # as in the agents' turns: a new thread (no earlier turns), the query not remembered
-            forget_queries()
-            start = time.perf_counter()
-            recall_for_chat(dual, namespace, text, [], settings)
-            recall.append(time.perf_counter() - start)
+        recall = retrieval_laps(dual, namespace, queries, settings, idle_s=0.0)
+        idle = retrieval_laps(dual, namespace, queries, settings, idle_s=args.ttft)
         formation.shutdown()
-    retrieval = summary(recall)
+    retrieval, after_idle = summary(recall), summary(idle)
     modes_ok = {m: r["ttft_added"]["p50_ms"] <= TARGET_ADDED_P50_MS for m, r in results.items()}
-    within = {m: r["ttft_added"]["p50_ms"] <= retrieval["p50_ms"] + 5.0 for m, r in results.items()}
+    within = {m: r["ttft_added"]["p50_ms"] <= after_idle["p50_ms"] + 5.0 for m, r in results.items()}
     result = {
         "benchmark": "time to first token of a create_agent reply with DualMemMiddleware on vs off (fixed-latency model)",
         "command": f"python benchmarks/chat_latency.py --persona {args.persona} --queries {args.queries} --warmup {args.warmup} "
@@ -308,6 +331,7 @@ def main() -> None:
         "queries": args.queries,
         "model": {"ttft_s": args.ttft, "tokens": args.tokens, "token_gap_s": args.token_gap},
         "retrieval_alone": retrieval,
+        "retrieval_after_idle": after_idle,
         "modes": results,
         "on_turns_with_recalled_memory": sum(1 for p in models["on"].systems if "because: " in p),
         "on_turns": len(models["on"].systems),
@@ -315,7 +339,7 @@ def main() -> None:
         "target": {
             "retrieval_p50_ms": TARGET_RETRIEVAL_P50_MS,
             "ttft_added_p50_ms": TARGET_ADDED_P50_MS,
-            "ttft_added_within_retrieval": "added p50 <= retrieval p50 + 5 ms",
+            "ttft_added_within_retrieval": "added p50 <= retrieval after idle p50 + 5 ms",
         },
         "passed": {
             "retrieval": retrieval["p50_ms"] <= TARGET_RETRIEVAL_P50_MS,
@@ -334,6 +358,10 @@ def main() -> None:
     )
     print(
         f"retrieval alone:      p50 {retrieval['p50_ms']} ms, p95 {retrieval['p95_ms']} ms (target p50 <= {TARGET_RETRIEVAL_P50_MS:.0f} ms)"
+    )
+    print(
+        f"retrieval after idle: p50 {after_idle['p50_ms']} ms, p95 {after_idle['p95_ms']} ms "
+        f"(in a worker thread, {args.ttft * 1000:.0f} ms after the previous one, as in a chat turn)"
     )
     for mode, r in results.items():
         print(

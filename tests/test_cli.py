@@ -135,7 +135,9 @@ def test_ingest_says_how_long_it_waited_for_another_writer_of_the_namespace(env)
     holder.join(30)
     assert result.exit_code == 0, result.output
     [line] = [ln for ln in result.stdout.splitlines() if "for another writer of this namespace" in ln]
-    assert 0.1 <= float(line.split()[1]) <= 2.5, line
+    # the 2 s hold, noticed at the waiter's next try: it polls with backoff, sleeping up to 0.75 s between tries,
+    # longer on a loaded machine (2.6 s was seen); not the lease's TTL (60 s) or the wait limit
+    assert 0.1 <= float(line.split()[1]) < 10, line
     assert "another writer" not in run("ingest", SAMPLE).stdout  # nobody else writing: no line
 
 

@@ -200,14 +200,18 @@ def merge_lora(model: Any, weights: dict[str, Any], folder: Path, name: str) -> 
                 layer = None
             if layer is None or tuple(layer.weight.shape) != (b.shape[0], a.shape[1]) or b.shape[1] != a.shape[0]:
                 raise ConfigurationError(f"local:{name}: the adapter in {folder} does not fit the base model ({key})")
-            # alpha_pattern keys are matched as peft matches them (utils.other.get_pattern_key)
-            alpha = next(
-                (v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
-                config.get("lora_alpha", 8),
-            )
-            rank = a.shape[0]
-            scale = alpha / (rank**0.5 if config.get("use_rslora") else rank)
-            layer.weight += (b.float() @ a.float() * scale).to(layer.weight.dtype)
+            layer.weight += (b.float() @ a.float() * lora_scale(config, a.shape[0], module)).to(layer.weight.dtype)
+
+
+def lora_scale(config: dict[str, Any], rank: int, module: str = "") -> float:
+    """Return what a LoRA pair's ``B @ A`` is multiplied by, as peft scales it: the module's alpha (its
+    ``alpha_pattern`` entry, matched as peft matches them, else ``lora_alpha``, else peft's default 8) over the rank of
+    its factors, or over the rank's square root with ``use_rslora``. Both local engines apply adapters by this rule."""
+    alpha = next(
+        (v for k, v in (config.get("alpha_pattern") or {}).items() if re.match(rf"(.*\.)?({k})$", module)),
+        config.get("lora_alpha", 8),
+    )
+    return float(alpha) / (rank**0.5 if config.get("use_rslora") else rank)
 
 
 def _plain_keys(folder: Path) -> list[str] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
-import math
 import os
 import weakref
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from dualmem.models.local.bundled import (
     cache_dir,
     chat_dicts,
     check_name,
+    lora_scale,
     packed_adapter,
     plain_weights,
     usage,
@@ -98,9 +98,8 @@ def adapter_gguf(name: str, heads: tuple[int, int] | None = None) -> Path:
             "set DUALMEM_LOCAL_ENGINE=transformers for this adapter"
         )
     weights = packed_adapter(folder) or plain_weights(folder)
-    # alpha and rank as merge_lora reads them on transformers: peft's default alpha, the rank of the A factors
     rank = next((int(w.shape[0]) for k, w in weights.items() if k.endswith(".lora_A.weight")), 1)
-    alpha = float(config.get("lora_alpha", 8)) * (math.sqrt(rank) if config.get("use_rslora") else 1.0)  # alpha/√r
+    alpha = lora_scale(config, rank) * rank  # llama.cpp multiplies by alpha / r: the transformers engine's scale
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     try:

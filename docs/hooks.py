@@ -82,7 +82,7 @@ def render_chat_latency(d: dict[str, Any]) -> str:
             _table(["agent", "TTFT off", "TTFT on", "added by memory"], rows),
             "",
             f"Retrieval alone: {_ms(d['retrieval_alone'])} ms back to back, {_ms(d['retrieval_after_idle'])} ms as a "
-            "chat turn meets it (in a worker thread, after the model's wait) "
+            "chat turn meets it, in a worker thread after the model's wait "
             f"(target: memory adds ≤ {d['target']['ttft_added_p50_ms']:g} ms p50).",
         ]
     )
